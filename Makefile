@@ -1,0 +1,43 @@
+# rolellm developer commands. `make test` and `make demo` install into .venv first when needed.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# GPU users: make install TORCH_SPEC="torch" (or a CUDA wheel); the default avoids a CUDA download on CPU machines.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= train,generation,eval,dev
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install test demo quality style bench docs clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+quality: $(STAMP)
+	$(BIN)/ruff check rolellm tests examples bench
+	$(BIN)/ruff format --check rolellm tests examples bench
+
+style: $(STAMP)
+	$(BIN)/ruff check --fix rolellm tests examples bench
+	$(BIN)/ruff format rolellm tests examples bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+clean:
+	rm -rf $(VENV) site build dist *.egg-info .pytest_cache .ruff_cache

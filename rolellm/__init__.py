@@ -1,0 +1,36 @@
+"""rolellm: RoleLLM (arXiv 2310.00746) on the Hugging Face stack.
+
+The public API is listed in `__all__`. Names are imported on first use, so `import rolellm` stays fast and
+does not pull in torch, transformers or trl until a name that needs them is touched.
+
+>>> import rolellm
+>>> rolellm.__version__
+'0.1.0'
+>>> rolellm.RoleProfile(name="Sun Wukong", lang="en").name
+'Sun Wukong'
+"""
+
+import importlib
+
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "RoleProfile": "rolellm.profiles",
+    "Utterance": "rolellm.profiles",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # later look-ups skip __getattr__
+        return value
+    raise AttributeError(f"module 'rolellm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

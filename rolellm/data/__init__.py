@@ -1,0 +1,1 @@
+"""RoleBench: the row schema, the `datasets` builder, statistics, leakage checks and Hub export."""

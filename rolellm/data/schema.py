@@ -1,0 +1,24 @@
+"""The row schema every stage reads and writes (the release's own field names).
+
+>>> sorted(ROW_FEATURES)
+['generated', 'lang', 'question', 'role', 'subset', 'type']
+"""
+
+import datasets
+
+
+SUBSETS = ("general", "role_specific")
+TYPES = ("script_based", "script_agnostic")
+
+ROW_FEATURES = datasets.Features(
+    {
+        "role": datasets.Value("string"),
+        "question": datasets.Value("string"),
+        # references: RoleGPT answers for general rows, Context-Instruct answers for role-specific rows
+        "generated": datasets.List(datasets.Value("string")),
+        # role-specific rows: one of TYPES per reference; general rows: empty
+        "type": datasets.List(datasets.Value("string")),
+        "subset": datasets.Value("string"),  # one of SUBSETS
+        "lang": datasets.Value("string"),  # "en" or "zh"
+    }
+)

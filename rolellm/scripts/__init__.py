@@ -1,0 +1,1 @@
+"""One module per `rolellm` command, each with `make_parser(subparsers=None)` and `main(args)`."""

@@ -1,0 +1,54 @@
+"""The test kit: offline environment, a locally trained tokenizer, a tiny Llama on disk, the real data folder."""
+
+import os
+
+
+# Set before any Hugging Face library is imported by a test module.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_DISABLED", "true")
+
+import pytest  # noqa: E402
+
+from rolellm import testing  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _isolated_hf_cache(tmp_path_factory, monkeypatch):
+    """Keep `datasets`/`transformers` caches of a test session out of the user's home."""
+    cache = tmp_path_factory.getbasetemp() / "hf_cache"
+    monkeypatch.setenv("HF_HOME", str(cache))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache / "datasets"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A byte-level BPE tokenizer trained on a built-in English + Chinese corpus (no chat template)."""
+    return testing.train_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory, tiny_tokenizer):
+    """A folder holding a random two-layer `LlamaForCausalLM` and its tokenizer, laid out like a Hub repo."""
+    return testing.build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer=tiny_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir():
+    """The real RoleBench files (`$ROLEBENCH_DATA_DIR` or `../shared/data`); skips the test when absent."""
+    path = testing.find_rolebench_data()
+    if path is None:
+        pytest.skip("real RoleBench data not found: set ROLEBENCH_DATA_DIR or place it at ../shared/data")
+    return path
+
+
+@pytest.fixture(scope="session")
+def rolebench_dir(shared_data_dir):
+    """`<data>/rolebench`: the release files in the Hub layout."""
+    path = shared_data_dir / "rolebench"
+    if not path.is_dir():
+        pytest.skip(f"{path} not found: the real RoleBench release files are needed")
+    return path
