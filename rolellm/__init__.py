@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "RoleProfile": "rolellm.profiles",
     "Utterance": "rolellm.profiles",
+    "build_system_instruction": "rolellm.chat_template",
 }
 
 __all__ = ["__version__", *_EXPORTS]
