@@ -1,0 +1,1 @@
+"""Data generation: LLM chat clients, RoleGPT, Context-Instruct and profile descriptions."""
