@@ -1,7 +1,9 @@
 """Role profiles: who a role is (description, catchphrases) and what it said (script dialogue).
 
 A `RoleProfile` is the one profile type every stage reads: RoleGPT retrieves from its dialogue, Context-Instruct
-segments it, the RoCIT chat template renders its description into the system instruction.
+segments it, the RoCIT chat template renders its description into the system instruction. This module holds the
+dataclasses and the catchphrase sentence; the readers and writers of the release's files are in
+`rolellm.profile_files`, screenplay text in `rolellm.screenplay`, character cards in `rolellm.character_card`.
 
 >>> profile = RoleProfile(
 ...     name="孙悟空", lang="zh", description="齐天大圣，性格桀骜不驯。", catchphrases=["俺老孙来也"],
@@ -10,14 +12,40 @@ segments it, the RoCIT chat template renders its description into the system ins
 ... )
 >>> [len(group) for group in profile.dialogue_groups()]
 [2]
+>>> profile.description_with_catchphrases()
+'齐天大圣，性格桀骜不驯。常用口头禅是：“俺老孙来也”'
 """
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from typing import Literal
 
 
 NARRATOR_NAMES = ("旁白", "narration", "NARRATION", "Narrator", "narrator")
+
+# The release's catchphrase sentence closes the description: `... Your catchphrase is: "..."` in English,
+# `...常用口头禅是：“…”、“…”` in Chinese. The sentence may name several catchphrases, each in quotes.
+_CATCHPHRASE_SENTENCE = {
+    "en": re.compile(
+        r"\s*\b(?:your|his|her|their|the role's)\s+catch[- ]?phrases?\s+(?:is|are)\s*[:：]?\s*(?P<items>.*)$",
+        re.I | re.S,
+    ),
+    "zh": re.compile(r"\s*(?:常用|经常说的)?口头禅(?:是|为|有)?\s*[:：]\s*(?P<items>.*)$", re.S),
+}
+_QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”|「([^」]+)」|‘([^’]+)’')
+_UNQUOTED_SEPARATORS = re.compile(r"\s*[、,，;；/]\s*")
+
+
+class DataFormatError(ValueError):
+    """A file of the release (or one written in its layout) does not have the expected shape.
+
+    The message names the file, the line (1-based) and the field, the value found and what was expected.
+    """
+
+
+class ProfileFileWarning(UserWarning):
+    """A profile file is empty or has no usable content; the profile is kept with what the other files give."""
 
 
 @dataclass
@@ -74,3 +102,99 @@ class RoleProfile:
     def dialogue_groups(self) -> list[list[Utterance]]:
         """The dialogue split into its `diag_id` groups, in script order."""
         return [list(group) for _, group in groupby(self.dialogue, key=lambda u: (u.act_id, u.diag_id))]
+
+    def description_with_catchphrases(self) -> str:
+        """The description followed by the release's catchphrase sentence: the paper's `{desc}`.
+
+        >>> RoleProfile("Jack Sparrow", "en", "A witty pirate.", ["Savvy?"]).description_with_catchphrases()
+        'A witty pirate. Your catchphrase is: "Savvy?"'
+        >>> RoleProfile("李白", "zh", "为人爽朗大方。").description_with_catchphrases()
+        '为人爽朗大方。'
+        """
+        return join_catchphrases(self.description, self.catchphrases, self.lang)
+
+    def to_dict(self) -> dict:
+        """The profile as plain Python values (the `profiles-*` configs' row, JSON-serialisable)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict) -> "RoleProfile":
+        """Inverse of `to_dict`; also reads a row of the `profiles-en`/`profiles-zh` configs.
+
+        >>> p = RoleProfile("Po", "en", "A panda.", dialogue=[Utterance(0, 0, "Po", "Skadoosh!")])
+        >>> RoleProfile.from_dict(p.to_dict()) == p
+        True
+        """
+        row = dict(row)
+        row["dialogue"] = [Utterance(**utterance) for utterance in row.get("dialogue") or []]
+        row["catchphrases"] = list(row.get("catchphrases") or [])
+        row["extra"] = dict(row.get("extra") or {})
+        return cls(**row)
+
+
+def split_catchphrases(text: str, lang: str | None = None) -> tuple[str, list[str]]:
+    """Split the release's catchphrase sentence off a description.
+
+    Args:
+        text (`str`): a description as the release's `desc.json` holds it.
+        lang (`str`, *optional*): `"en"` or `"zh"`; when `None` both sentence forms are tried.
+
+    Returns:
+        `tuple[str, list[str]]`: the description without the sentence (stripped) and the catchphrases, in order.
+        A text without a catchphrase sentence comes back stripped with an empty list.
+
+    >>> split_catchphrases("一位猛将。常用口头禅是：“我乃燕人张翼德”、“吃我一矛！”", "zh")
+    ('一位猛将。', ['我乃燕人张翼德', '吃我一矛！'])
+    >>> split_catchphrases('A pirate captain. Your catchphrase is: "Savvy?"', "en")
+    ('A pirate captain.', ['Savvy?'])
+    """
+    patterns = [_CATCHPHRASE_SENTENCE[lang]] if lang in _CATCHPHRASE_SENTENCE else list(_CATCHPHRASE_SENTENCE.values())
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match is None:
+            continue
+        items = match.group("items").strip()
+        quoted = [next(group for group in groups if group) for groups in _QUOTED.findall(items)]
+        if not quoted:
+            quoted = [item.strip(" .。!！") for item in _UNQUOTED_SEPARATORS.split(items)]
+        return text[: match.start()].strip(), [item.strip() for item in quoted if item.strip()]
+    return text.strip(), []
+
+
+def join_catchphrases(description: str, catchphrases: list[str], lang: str) -> str:
+    """The inverse of `split_catchphrases`: the description with the release's catchphrase sentence appended.
+
+    >>> join_catchphrases("一个典型的君王。", ["朕", "本皇"], "zh")
+    '一个典型的君王。常用口头禅是：“朕”、“本皇”'
+    >>> join_catchphrases("A witty pirate.", ["Savvy?", "Why is the rum gone?"], "en")
+    'A witty pirate. Your catchphrases are: "Savvy?", "Why is the rum gone?"'
+    """
+    if not catchphrases:
+        return description
+    if lang == "zh":
+        return description + "常用口头禅是：" + "、".join(f"“{phrase}”" for phrase in catchphrases)
+    quoted = ", ".join(f'"{phrase}"' for phrase in catchphrases)
+    sentence = f"Your catchphrase is: {quoted}" if len(catchphrases) == 1 else f"Your catchphrases are: {quoted}"
+    return f"{description} {sentence}" if description else sentence
+
+
+def role_key(name: str) -> str:
+    """A spelling-insensitive key for a role name, to join rows and profiles across the release's spellings.
+
+    >>> role_key("Dr. Frank-N-Furter") == role_key("Dr. Frank N Furter")
+    True
+    >>> role_key("D_Artagnan") == role_key("D'Artagnan")
+    True
+    """
+    return re.sub(r"[\W_]+", "", name).casefold()
+
+
+# Readers and writers live in `rolellm.profile_files`; they are re-exported here so that
+# `from rolellm.profiles import read_release_profiles` works as the contract names it.
+def __getattr__(name):
+    if name in ("ProfileSet", "read_profile_jsonl", "read_release_profiles", "read_screenplay_folder",
+                "write_profile_jsonl", "write_release_profiles"):  # fmt: skip
+        from rolellm import profile_files
+
+        return getattr(profile_files, name)
+    raise AttributeError(f"module 'rolellm.profiles' has no attribute {name!r}")

@@ -6,9 +6,8 @@
 
 import datasets
 
+from rolellm.data.readers import LANGS, SUBSETS, TYPES  # noqa: F401  (re-exported: the schema's vocabularies)
 
-SUBSETS = ("general", "role_specific")
-TYPES = ("script_based", "script_agnostic")
 
 ROW_FEATURES = datasets.Features(
     {

@@ -1,0 +1,129 @@
+"""Read the release's jsonl files into normalised rows of the shared schema (`ROW_FEATURES`).
+
+The release's quirks, normalised here once so that no later stage meets them:
+
+- leading/trailing whitespace on `role`, `question` and every `generated` answer (every English question starts
+  with a space) is stripped; inner whitespace and line breaks are kept;
+- `type` is a string in `role_specific/train.jsonl`, a list parallel to `generated` in `test.jsonl` and absent in
+  the general and baseline files: it becomes a list with one entry per reference (empty when absent);
+- `subset` and `lang` columns say where a row came from.
+
+With `keep_raw=True` every row also carries `raw`, the exact line of the file, so the original text stays
+recoverable. Role names keep the data's spelling (`Dr. Frank-N-Furter`); profiles join through `role_key`.
+
+>>> import json, tempfile, pathlib
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "train.jsonl"
+>>> _ = path.write_text(json.dumps({"role": "Po", "question": " Who are you?", "generated": [" Po! "],
+...                                 "type": "script_agnostic"}) + "\\n")
+>>> read_rolebench_jsonl(path, "role_specific", "en")
+[{'role': 'Po', 'question': 'Who are you?', 'generated': ['Po!'], 'type': ['script_agnostic'], 'subset': 'role_specific', 'lang': 'en'}]
+"""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from rolellm.profiles import DataFormatError
+
+
+SUBSETS = ("general", "role_specific")
+TYPES = ("script_based", "script_agnostic")
+LANGS = ("en", "zh")
+
+
+def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str, keep_raw: bool = False) -> Iterator[dict]:
+    """Yield the normalised rows of one release jsonl file, in file order (see `read_rolebench_jsonl`)."""
+    if subset not in SUBSETS:
+        raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
+    path = Path(path)
+    with path.open(encoding="utf-8") as file:
+        for line_no, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            row = normalize_row(_parse(line, path, line_no), subset, lang, where=f"{path}:{line_no}")
+            if keep_raw:
+                row["raw"] = line.rstrip("\n")
+            yield row
+
+
+def read_rolebench_jsonl(path: str | Path, subset: str, lang: str, keep_raw: bool = False) -> list[dict]:
+    """Read one release jsonl file into rows of the shared schema.
+
+    Args:
+        path (`str` or `os.PathLike`): a `train.jsonl`, `test.jsonl` or `rolegpt_baseline.jsonl` of the release.
+        subset (`str`): `"general"` or `"role_specific"` (the folder the file sits in).
+        lang (`str`): `"en"` or `"zh"`.
+        keep_raw (`bool`, *optional*, defaults to `False`): add a `raw` column holding the line as it is in the file.
+
+    Returns:
+        `list[dict]`: rows with `role`, `question`, `generated`, `type`, `subset`, `lang` (and `raw`).
+
+    Raises:
+        `DataFormatError`: a truncated or non-JSON line, a missing field, a field of the wrong type, a `type` list
+        not parallel to `generated`; the message names the file, the line and the field.
+    """
+    return list(iter_rolebench_jsonl(path, subset, lang, keep_raw=keep_raw))
+
+
+def normalize_row(record: dict, subset: str, lang: str, where: str = "row") -> dict:
+    """Normalise one release record (already parsed) into the shared schema; `where` prefixes error messages.
+
+    >>> normalize_row({"role": "李白", "question": "你好 ", "generated": ["好！"]}, "general", "zh")
+    {'role': '李白', 'question': '你好', 'generated': ['好！'], 'type': [], 'subset': 'general', 'lang': 'zh'}
+    """
+    for key in ("role", "question", "generated"):
+        if key not in record:
+            raise DataFormatError(f"{where}: field {key!r} is missing (fields found: {sorted(record)})")
+    for key in ("role", "question"):
+        if not isinstance(record[key], str):
+            raise DataFormatError(f"{where}: field {key!r} must be a string, got {type(record[key]).__name__}")
+    generated = record["generated"]
+    if not isinstance(generated, list) or not all(isinstance(answer, str) for answer in generated):
+        raise DataFormatError(
+            f"{where}: field 'generated' must be a list of strings, got {_describe(generated)}; "
+            'wrap a single answer as ["..."]'
+        )
+    if not generated:
+        raise DataFormatError(f"{where}: field 'generated' is an empty list; every row needs at least one reference")
+    return {
+        "role": record["role"].strip(),
+        "question": record["question"].strip(),
+        "generated": [answer.strip() for answer in generated],
+        "type": _normalize_type(record.get("type"), len(generated), where),
+        "subset": subset,
+        "lang": lang,
+    }
+
+
+def _normalize_type(value, n_generated: int, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value] * n_generated
+    elif not isinstance(value, list) or len(value) != n_generated:
+        raise DataFormatError(
+            f"{where}: field 'type' must be a string or a list with one entry per reference "
+            f"({n_generated}), got {_describe(value)}"
+        )
+    for entry in value:
+        if entry not in TYPES:
+            raise DataFormatError(f"{where}: field 'type' has {entry!r}; expected one of {TYPES}")
+    return list(value)
+
+
+def _parse(line: str, path: Path, line_no: int) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        hint = " (the line looks truncated)" if not line.rstrip().endswith("}") else ""
+        raise DataFormatError(f"{path}:{line_no}: not valid JSON{hint}: {error.msg} (column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def _describe(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"

@@ -1,0 +1,180 @@
+import json
+import warnings
+
+import pytest
+
+from rolellm.profiles import (
+    DataFormatError,
+    ProfileFileWarning,
+    RoleProfile,
+    Utterance,
+    join_catchphrases,
+    read_profile_jsonl,
+    read_release_profiles,
+    read_screenplay_folder,
+    role_key,
+    split_catchphrases,
+    write_release_profiles,
+)
+
+
+ZHENHUAN_ROLES = ["华妃", "槿汐", "浣碧", "甄嬛", "皇后", "皇帝", "眉庄", "苏培盛", "陵容"]
+ZHENHUAN_LINES = {"华妃": 2723, "槿汐": 4467, "浣碧": 3531, "甄嬛": 12300, "皇后": 4189, "皇帝": 7220, "眉庄": 2812,
+                  "苏培盛": 4957, "陵容": 3342}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def screenplay_dir(shared_data_dir):
+    path = shared_data_dir / "roleglm-screenplay"
+    if not path.is_dir():
+        pytest.skip(f"{path} not found")
+    return path
+
+
+def test_split_catchphrases_chinese_release_sentences(rolebench_dir):
+    descriptions = json.loads((rolebench_dir / "profiles-zh" / "desc.json").read_text(encoding="utf-8"))
+    split = {name: split_catchphrases(text, "zh") for name, text in descriptions.items()}
+    assert split["皇帝"][1] == ["朕", "本皇"]
+    assert split["孙悟空"] == (
+        "生性聪明、活泼、忠诚、嫉恶如仇，代表了机智、勇敢。",
+        ["俺老孙", "我齐天大圣", "我美猴王"],
+    )
+    assert split["华妃"][1] == ["本宫", "本妃"]
+    assert split["张飞"][1] == ["我乃燕人张翼德", "吃我一矛！", "啊~~~"]
+    assert split["李白"] == ("为人爽朗大方，乐于交友，爱好饮酒作诗。", [])
+    # the quoted “官二代” inside 华妃's description is not a catchphrase and stays in the description
+    assert "“官二代”" in split["华妃"][0]
+    for name, text in descriptions.items():  # rejoining gives the release's text back, byte for byte
+        assert join_catchphrases(*split[name], "zh") == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('A pirate. Your catchphrase is: "Savvy?"', ("A pirate.", ["Savvy?"])),
+        (
+            'A pirate. Your catchphrases are: "Savvy?", "Why is the rum gone?"',
+            ("A pirate.", ["Savvy?", "Why is the rum gone?"]),
+        ),
+        ("A pirate. Your catchphrase is: “Savvy?”.", ("A pirate.", ["Savvy?"])),
+        ("A pirate. your catchphrase is: Savvy?", ("A pirate.", ["Savvy?"])),
+        ("A pirate with no catchphrase sentence.  ", ("A pirate with no catchphrase sentence.", [])),
+    ],
+)
+def test_split_catchphrases_english_forms(text, expected):
+    assert split_catchphrases(text, "en") == expected
+
+
+def test_split_catchphrases_language_autodetect():
+    assert split_catchphrases("君王。口头禅：朕、本皇")[1] == ["朕", "本皇"]
+    assert split_catchphrases('A wizard. Your catchphrase is: "You shall not pass"')[1] == ["You shall not pass"]
+
+
+def test_description_with_catchphrases_is_the_release_text(rolebench_dir):
+    descriptions = json.loads((rolebench_dir / "profiles-zh" / "desc.json").read_text(encoding="utf-8"))
+    profiles = read_release_profiles(rolebench_dir, "zh")
+    assert sorted(profiles) == sorted(descriptions) == ["华妃", "孙悟空", "张飞", "李白", "皇帝"]
+    for name, profile in profiles.items():
+        assert profile.description_with_catchphrases() == descriptions[name]
+        assert "口头禅" not in profile.description
+    assert profiles["张飞"].source == "三国演义"
+    assert profiles["皇帝"].source == "甄嬛传"
+
+
+def test_read_release_profiles_accepts_the_profiles_folder_itself(rolebench_dir):
+    assert (
+        read_release_profiles(rolebench_dir / "profiles-zh", "zh").keys()
+        == read_release_profiles(rolebench_dir, "zh").keys()
+    )
+
+
+def test_screenplay_profiles_load_with_dialogue_groups(screenplay_dir):
+    profiles = read_screenplay_folder(screenplay_dir / "profile_zhenhuan")
+    assert sorted(profiles) == sorted(ZHENHUAN_ROLES)
+    assert {name: len(p.dialogue) for name, p in profiles.items()} == ZHENHUAN_LINES
+    assert profiles.empty_files == []
+    emperor = profiles["皇帝"]
+    assert emperor.source == "甄嬛传" and emperor.catchphrases == ["朕", "本皇"]
+    groups = emperor.dialogue_groups()
+    assert sum(map(len, groups)) == 7220
+    assert len(groups) == 2660
+    # groups end on the profiled role's line, as the paper's profiles are cut, except where an act ends on another speaker
+    assert sum(group[-1].speaker == "皇帝" for group in groups) == 2439
+    assert any(u.narration for u in emperor.dialogue) == any(u.speaker == "旁白" for u in emperor.dialogue)
+
+
+def test_sun_wukong_has_6254_utterances(screenplay_dir):
+    profiles = read_screenplay_folder(screenplay_dir / "profile_xiyou")
+    assert list(profiles) == ["孙悟空"]  # 唐僧, 八戒, 沙僧 have a description but no script file
+    wukong = profiles["孙悟空"]
+    assert len(wukong.dialogue) == 6254
+    assert wukong.source == "西游记"
+    assert wukong.catchphrases == ["俺老孙", "我齐天大圣", "我美猴王"]
+    assert wukong.dialogue[2] == Utterance(0, 0, "孙悟空", "他怎么样了?")
+
+
+def test_write_then_read_release_profiles_round_trips(tmp_path, screenplay_dir):
+    original = read_screenplay_folder(screenplay_dir / "profile_zhenhuan")
+    subset = {name: original[name] for name in ("华妃", "眉庄")}
+    write_release_profiles(subset, tmp_path)
+    assert read_release_profiles(tmp_path, "zh") == subset
+
+
+def test_empty_profile_file_warns_and_is_counted(tmp_path):
+    folder = tmp_path / "profiles-eng"
+    folder.mkdir()
+    (folder / "desc.json").write_text(json.dumps({"Doctor Who": 'A Time Lord. Your catchphrase is: "Allons-y!"',
+                                                  "Po": "A panda."}))  # fmt: skip
+    (folder / "profiles-eng-Doctor Who.jsonl").write_text("")
+    (folder / "profiles-eng-Po.jsonl").write_text('{"act_id": 0, "diag_id": 0, "role": "Po", "content": "Hi"}\n')
+    with pytest.warns(ProfileFileWarning, match="profiles-eng-Doctor Who.jsonl is empty"):
+        profiles = read_release_profiles(tmp_path, "en")
+    assert profiles.empty_files == [folder / "profiles-eng-Doctor Who.jsonl"]
+    assert profiles["Doctor Who"].catchphrases == ["Allons-y!"] and profiles["Doctor Who"].dialogue == []
+    assert len(profiles["Po"].dialogue) == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"act_id": 0, "diag_id": 0, "role": "Po", "cont', r"bad\.jsonl:2: not valid JSON"),
+        ('{"act_id": 0, "diag_id": 0, "role": "Po"}', r"bad\.jsonl:2: field 'content' is missing"),
+        (
+            '{"act_id": "zero", "diag_id": 0, "role": "Po", "content": "x"}',
+            r"bad\.jsonl:2: field 'act_id' must be int",
+        ),
+        ('["Po", "x"]', r"bad\.jsonl:2: expected a JSON object"),
+    ],
+)
+def test_malformed_profile_line_names_file_line_and_field(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"act_id": 0, "diag_id": 0, "role": "Shifu", "content": "Focus."}\n' + line + "\n")
+    with pytest.raises(DataFormatError, match=message):
+        read_profile_jsonl(path, "Po", "en")
+
+
+def test_broken_desc_json_names_the_file(tmp_path):
+    folder = tmp_path / "profiles-zh"
+    folder.mkdir()
+    (folder / "desc.json").write_text('{"李白": ["not", "a", "string"]}')
+    with pytest.raises(DataFormatError, match=r"desc\.json: the value of '李白' must be a string"):
+        read_release_profiles(tmp_path, "zh")
+    (tmp_path / "empty" / "profiles-zh").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="needs desc.json"):
+        read_release_profiles(tmp_path / "empty", "zh")
+    with pytest.raises(FileNotFoundError, match="nowhere is not a folder"):
+        read_release_profiles(tmp_path / "nowhere", "zh")
+
+
+def test_role_profile_dict_round_trip_and_role_key():
+    profile = RoleProfile("Dr. Frank-N-Furter", "en", "A scientist.", ["Don't dream it, be it."],
+                          dialogue=[Utterance(1, 2, "narration", "The castle.")])  # fmt: skip
+    assert profile.dialogue[0].narration is True
+    assert RoleProfile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile
+    assert role_key("Dr. Frank N Furter") == role_key(profile.name) == "drfranknfurter"
+
+
+def test_no_warning_for_complete_release(rolebench_dir):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_release_profiles(rolebench_dir, "zh").empty_files == []
