@@ -19,6 +19,12 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "RoleProfile": "rolellm.profiles",
     "Utterance": "rolellm.profiles",
+    "split_catchphrases": "rolellm.profiles",
+    "read_release_profiles": "rolellm.profile_files",
+    "read_profile_jsonl": "rolellm.profile_files",
+    "read_screenplay_folder": "rolellm.profile_files",
+    "write_release_profiles": "rolellm.profile_files",
+    "read_rolebench_jsonl": "rolellm.data.readers",
     "build_system_instruction": "rolellm.chat_template",
 }
 
