@@ -25,6 +25,10 @@ _EXPORTS = {
     "read_screenplay_folder": "rolellm.profile_files",
     "write_release_profiles": "rolellm.profile_files",
     "read_rolebench_jsonl": "rolellm.data.readers",
+    "ChatRequest": "rolellm.generation.client",
+    "ChatResult": "rolellm.generation.client",
+    "OpenAIChatClient": "rolellm.generation.client",
+    "LocalChatClient": "rolellm.generation.local",
     "build_system_instruction": "rolellm.chat_template",
 }
 

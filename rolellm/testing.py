@@ -9,8 +9,16 @@ out like a Hub model repository, so the real `from_pretrained(path)` code paths 
 '孙悟空说：俺老孙来也！ Arr, matey.'
 """
 
+import json
 import os
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Literal
 
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
@@ -140,3 +148,189 @@ def find_rolebench_data() -> Path | None:
         if candidate and Path(candidate).is_dir():
             return Path(candidate)
     return None
+
+
+# --- A real chat-completions server for tests of the LLM clients ------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """One injected failure of `ChatCompletionsServer`.
+
+    Args:
+        kind (`str`): `"rate_limit"` (HTTP 429 with a `Retry-After` header), `"server_error"` (HTTP `status`),
+            `"slow"` (wait `delay` seconds, then answer normally: with a shorter client timeout this is a time-out),
+            `"garbled"` (HTTP 200 with a body that is not JSON), `"truncated"` (the answer cut in half with
+            `finish_reason="length"`) or `"empty"` (HTTP 200 with a completion that has no choices).
+        retry_after (`float`, *optional*, defaults to 0.05): the `Retry-After` value of a 429, in seconds.
+        delay (`float`, *optional*, defaults to 1.0): the wait of a `"slow"` answer, in seconds.
+        status (`int`, *optional*, defaults to 500): the status code of a `"server_error"`.
+    """
+
+    kind: Literal["rate_limit", "server_error", "slow", "garbled", "truncated", "empty"]
+    retry_after: float = 0.05
+    delay: float = 1.0
+    status: int = 500
+
+
+def content_key(body: dict) -> str:
+    """The identity of a chat-completions request body for counting: its messages and sampling parameters."""
+    return json.dumps({k: v for k, v in body.items() if k not in ("stream",)}, sort_keys=True, ensure_ascii=False)
+
+
+class ChatCompletionsServer:
+    """A real HTTP server on 127.0.0.1 speaking `POST /v1/chat/completions`, with fault injection.
+
+    The answer of each request comes from `responder(body)`, so tests can make answers depend on the request (and
+    really exercise parsing). It returns the assistant text (`str`), a full response body (`dict`), or a `Fault` to
+    fail this request. Faults can also be queued with `add_faults()`; the next requests take them in order.
+
+    Args:
+        responder (`Callable[[dict], str | dict | Fault]`, *optional*): defaults to echoing the last user message.
+        latency (`float`, *optional*, defaults to 0.0): seconds every answer waits before it is sent.
+
+    Attributes:
+        requests (`list[dict]`): every request, in the order answered, as `{"body", "status", "fault", "headers",
+            "received"}`: header names lower-cased, `received` the `time.monotonic()` of its arrival.
+        answered (`list[dict]`): the bodies of the requests whose HTTP 200 answer was fully written.
+
+    >>> import openai
+    >>> with ChatCompletionsServer(lambda body: body["messages"][-1]["content"].upper()) as server:
+    ...     client = openai.OpenAI(api_key="test-key", base_url=server.base_url, max_retries=0)
+    ...     reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "ahoy"}])
+    >>> reply.choices[0].message.content, len(server.requests)
+    ('AHOY', 1)
+    """
+
+    def __init__(self, responder: Callable[[dict], str | dict | Fault] | None = None, latency: float = 0.0):
+        self.responder = responder if responder is not None else (lambda body: body["messages"][-1]["content"])
+        self.latency = latency
+        self.requests: list[dict] = []
+        self.answered: list[dict] = []
+        self._faults: deque[Fault] = deque()
+        self._lock = threading.Lock()
+        self._httpd = None
+        self._thread = None
+
+    @property
+    def base_url(self) -> str:
+        """`http://127.0.0.1:<port>/v1`, the `base_url` of an OpenAI client."""
+        return f"http://127.0.0.1:{self._httpd.server_port}/v1"
+
+    def add_faults(self, *faults: Fault) -> None:
+        """Queue faults; each of the next requests takes one, in order, before the responder is asked."""
+        with self._lock:
+            self._faults.extend(faults)
+
+    def answered_counts(self) -> Counter:
+        """How many times each request content (see `content_key`) got a complete answer."""
+        with self._lock:
+            return Counter(content_key(body) for body in self.answered)
+
+    def start(self) -> "ChatCompletionsServer":
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections as they do with real APIs
+
+            def log_message(self, format, *args):  # noqa: A002 - silence the per-request stderr lines
+                pass
+
+            def do_POST(self):
+                self.received = time.monotonic()
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._send(404, {"error": {"message": f"no route {self.path}"}}, body)
+                with server._lock:
+                    fault = server._faults.popleft() if server._faults else None
+                answer = server.responder(body) if fault is None else None
+                if isinstance(answer, Fault):
+                    fault, answer = answer, None
+                if server.latency:
+                    time.sleep(server.latency)
+                if fault is None or fault.kind in ("slow", "truncated"):
+                    if fault is not None and fault.kind == "slow":
+                        time.sleep(fault.delay)
+                        answer = server.responder(body)
+                    if fault is not None and fault.kind == "truncated":
+                        answer = server.responder(body)
+                    return self._send(200, _completion(body, answer, truncated=fault is not None), body, fault)
+                if fault.kind == "rate_limit":
+                    error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
+                    return self._send(429, error, body, fault, {"Retry-After": f"{fault.retry_after:g}"})
+                if fault.kind == "server_error":
+                    return self._send(fault.status, {"error": {"message": "The server had an error"}}, body, fault)
+                if fault.kind == "garbled":
+                    return self._send(200, b'{"id": "chatcmpl-garbled", "choices": [{"mess', body, fault)
+                return self._send(200, {**_completion(body, ""), "choices": []}, body, fault)  # "empty"
+
+            def _send(self, status, payload, body, fault=None, headers=None):
+                with server._lock:
+                    server.requests.append(
+                        {
+                            "body": body,
+                            "status": status,
+                            "fault": fault,
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "received": self.received,
+                        }
+                    )
+                data = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                except OSError:  # the client went away (a killed process, a time-out): not answered
+                    return
+                if status == 200 and (fault is None or fault.kind in ("slow", "truncated")):
+                    with server._lock:
+                        server.answered.append(body)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "ChatCompletionsServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _completion(body: dict, answer: str | dict, truncated: bool = False) -> dict:
+    """A chat-completions response body for `answer` (a `dict` answer is returned as it is)."""
+    if isinstance(answer, dict):
+        return answer
+    prompt_tokens = sum(len(str(message.get("content", "")).split()) for message in body.get("messages", []))
+    text = answer[: len(answer) // 2] if truncated else answer
+    return {
+        "id": f"chatcmpl-{abs(hash(content_key(body))) % 10**12}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "test-model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length" if truncated else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(text.split()),
+            "total_tokens": prompt_tokens + len(text.split()),
+        },
+    }

@@ -1,0 +1,487 @@
+"""Chat clients with one interface: `generate(requests, parse=None) -> list[ChatResult]`.
+
+`OpenAIChatClient` talks to any OpenAI-compatible endpoint (OpenAI, vLLM, TGI, llama.cpp, Ollama) through
+`openai.AsyncOpenAI`; `LocalChatClient` (in `rolellm.generation.local`) runs a `transformers` model in-process.
+Both share what lives here: the request and result types, the on-disk cache (a re-run costs nothing, a crash loses
+nothing), the `parse` re-ask loop, usage totals and the progress bar.
+
+Retries are rolellm's own loop rather than the `openai` client's (`max_retries=0` is passed to it): the loop
+honours `Retry-After` without the `openai` client's 60-second cap, retries garbled and empty answers too, counts
+every retry in `client.usage`, and sleeps outside the concurrency limit so a waiting request does not hold a slot.
+
+>>> from rolellm.testing import ChatCompletionsServer
+>>> with ChatCompletionsServer(lambda body: body["messages"][-1]["content"][::-1]) as server:
+...     client = OpenAIChatClient("test-model", base_url=server.base_url, progress=False)
+...     results = client.generate([ChatRequest([{"role": "user", "content": "Arr"}])])
+>>> results[0].text, results[0].ok, client.usage.requests
+('rrA', True, 1)
+"""
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from rolellm.generation.cache import ChatCache, request_key
+
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass
+class ChatRequest:
+    """One chat completion to make.
+
+    Args:
+        messages (`list[dict[str, str]]`): `{"role": "system" | "user" | "assistant", "content": str}` turns.
+        params (`dict`, *optional*): sampling parameters in the chat-completions names (`temperature`, `top_p`,
+            `max_tokens`, `seed`, ...); part of the cache key.
+        sample_index (`int`, *optional*, defaults to 0): which of several samples of the same prompt; part of the
+            cache key, so `n` samples of one prompt are `n` requests with indices `0..n-1`.
+        metadata (`dict`, *optional*): anything to carry through to the result (row ids, role names); not sent,
+            not part of the cache key.
+    """
+
+    messages: list[dict[str, str]]
+    params: dict[str, Any] = field(default_factory=dict)
+    sample_index: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.messages, list) or not self.messages:
+            raise ValueError(f"ChatRequest.messages must be a non-empty list of dicts, got {self.messages!r}")
+        for i, message in enumerate(self.messages):
+            if not isinstance(message, dict) or message.get("role") not in ROLES:
+                raise ValueError(f"ChatRequest.messages[{i}] needs a 'role' in {ROLES}, got {message!r}")
+            if not isinstance(message.get("content"), str):
+                raise ValueError(f"ChatRequest.messages[{i}]['content'] must be a string, got {message!r}")
+
+
+@dataclass
+class ChatResult:
+    """The outcome of one `ChatRequest`.
+
+    Args:
+        request (`ChatRequest`): the request answered.
+        text (`str` or `None`): the answer's text; for an answer that never parsed, the last raw text.
+        error (`str` or `None`): why the request failed (after all retries or re-asks); `None` on success.
+        parsed (`Any`): what `parse(text)` returned, when a `parse` callable was given.
+        usage (`dict`): `prompt_tokens` and `completion_tokens` of the answer.
+        cached (`bool`): whether the answer came from the cache (no request sent).
+        attempts (`int`): how many answers were asked for (1 + re-asks after unparseable answers).
+    """
+
+    request: ChatRequest
+    text: str | None = None
+    error: str | None = None
+    parsed: Any = None
+    usage: dict[str, int] = field(default_factory=dict)
+    cached: bool = False
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class Usage:
+    """Running totals of a client: what was sent, served from the cache, retried, failed, and the tokens spent."""
+
+    requests: int = 0  # answers received from the backend (billable calls)
+    cached: int = 0  # answers served from the cache
+    retries: int = 0  # re-sent requests after a 429, 5xx, time-out or garbled answer
+    reasks: int = 0  # new attempts after an answer `parse` rejected
+    failures: int = 0  # results with an error
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in asdict(self).items()) + f", total_tokens={self.total_tokens}"
+
+
+@dataclass
+class RunEstimate:
+    """What a run will cost before it starts: requests to send and estimated tokens (cache hits excluded)."""
+
+    requests: int
+    cached: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.requests} requests ({self.cached} already cached, {self.requests - self.cached} to send), "
+            f"about {self.prompt_tokens} prompt + at most {self.completion_tokens} completion tokens"
+        )
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free token estimate: one per CJK character, one per four other characters.
+
+    >>> estimate_tokens("Arr, matey!"), estimate_tokens("俺老孙来也")
+    (3, 5)
+    """
+    cjk = sum(1 for ch in text if "\u3000" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef")
+    return cjk + -(-(len(text) - cjk) // 4)
+
+
+def as_request(request: "ChatRequest | list[dict]") -> ChatRequest:
+    """Accept a `ChatRequest` or a bare list of messages."""
+    return request if isinstance(request, ChatRequest) else ChatRequest(messages=request)
+
+
+class ChatClient:
+    """What every chat client shares: cache, `parse` re-asks, usage totals, `generate()` over `agenerate()`.
+
+    Subclasses implement `agenerate`; `model_name` names the answering model in the cache key.
+    """
+
+    def __init__(self, model_name: str, cache_path=None, max_parse_attempts: int = 3, progress: bool = True):
+        if max_parse_attempts < 1:
+            raise ValueError(f"max_parse_attempts must be at least 1, got {max_parse_attempts}")
+        self.model_name = model_name
+        self.cache = ChatCache(cache_path) if cache_path is not None else None
+        self.max_parse_attempts = max_parse_attempts
+        self.progress = progress
+        self.usage = Usage()
+
+    def generate(self, requests: Sequence, parse: Callable[[str], Any] | None = None, desc: str | None = None):
+        """Answer `requests` and return one `ChatResult` per request, in order.
+
+        Runs `agenerate` on a fresh event loop; inside a running loop (a Jupyter notebook) it runs that loop in a
+        worker thread, so the call works the same everywhere.
+
+        Args:
+            requests (`Sequence[ChatRequest | list[dict]]`): the requests (a bare list of messages is accepted).
+            parse (`Callable[[str], Any]`, *optional*): turns an answer's text into `ChatResult.parsed`; raising
+                `ValueError` rejects the answer, which is asked again (a new attempt, its own cache entry) up to
+                `max_parse_attempts` times, then counted as a failure with the last text kept.
+            desc (`str`, *optional*): the progress bar's label.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.agenerate(requests, parse=parse, desc=desc))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, self.agenerate(requests, parse=parse, desc=desc)).result()
+
+    async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
+        raise NotImplementedError
+
+    def estimate(self, requests: Sequence, max_tokens: int = 512) -> RunEstimate:
+        """Count the requests a run would send and estimate their tokens, before sending anything.
+
+        Args:
+            requests (`Sequence[ChatRequest | list[dict]]`): the requests of the run.
+            max_tokens (`int`, *optional*, defaults to 512): the completion budget of a request whose `params`
+                set no `max_tokens`.
+        """
+        requests = [as_request(r) for r in requests]
+        todo = [r for r in requests if self.cache is None or self.key(r) not in self.cache]
+        prompt = sum(self.count_tokens(m["content"]) + 4 for r in todo for m in r.messages)
+        completion = sum(r.params.get("max_tokens", max_tokens) for r in todo)
+        return RunEstimate(len(requests), len(requests) - len(todo), prompt, completion)
+
+    def count_tokens(self, text: str) -> int:
+        return estimate_tokens(text)
+
+    def key(self, request: ChatRequest, attempt: int = 0) -> str:
+        return request_key(self.model_name, request.messages, request.params, request.sample_index, attempt)
+
+    def _cached(self, request: ChatRequest, attempt: int) -> tuple[str, dict] | None:
+        hit = self.cache.get(self.key(request, attempt)) if self.cache is not None else None
+        if hit is not None:
+            self.usage.cached += 1
+        return hit
+
+    def _record(self, request: ChatRequest, attempt: int, text: str, usage: dict) -> None:
+        """Count a fresh answer and write it to the cache at once (a crash after this line loses nothing)."""
+        self.usage.requests += 1
+        self.usage.prompt_tokens += usage.get("prompt_tokens", 0)
+        self.usage.completion_tokens += usage.get("completion_tokens", 0)
+        if self.cache is not None:
+            self.cache.put(self.key(request, attempt), self.model_name, text, usage)
+
+    def _finish(self, request, attempt, text, usage, cached, parse) -> ChatResult | None:
+        """The result of an answer, or `None` when `parse` rejected it and another attempt is allowed."""
+        result = ChatResult(request, text, usage=usage, cached=cached, attempts=attempt + 1)
+        if parse is None:
+            return result
+        try:
+            result.parsed = parse(text)
+            return result
+        except ValueError as error:
+            if attempt + 1 < self.max_parse_attempts:
+                self.usage.reasks += 1
+                logger.debug("answer rejected by parse (attempt %d): %s", attempt + 1, error)
+                return None
+            result.error = f"unparseable answer after {attempt + 1} attempts: {error}"
+            self.usage.failures += 1
+            return result
+
+    def _progress(self, total: int, desc: str | None):
+        return tqdm(
+            total=total, desc=desc or self.model_name, unit="req", disable=not self.progress, dynamic_ncols=True
+        )
+
+    def _update(self, bar, n: int = 1) -> None:
+        u = self.usage
+        bar.set_postfix(sent=u.requests, cached=u.cached, tokens=u.total_tokens, failed=u.failures, refresh=False)
+        bar.update(n)
+
+    def _report(self, bar, desc: str | None) -> None:
+        bar.close()
+        logger.info("%s: %s", desc or self.model_name, self.usage)
+        if self.usage.failures:
+            logger.warning(
+                "%s: %d requests failed; see ChatResult.error", desc or self.model_name, self.usage.failures
+            )
+
+
+class OpenAIChatClient(ChatClient):
+    """A chat client for any OpenAI-compatible endpoint, with concurrency, retries, rate limits and a cache.
+
+    Args:
+        model (`str`): the model name the endpoint serves (`"gpt-4"`, a vLLM model id, ...).
+        base_url (`str`, *optional*): the endpoint, e.g. `"http://localhost:8000/v1"`; defaults to
+            `$OPENAI_BASE_URL`, else OpenAI.
+        api_key (`str`, *optional*): defaults to `$OPENAI_API_KEY`. With a `base_url` and no key, the placeholder
+            `"EMPTY"` is sent (local servers need none). Kept only on this object: never written to the cache,
+            logs or outputs, and not shown by `repr`.
+
+        > Parameters that control throughput
+
+        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once.
+        requests_per_minute (`int`, *optional*): a sliding-window limit on requests sent per minute.
+        tokens_per_minute (`int`, *optional*): a sliding-window limit on estimated prompt + `max_tokens` per minute.
+
+        > Parameters that control failures
+
+        timeout (`float`, *optional*, defaults to 120.0): seconds before a request times out (then it is retried).
+        max_retries (`int`, *optional*, defaults to 6): retries of one request after a 429, 408/409, 5xx,
+            time-out, connection error or garbled answer, before it is counted as failed.
+        initial_backoff (`float`, *optional*, defaults to 0.5): the first wait in seconds when the server sends no
+            `Retry-After`; doubled on every retry (with jitter) up to `max_backoff` (defaults to 30.0).
+        max_parse_attempts (`int`, *optional*, defaults to 3): answers asked for when `parse` rejects them.
+
+        > Parameters that control bookkeeping
+
+        cache_path (`str`, *optional*): a SQLite file caching answers by request content; `None` disables it.
+        progress (`bool`, *optional*, defaults to `True`): show a progress bar with requests, tokens and failures.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        max_concurrency: int = 16,
+        requests_per_minute: int | None = None,
+        tokens_per_minute: int | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 6,
+        initial_backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        max_parse_attempts: int = 3,
+        cache_path: str | os.PathLike | None = None,
+        progress: bool = True,
+    ):
+        super().__init__(model, cache_path, max_parse_attempts, progress)
+        self.model = model
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if self.base_url else None)
+        if self._api_key is None:
+            raise ValueError(
+                "No API key: set the OPENAI_API_KEY environment variable or pass api_key=...; for a local "
+                "OpenAI-compatible server that needs no key, pass its base_url (e.g. 'http://localhost:8000/v1')."
+            )
+        self.max_concurrency = max_concurrency
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_minute = tokens_per_minute
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIChatClient(model={self.model!r}, base_url={self.base_url!r}, "
+            f"max_concurrency={self.max_concurrency}, cache={self.cache!r})"
+        )
+
+    async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
+        """The async form of `generate` (same arguments): await it inside your own event loop."""
+        import openai
+
+        requests = [as_request(r) for r in requests]
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        limiter = None
+        if self.requests_per_minute or self.tokens_per_minute:
+            limiter = RateLimiter(self.requests_per_minute, self.tokens_per_minute)
+        bar = self._progress(len(requests), desc)
+        # A fresh AsyncOpenAI per run: its connection pool belongs to this run's event loop.
+        async with openai.AsyncOpenAI(
+            api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+        ) as api:
+            tasks = [self._answer(api, r, parse, semaphore, limiter, bar) for r in requests]
+            results = await asyncio.gather(*tasks)
+        self._report(bar, desc)
+        return list(results)
+
+    async def _answer(self, api, request, parse, semaphore, limiter, bar) -> ChatResult:
+        for attempt in range(self.max_parse_attempts):
+            hit = self._cached(request, attempt)
+            if hit is None:
+                try:
+                    text, usage = await self._complete(api, request, semaphore, limiter)
+                except RequestFailed as error:
+                    self.usage.failures += 1
+                    self._update(bar)
+                    return ChatResult(request, error=str(error), attempts=attempt + 1)
+                self._record(request, attempt, text, usage)
+            else:
+                text, usage = hit
+            result = self._finish(request, attempt, text, usage, hit is not None, parse)
+            if result is not None:
+                break
+        self._update(bar)
+        return result
+
+    async def _complete(self, api, request, semaphore, limiter) -> tuple[str, dict]:
+        """One answer, retried on transient failures; raises `RequestFailed` when it cannot be had."""
+        import openai
+
+        for retry in range(self.max_retries + 1):
+            if limiter is not None:
+                tokens = sum(self.count_tokens(m["content"]) for m in request.messages)
+                await limiter.acquire(tokens + request.params.get("max_tokens", 0))
+            wait = None
+            async with semaphore:
+                try:
+                    completion = await api.chat.completions.create(
+                        model=self.model, messages=request.messages, **request.params
+                    )
+                    return read_completion(completion)
+                except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as error:
+                    # Wrong key, model or URL: every request would fail the same way, so stop the run.
+                    raise RuntimeError(
+                        f"{self.base_url or 'OpenAI'} refused the request for model {self.model!r}: "
+                        f"HTTP {error.status_code} {error.message}"
+                    ) from None
+                except openai.APIStatusError as error:
+                    reason = f"HTTP {error.status_code}: {error.message}"
+                    if error.status_code not in (408, 409, 429) and error.status_code < 500:
+                        raise RequestFailed(reason) from None
+                    wait = parse_retry_after(error.response.headers)
+                except openai.APITimeoutError:
+                    reason = f"timed out after {self.timeout:g} s"
+                except openai.APIConnectionError as error:
+                    reason = f"connection error: {error}"
+                except (ValueError, MalformedResponse) as error:  # a body that is not JSON, or has no answer
+                    reason = f"malformed response: {error}"
+            if retry == self.max_retries:
+                raise RequestFailed(f"gave up after {retry + 1} tries; last: {reason}")
+            self.usage.retries += 1
+            if wait is None:
+                wait = min(self.max_backoff, self.initial_backoff * 2**retry) * random.uniform(0.5, 1.0)
+            logger.debug("retrying in %.2f s (%s)", wait, reason)
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
+
+
+class RequestFailed(Exception):
+    """A request that got no usable answer after all retries (counted, reported in `ChatResult.error`)."""
+
+
+class MalformedResponse(Exception):
+    """A chat-completions response with no usable answer (no choices, no content)."""
+
+
+def read_completion(completion) -> tuple[str, dict]:
+    """`(text, usage)` of an `openai` `ChatCompletion`; raises `MalformedResponse` when there is no answer."""
+    if not completion.choices or completion.choices[0].message is None:
+        raise MalformedResponse("no choices in the response")
+    text = completion.choices[0].message.content
+    if not isinstance(text, str):
+        raise MalformedResponse(f"message content is {text!r}")
+    usage = completion.usage
+    counts = {"prompt_tokens": 0, "completion_tokens": 0}
+    if usage is not None:
+        counts = {"prompt_tokens": usage.prompt_tokens or 0, "completion_tokens": usage.completion_tokens or 0}
+    return text, counts
+
+
+def parse_retry_after(headers) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `retry-after` (seconds or an HTTP date), or `None`.
+
+    >>> parse_retry_after({"retry-after": "2"}), parse_retry_after({"retry-after-ms": "250"}), parse_retry_after({})
+    (2.0, 0.25, None)
+    """
+    from email.utils import parsedate_to_datetime
+
+    if headers.get("retry-after-ms"):
+        try:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+class RateLimiter:
+    """A sliding one-minute window on requests and tokens; `await acquire(tokens)` before each request.
+
+    Args:
+        requests_per_minute (`int`, *optional*): at most this many requests start in any 60 seconds.
+        tokens_per_minute (`int`, *optional*): at most this many (estimated) tokens in any 60 seconds; a single
+            request larger than the limit still goes, alone.
+        window (`float`, *optional*, defaults to 60.0): the window in seconds.
+    """
+
+    def __init__(self, requests_per_minute=None, tokens_per_minute=None, window: float = 60.0):
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_minute = tokens_per_minute
+        self.window = window
+        self._sent: deque[tuple[float, int]] = deque()
+        self._tokens = 0
+        self._lock = asyncio.Lock()
+
+    async def acquire(self, tokens: int = 0) -> None:
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                while self._sent and now - self._sent[0][0] >= self.window:
+                    self._tokens -= self._sent.popleft()[1]
+                fits_requests = self.requests_per_minute is None or len(self._sent) < self.requests_per_minute
+                fits_tokens = self.tokens_per_minute is None or self._tokens + tokens <= self.tokens_per_minute
+                if fits_requests and (fits_tokens or not self._sent):
+                    self._sent.append((now, tokens))
+                    self._tokens += tokens
+                    return
+                await asyncio.sleep(self.window - (now - self._sent[0][0]) + 1e-3)

@@ -1,0 +1,217 @@
+"""`LocalChatClient`: the chat-client interface on a `transformers` model running in-process, batched.
+
+Every generation stage works with no API key and no server: requests are rendered with the tokenizer's chat
+template, sorted by length and generated in left-padded batches; answers go through the same cache, `parse`
+re-asks and usage totals as `OpenAIChatClient`.
+
+>>> import tempfile
+>>> from rolellm.testing import build_tiny_llama
+>>> path = build_tiny_llama(tempfile.mkdtemp())
+>>> client = LocalChatClient(path, max_new_tokens=4, chat_template="chatml", progress=False)
+>>> [result] = client.generate([[{"role": "user", "content": "Ahoy!"}]])
+>>> result.ok, result.usage["completion_tokens"] <= 4
+(True, True)
+"""
+
+import asyncio
+import hashlib
+import logging
+import os
+from typing import Any
+
+from rolellm.generation.client import ChatClient, ChatRequest, ChatResult, as_request
+
+
+logger = logging.getLogger(__name__)
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# chat-completions parameter -> `generate()` keyword
+_PARAMS = {
+    "max_tokens": "max_new_tokens",
+    "max_new_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "repetition_penalty": "repetition_penalty",
+    "do_sample": "do_sample",
+    "seed": None,  # part of the batch seed, see `_generate_batch`
+}
+
+
+class LocalChatClient(ChatClient):
+    """A chat client on a local `transformers` causal LM, with the same `generate()` as `OpenAIChatClient`.
+
+    Greedy decoding unless a request's `params` set `temperature > 0` (or `do_sample=True`); sampled batches are
+    seeded from the batch's request keys (which include `sample_index`), so a re-run reproduces them and the `n`
+    samples of one prompt differ.
+
+    Args:
+        model_name_or_path (`str` or `os.PathLike`, *optional*): a Hub id or local folder loaded with
+            `AutoModelForCausalLM` and `AutoTokenizer`. Give it, or `model` and `tokenizer`.
+        model (`PreTrainedModel`, *optional*): an already loaded model.
+        tokenizer (`PreTrainedTokenizerBase`, *optional*): its tokenizer.
+        batch_size (`int`, *optional*, defaults to 8): prompts per `generate()` call.
+        max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request without `max_tokens`.
+        chat_template (`str`, *optional*): a Jinja chat template, or `"chatml"`; defaults to the tokenizer's own.
+            A tokenizer with no template and no `chat_template` given is an error.
+        device (`str`, *optional*): where to run (`"cpu"`, `"cuda"`); defaults to the model's device.
+        dtype (`str`, *optional*): the `dtype` passed to `from_pretrained` (`"bfloat16"`, ...).
+        cache_path (`str`, *optional*): a SQLite file caching answers by request content.
+        max_parse_attempts (`int`, *optional*, defaults to 3): answers asked for when `parse` rejects them.
+        progress (`bool`, *optional*, defaults to `True`): show a progress bar.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | os.PathLike | None = None,
+        *,
+        model=None,
+        tokenizer=None,
+        batch_size: int = 8,
+        max_new_tokens: int = 256,
+        chat_template: str | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        cache_path: str | os.PathLike | None = None,
+        max_parse_attempts: int = 3,
+        progress: bool = True,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if (model_name_or_path is None) == (model is None):
+            raise ValueError("LocalChatClient needs model_name_or_path, or model and tokenizer (not both)")
+        if model is not None and tokenizer is None:
+            raise ValueError("LocalChatClient(model=...) also needs tokenizer=...")
+        if model is None:
+            kwargs = {"dtype": dtype} if dtype is not None else {}
+            model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        name = str(model_name_or_path) if model_name_or_path is not None else model.config.name_or_path
+        super().__init__(name, cache_path, max_parse_attempts, progress)
+        self.model = model.to(device) if device is not None else model
+        self.model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.chat_template = CHATML_TEMPLATE if chat_template == "chatml" else chat_template
+        if self.chat_template is None and tokenizer.chat_template is None:
+            raise ValueError(
+                f"the tokenizer of {name!r} has no chat template: pass chat_template='chatml' or a Jinja template"
+            )
+        self._stop_ids = [tokenizer.eos_token_id]
+        if self.chat_template is CHATML_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
+            self._stop_ids.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def __repr__(self) -> str:
+        return f"LocalChatClient({self.model_name!r}, batch_size={self.batch_size}, cache={self.cache!r})"
+
+    def key(self, request: ChatRequest, attempt: int = 0) -> str:
+        # The local default budget changes the answer, so it is part of the key.
+        request = ChatRequest(
+            request.messages, {"max_tokens": self.max_new_tokens, **request.params}, request.sample_index
+        )
+        return super().key(request, attempt)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
+        """The async form of `generate`; generation runs in a worker thread so the event loop stays free."""
+        requests = [as_request(r) for r in requests]
+        for request in requests:
+            unknown = sorted(set(request.params) - set(_PARAMS))
+            if unknown:
+                raise ValueError(f"LocalChatClient does not support params {unknown}; supported: {sorted(_PARAMS)}")
+        results: list[ChatResult | None] = [None] * len(requests)
+        bar = self._progress(len(requests), desc)
+        pending = [(i, 0) for i in range(len(requests))]  # (request index, attempt)
+        while pending:
+            answers, todo = {}, []
+            for i, attempt in pending:
+                hit = self._cached(requests[i], attempt)
+                if hit is None:
+                    todo.append((i, attempt))
+                else:
+                    answers[i] = (*hit, True)
+            prompts = {i: self._render(requests[i]) for i, _ in todo}
+            todo.sort(key=lambda item: -len(prompts[item[0]]))  # similar lengths share a batch: less padding
+            for batch in _batches(todo, self.batch_size, key=lambda item: _generation_kwargs(requests[item[0]])):
+                outputs = await asyncio.to_thread(
+                    self._generate_batch, [requests[i] for i, _ in batch], [prompts[i] for i, _ in batch]
+                )
+                for (i, attempt), (text, usage) in zip(batch, outputs):
+                    self._record(requests[i], attempt, text, usage)
+                    answers[i] = (text, usage, False)
+            next_pending = []
+            for i, attempt in pending:
+                text, usage, cached = answers[i]
+                result = self._finish(requests[i], attempt, text, usage, cached, parse)
+                if result is None:
+                    next_pending.append((i, attempt + 1))
+                else:
+                    results[i] = result
+                    self._update(bar)
+            pending = next_pending
+        self._report(bar, desc)
+        return results
+
+    def _render(self, request: ChatRequest) -> list[int]:
+        return self.tokenizer.apply_chat_template(
+            request.messages,
+            chat_template=self.chat_template,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+
+    def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
+        import torch
+
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts])  # left padding
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        kwargs = _generation_kwargs(requests[0])
+        kwargs.setdefault("max_new_tokens", self.max_new_tokens)
+        if kwargs.get("do_sample"):
+            seed_text = "".join(self.key(r) for r in requests) + str(requests[0].params.get("seed", ""))
+            torch.manual_seed(int(hashlib.sha256(seed_text.encode()).hexdigest()[:8], 16))
+        with torch.no_grad():
+            output = self.model.generate(
+                input_ids=input_ids.to(self.model.device),
+                attention_mask=attention_mask.to(self.model.device),
+                eos_token_id=self._stop_ids,
+                pad_token_id=self._pad_id,
+                **kwargs,
+            )
+        answers = []
+        for prompt, row in zip(prompts, output[:, width:].tolist()):
+            stop = next((j + 1 for j, token in enumerate(row) if token in self._stop_ids), len(row))
+            text = self.tokenizer.decode(row[:stop], skip_special_tokens=True)
+            answers.append((text, {"prompt_tokens": len(prompt), "completion_tokens": stop}))
+        return answers
+
+
+def _generation_kwargs(request: ChatRequest) -> dict[str, Any]:
+    """`generate()` keywords of a request: greedy unless it samples."""
+    kwargs = {_PARAMS[k]: v for k, v in request.params.items() if _PARAMS.get(k)}
+    if "do_sample" not in kwargs:
+        kwargs["do_sample"] = kwargs.get("temperature", 0) > 0
+    if not kwargs["do_sample"]:
+        for name in ("temperature", "top_p", "top_k"):
+            kwargs.pop(name, None)
+    return kwargs
+
+
+def _batches(items: list, size: int, key):
+    """Consecutive chunks of at most `size` items with equal `key(item)` (one `generate()` call each)."""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(repr(sorted(key(item).items())), []).append(item)
+    for group in groups.values():
+        for start in range(0, len(group), size):
+            yield group[start : start + size]

@@ -1,0 +1,243 @@
+"""OpenAIChatClient against a real chat-completions server on 127.0.0.1: answers, faults, cache, parse, secrets."""
+
+import asyncio
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from rolellm.generation import ChatRequest, OpenAIChatClient, RateLimiter
+from rolellm.testing import ChatCompletionsServer, Fault
+
+
+SECRET = "sk-test-NEVER-WRITE-THIS-1234567890"
+
+
+def shout(body):
+    """The answer depends on the request: the last user message upper-cased, tagged with the sample index."""
+    return body["messages"][-1]["content"].upper()
+
+
+def ask(text, **kwargs):
+    return ChatRequest(
+        [{"role": "system", "content": "You are Jack Sparrow."}, {"role": "user", "content": text}], **kwargs
+    )
+
+
+def make_client(server, tmp_path=None, **kwargs):
+    kwargs.setdefault("progress", False)
+    kwargs.setdefault("initial_backoff", 0.01)
+    cache_path = tmp_path / "cache.sqlite" if tmp_path is not None else None
+    return OpenAIChatClient("test-model", base_url=server.base_url, api_key=SECRET, cache_path=cache_path, **kwargs)
+
+
+def test_answers_follow_the_requests_in_order():
+    questions = [f"question {i}" for i in range(20)]
+    with ChatCompletionsServer(shout) as server:
+        client = make_client(server, max_concurrency=5)
+        results = client.generate([ask(q, params={"temperature": 0.7, "max_tokens": 30}) for q in questions])
+    assert [r.text for r in results] == [q.upper() for q in questions]
+    assert all(r.ok and not r.cached for r in results)
+    assert len(server.requests) == 20
+    body = server.requests[0]["body"]
+    assert body["model"] == "test-model" and body["temperature"] == 0.7 and body["max_tokens"] == 30
+    assert body["messages"][0] == {"role": "system", "content": "You are Jack Sparrow."}
+    # the server counts whitespace words: 4 prompt words ("You are Jack Sparrow." + "question i"), 2 answer words
+    assert (client.usage.requests, client.usage.prompt_tokens, client.usage.completion_tokens) == (20, 120, 40)
+    assert results[3].usage == {"prompt_tokens": 6, "completion_tokens": 2}
+
+
+def test_bare_message_lists_are_accepted_and_bad_messages_name_the_field():
+    with ChatCompletionsServer(shout) as server:
+        [result] = make_client(server).generate([[{"role": "user", "content": "ahoy"}]])
+    assert result.text == "AHOY"
+    with pytest.raises(ValueError, match=r"messages\[1\] needs a 'role'"):
+        ChatRequest([{"role": "user", "content": "a"}, {"role": "pirate", "content": "b"}])
+    with pytest.raises(ValueError, match=r"messages\[0\]\['content'\] must be a string"):
+        ChatRequest([{"role": "user", "content": None}])
+
+
+def test_rate_limit_honours_retry_after_and_is_counted():
+    with ChatCompletionsServer(shout) as server:
+        server.add_faults(Fault("rate_limit", retry_after=0.3), Fault("rate_limit", retry_after=0.2))
+        client = make_client(server, max_concurrency=1)
+        [result] = client.generate([ask("hello")])
+    assert result.text == "HELLO" and result.ok
+    assert [r["status"] for r in server.requests] == [429, 429, 200]
+    assert client.usage.retries == 2 and client.usage.requests == 1 and client.usage.failures == 0
+    gaps = [b["received"] - a["received"] for a, b in zip(server.requests, server.requests[1:])]
+    assert gaps[0] >= 0.3 and gaps[1] >= 0.2  # waited as long as the server asked
+
+
+@pytest.mark.parametrize("kind", ["server_error", "garbled", "empty"])
+def test_transient_faults_are_retried(kind):
+    with ChatCompletionsServer(shout) as server:
+        server.add_faults(Fault(kind), Fault(kind))
+        client = make_client(server, max_concurrency=1)
+        results = client.generate([ask("one"), ask("two")])
+    assert [r.text for r in results] == ["ONE", "TWO"]
+    assert client.usage.retries == 2 and client.usage.failures == 0
+    assert len(server.requests) == 4
+
+
+def test_timeouts_are_retried():
+    with ChatCompletionsServer(shout) as server:
+        server.add_faults(Fault("slow", delay=1.5))
+        client = make_client(server, timeout=0.3)
+        [result] = client.generate([ask("patience")])
+    assert result.text == "PATIENCE"
+    assert client.usage.retries == 1 and client.usage.requests == 1
+
+
+def test_persistent_failures_are_counted_and_the_rest_completes():
+    def responder(body):
+        return Fault("server_error", status=503) if "cursed" in body["messages"][-1]["content"] else shout(body)
+
+    with ChatCompletionsServer(responder) as server:
+        client = make_client(server, max_retries=2)
+        results = client.generate([ask("fine"), ask("cursed gold"), ask("also fine")])
+    assert [r.text for r in results] == ["FINE", None, "ALSO FINE"]
+    assert results[1].error.startswith("gave up after 3 tries; last: HTTP 503")
+    assert client.usage.failures == 1 and client.usage.retries == 2 and client.usage.requests == 2
+
+
+def test_client_errors_fail_one_request_without_retry_and_bad_credentials_stop_the_run():
+    def responder(body):
+        content = body["messages"][-1]["content"]
+        if content == "too long":
+            return Fault("server_error", status=400)
+        return Fault("server_error", status=401) if content == "bad key" else shout(body)
+
+    with ChatCompletionsServer(responder) as server:
+        client = make_client(server)
+        results = client.generate([ask("too long"), ask("ok")])
+        assert results[0].error.startswith("HTTP 400") and results[1].text == "OK"
+        assert client.usage.retries == 0 and client.usage.failures == 1
+        with pytest.raises(RuntimeError, match="HTTP 401"):
+            client.generate([ask("bad key")])
+
+
+def test_truncated_answer_is_rejected_by_parse_and_asked_again():
+    def parse(text):
+        if not text.endswith("!"):
+            raise ValueError(f"incomplete answer {text!r}")
+        return text.rstrip("!")
+
+    with ChatCompletionsServer(lambda body: body["messages"][-1]["content"] + "!") as server:
+        server.add_faults(Fault("truncated"))
+        client = make_client(server, max_concurrency=1)
+        [result] = client.generate([ask("yo ho ho and a bottle of rum")], parse=parse)
+    assert server.requests[0]["fault"].kind == "truncated"
+    assert result.parsed == "yo ho ho and a bottle of rum" and result.attempts == 2
+    assert client.usage.reasks == 1 and client.usage.failures == 0
+
+
+def test_unparseable_answers_become_a_counted_failure_with_the_last_text(tmp_path):
+    attempts = []
+
+    def responder(body):
+        attempts.append(1)
+        return f"not json, try {len(attempts)}"
+
+    with ChatCompletionsServer(responder) as server:
+        client = make_client(server, tmp_path, max_parse_attempts=3)
+        [result] = client.generate([ask("give me JSON")], parse=json.loads)
+        assert result.text == "not json, try 3" and result.parsed is None
+        assert result.error.startswith("unparseable answer after 3 attempts")
+        assert (client.usage.requests, client.usage.reasks, client.usage.failures) == (3, 2, 1)
+        # each attempt has its own cache entry: a re-run replays the three answers and sends nothing
+        again = make_client(server, tmp_path)
+        [replayed] = again.generate([ask("give me JSON")], parse=json.loads)
+    assert len(server.requests) == 3
+    assert replayed.text == "not json, try 3" and replayed.error == result.error and replayed.cached
+    assert (again.usage.requests, again.usage.cached) == (0, 3)
+
+
+def test_cache_makes_a_rerun_send_nothing(tmp_path):
+    requests = [ask(f"q{i}", sample_index=s) for i in range(5) for s in range(2)]
+    with ChatCompletionsServer(lambda body: f"{body['messages'][-1]['content']} #{len(server.requests)}") as server:
+        first = make_client(server, tmp_path).generate(requests)
+        assert len(server.requests) == 10  # two samples of one prompt are two requests
+        second_client = make_client(server, tmp_path)
+        second = second_client.generate(requests)
+        assert len(server.requests) == 10
+    assert [r.text for r in second] == [r.text for r in first]
+    assert all(r.cached for r in second) and second_client.usage.cached == 10 and second_client.usage.requests == 0
+    estimate = second_client.estimate(requests + [ask("new one", params={"max_tokens": 50})])
+    assert (estimate.requests, estimate.cached, estimate.completion_tokens) == (11, 10, 50)
+    assert "11 requests (10 already cached, 1 to send)" in str(estimate)
+
+
+def test_api_key_never_reaches_cache_logs_or_repr(tmp_path, caplog):
+    with ChatCompletionsServer(shout) as server:
+        server.add_faults(Fault("server_error"), Fault("rate_limit"))
+        client = make_client(server, tmp_path)
+        with caplog.at_level(logging.DEBUG):
+            client.generate([ask("secret?"), ask("another")], parse=lambda text: text)
+    assert server.requests[-1]["headers"]["authorization"] == f"Bearer {SECRET}"  # it was really sent
+    assert SECRET not in caplog.text and "retrying" in caplog.text
+    for path in tmp_path.iterdir():  # the database and its WAL files
+        assert SECRET.encode() not in path.read_bytes()
+    assert SECRET not in repr(client) and SECRET not in str(client.usage)
+
+
+def test_api_key_comes_from_the_environment_or_a_clear_error(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="set the OPENAI_API_KEY environment variable"):
+        OpenAIChatClient("gpt-4")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    with ChatCompletionsServer(shout) as server:
+        make_client(server).generate([ask("x")])
+        OpenAIChatClient("m", base_url=server.base_url, progress=False).generate([ask("env")])
+        monkeypatch.delenv("OPENAI_API_KEY")
+        OpenAIChatClient("m", base_url=server.base_url, progress=False).generate([ask("local")])
+    assert [r["headers"]["authorization"] for r in server.requests] == [
+        f"Bearer {SECRET}",
+        f"Bearer {SECRET}",
+        "Bearer EMPTY",
+    ]
+
+
+def test_generate_works_inside_a_running_event_loop():
+    async def notebook_cell(client):
+        sync_results = client.generate([ask("from a notebook")])
+        async_results = await client.agenerate([ask("awaited")])
+        return sync_results + async_results
+
+    with ChatCompletionsServer(shout) as server:
+        results = asyncio.run(notebook_cell(make_client(server)))
+    assert [r.text for r in results] == ["FROM A NOTEBOOK", "AWAITED"]
+
+
+def test_concurrency_limit_bounds_requests_in_flight():
+    in_flight, peak, lock = [0], [0], threading.Lock()
+
+    def responder(body):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        time.sleep(0.2)
+        with lock:
+            in_flight[0] -= 1
+        return "ok"
+
+    with ChatCompletionsServer(responder) as server:
+        make_client(server, max_concurrency=3).generate([ask(str(i)) for i in range(12)])
+    assert peak[0] == 3
+
+
+def test_rate_limiter_spaces_requests_by_window():
+    async def run():
+        loop = asyncio.get_running_loop()
+        limiter = RateLimiter(requests_per_minute=2, window=0.2)
+        starts = []
+        for _ in range(5):
+            await limiter.acquire()
+            starts.append(loop.time())
+        return starts
+
+    starts = asyncio.run(run())
+    assert starts[2] - starts[0] >= 0.2 and starts[4] - starts[2] >= 0.2
