@@ -30,6 +30,9 @@ _EXPORTS = {
     "OpenAIChatClient": "rolellm.generation.client",
     "LocalChatClient": "rolellm.generation.local",
     "build_system_instruction": "rolellm.chat_template",
+    "to_role_messages": "rolellm.chat_template",
+    "encode_chat": "rolellm.chat_template",
+    "set_role_chat_template": "rolellm.chat_template",
 }
 
 __all__ = ["__version__", *_EXPORTS]
