@@ -1,0 +1,204 @@
+"""The report of a benchmark run: a Markdown table laid out like the paper's Tables 3-5, PNG plots, model-card scores.
+
+`write_report` takes the `results.json` content of one or more runs (`run_benchmark` writes it) and writes
+`results.md` (the main table, one row per model, then the per-role and per-type breakdowns of the last run),
+`per_role.png` (a bar per role and metric) and `comparison.png` (the metrics side by side across runs).
+`update_model_card` writes the scores into the `model-index` of a model card.
+
+>>> result = {"model": "RoleGPT", "dataset_name": "zh", "mode": None, "avg_over": ["CUS", "SPE"],
+...           "metrics": {"CUS": 0.5, "RAW": None, "SPE": 0.25, "avg": 0.375, "win_rate": None}}
+>>> print(format_table([result]))
+### Chinese (paper Table 4)
+<BLANKLINE>
+| Model | Prompting | CUS | RAW | SPE | Avg. | Win rate |
+|---|---|---|---|---|---|---|
+| RoleGPT | – | 0.5000 | n/a | 0.2500 | 0.3750* | n/a |
+<BLANKLINE>
+\\* mean of the available metrics (CUS, SPE); n/a: unavailable (see `unavailable` in results.json).
+"""
+
+from pathlib import Path
+
+from rolellm.evaluation.scoring import METRICS, is_number
+
+
+# dataset config (without its subset suffix) -> heading; the paper's table for the same benchmark
+BENCHMARKS = {
+    "en-instruction": "English, instruction generalization (paper Table 3)",
+    "zh": "Chinese (paper Table 4)",
+    "en-role": "English, role generalization (paper Table 5)",
+}
+COLORS = {"CUS": "#4C72B0", "RAW": "#55A868", "SPE": "#C44E52", "avg": "#8172B2"}
+
+
+def benchmark_of(dataset_name: str) -> str:
+    """The benchmark a config belongs to: `"zh-role_specific"` -> `"zh"`."""
+    for suffix in ("-general", "-role_specific"):
+        dataset_name = dataset_name.removesuffix(suffix)
+    return dataset_name
+
+
+def _cell(value, percent=False) -> str:
+    if not is_number(value):
+        return "n/a"
+    return f"{100 * value:.2f}" if percent else f"{value:.4f}"
+
+
+def format_table(results: list[dict]) -> str:
+    """The main table: one section per benchmark, one row per run, the paper's columns (CUS, RAW, SPE, Avg., win rate).
+
+    Unavailable metrics read `n/a`; an average over fewer than the three metrics carries a `*`.
+    """
+    sections, partial = {}, set()
+    for result in results:
+        metrics = result["metrics"]
+        avg = _cell(metrics["avg"])
+        if is_number(metrics["avg"]) and len(result["avg_over"]) < len(METRICS):
+            avg += "*"
+            partial.add(", ".join(result["avg_over"]))
+        cells = [result["model"], result.get("mode") or "–", *(_cell(metrics[m]) for m in METRICS), avg]
+        cells.append(_cell(metrics.get("win_rate"), percent=True))
+        sections.setdefault(benchmark_of(result["dataset_name"]), []).append("| " + " | ".join(cells) + " |")
+    blocks = []
+    for benchmark, lines in sections.items():
+        header = "| Model | Prompting | CUS | RAW | SPE | Avg. | Win rate |\n|---|---|---|---|---|---|---|"
+        blocks.append(f"### {BENCHMARKS.get(benchmark, benchmark)}\n\n{header}\n" + "\n".join(lines))
+    notes = "n/a: unavailable (see `unavailable` in results.json)."
+    if partial:
+        notes = f"\\* mean of the available metrics ({'; '.join(sorted(partial))}); " + notes
+    return "\n\n".join(blocks) + "\n\n" + notes
+
+
+def format_breakdowns(result: dict) -> str:
+    """Per-role and per-type tables of one run, in Markdown."""
+    lines = [f"### {result['model']}: per role\n", "| Role | CUS | RAW | SPE | Avg. | n general | n role-specific |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for role, scores in result["per_role"].items():
+        cells = [role, *(_cell(scores[m]) for m in (*METRICS, "avg")), str(scores["n_CUS"]), str(scores["n_SPE"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    if result["per_type"]:
+        lines += ["", f"### {result['model']}: SPE per question type\n", "| Type | SPE | n |", "|---|---|---|"]
+        lines += [f"| {name} | {_cell(s['SPE'])} | {s['n']} |" for name, s in result["per_type"].items()]
+    return "\n".join(lines)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["font.sans-serif"] = ["Noto Sans CJK SC", "WenQuanYi Zen Hei", "SimHei", "DejaVu Sans"]
+    return plt
+
+
+def plot_per_role(result: dict, path: str | Path) -> Path:
+    """Horizontal bars: each role's CUS, RAW and SPE (the available ones) in one run."""
+    plt = _pyplot()
+    roles = list(result["per_role"])
+    metrics = [m for m in METRICS if is_number(result["metrics"][m])]
+    height = 0.8 / max(len(metrics), 1)
+    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.35 * len(roles) * max(len(metrics), 1) ** 0.5))
+    for k, metric in enumerate(metrics):
+        values = [result["per_role"][r][metric] if is_number(result["per_role"][r][metric]) else 0 for r in roles]
+        positions = [i + k * height for i in range(len(roles))]
+        ax.barh(positions, values, height=height, label=metric, color=COLORS[metric])
+    ax.set_yticks([i + height * (len(metrics) - 1) / 2 for i in range(len(roles))], labels=roles)
+    ax.invert_yaxis()
+    ax.set_xlabel("ROUGE-L recall")
+    ax.set_title(f"{result['model']} on {result['dataset_name']}: per role")
+    ax.legend(loc="lower right")
+    return _save(fig, plt, path)
+
+
+def plot_comparison(results: list[dict], path: str | Path) -> Path:
+    """Grouped bars: CUS, RAW, SPE and Avg. of every run side by side (unavailable metrics left empty)."""
+    plt = _pyplot()
+    metrics = [*METRICS, "avg"]
+    width = 0.8 / len(results)
+    fig, ax = plt.subplots(figsize=(2 + 1.6 * len(metrics), 4))
+    for k, result in enumerate(results):
+        values = [result["metrics"][m] if is_number(result["metrics"][m]) else 0 for m in metrics]
+        label = result["model"] if len(results) == len({r["model"] for r in results}) else _run_label(result)
+        bars = ax.bar([i + k * width for i in range(len(metrics))], values, width=width, label=label)
+        ax.bar_label(bars, labels=[_cell(result["metrics"][m]) for m in metrics], fontsize=7, rotation=90, padding=2)
+    ax.set_xticks([i + width * (len(results) - 1) / 2 for i in range(len(metrics))], labels=metrics)
+    ax.set_ylabel("ROUGE-L recall")
+    ax.set_ylim(0, 1.1)
+    ax.set_title("Models compared")
+    ax.legend(fontsize=8)
+    return _save(fig, plt, path)
+
+
+def _run_label(result: dict) -> str:
+    return f"{result['model']} ({result['dataset_name']}, {result.get('mode') or 'answers'})"
+
+
+def _save(fig, plt, path) -> Path:
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]:
+    """Write `results.md`, `per_role.png` (of the last run) and `comparison.png` (of all runs) to `output_dir`.
+
+    Returns:
+        `dict[str, Path]`: `"table"`, `"per_role"`, `"comparison"` -> the files written.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    table = output_dir / "results.md"
+    table.write_text(f"{format_table(results)}\n\n{format_breakdowns(results[-1])}\n", encoding="utf-8")
+    return {
+        "table": table,
+        "per_role": plot_per_role(results[-1], output_dir / "per_role.png"),
+        "comparison": plot_comparison(results, output_dir / "comparison.png"),
+    }
+
+
+def eval_results(result: dict, dataset_type: str = "ZenMoore/RoleBench") -> list:
+    """The available scores of a run as `huggingface_hub.EvalResult`s (the entries of a card's `model-index`)."""
+    from huggingface_hub import EvalResult
+
+    names = {"CUS": "CUS (ROUGE-L recall)", "RAW": "RAW (ROUGE-L recall)", "SPE": "SPE (ROUGE-L recall)"}
+    names.update({"avg": "Avg. (ROUGE-L recall)", "win_rate": "Win rate vs RoleGPT"})
+    return [
+        EvalResult(
+            task_type="text-generation",
+            task_name="Role-playing",
+            dataset_type=dataset_type,
+            dataset_name="RoleBench",
+            dataset_config=result["dataset_name"],
+            dataset_split=result.get("split", "test"),
+            metric_type="rouge" if name != "win_rate" else "win_rate",
+            metric_name=f"{label} [{result.get('mode') or 'answers'}]",
+            metric_value=round(result["metrics"][name], 4),
+        )
+        for name, label in names.items()
+        if is_number(result["metrics"].get(name))
+    ]
+
+
+def update_model_card(card_path: str | Path, result: dict) -> Path:
+    """Write the scores of a run into the `model-index` of the model card at `card_path` (created if missing).
+
+    Entries for the same dataset config, split and metric name are replaced; others are kept.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    card_path = Path(card_path)
+    if card_path.exists():
+        card = ModelCard.load(card_path)
+    else:
+        card = ModelCard.from_template(ModelCardData(), model_id=result["model"])
+    new = eval_results(result)
+    keys = {(e.dataset_config, e.dataset_split, e.metric_name) for e in new}
+    kept = [e for e in card.data.eval_results or [] if (e.dataset_config, e.dataset_split, e.metric_name) not in keys]
+    card.data.eval_results = kept + new
+    card.data.model_name = card.data.model_name or result["model"]
+    card_path.parent.mkdir(parents=True, exist_ok=True)
+    card.save(card_path)
+    return card_path

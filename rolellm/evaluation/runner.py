@@ -1,0 +1,413 @@
+"""The benchmark runner: generate answers for a RoleBench config, score RAW / CUS / SPE, write the report.
+
+A model is a local folder or Hub id (`LocalChatClient`: transformers, batched with left padding and length sorting),
+an OpenAI-compatible endpoint such as a vLLM server (`OpenAIChatClient`: concurrent requests), or the RoleGPT
+baseline answers of the release (`model_name_or_path="rolegpt"`: nothing is generated). Generations are appended to
+`<output_dir>/generations.jsonl` as they finish, beside `run_config.json`, so a run that stops resumes where it was
+and never sends a request twice.
+
+>>> config = EvaluateConfig(model_name_or_path="rolegpt", dataset_name="zh", output_dir="runs/rolegpt-zh")
+>>> config.is_rolegpt_baseline, config.model_label
+(True, 'RoleGPT')
+"""
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from rolellm.evaluation.prompting import FEW_SHOT_MODES, build_messages
+from rolellm.evaluation.scoring import read_raw_targets, score_predictions
+
+
+logger = logging.getLogger(__name__)
+
+ROLEGPT = "rolegpt"
+# the fields of EvaluateConfig that decide what is generated: a resumed run must agree on all of them
+GENERATION_FIELDS = (
+    "model_name_or_path", "base_url", "dataset_name", "split", "mode", "num_examples", "roles", "max_samples_per_role",
+    "max_new_tokens", "temperature", "system_template", "chat_template",
+)  # fmt: skip
+
+
+@dataclass
+class EvaluateConfig:
+    """Configuration of `run_benchmark` and `rolellm evaluate`.
+
+    > Parameters that control the model
+
+    Args:
+        model_name_or_path (`str`): a local folder or Hub id loaded with transformers; with `base_url`, the model
+            name the endpoint serves; `"rolegpt"` scores the release's RoleGPT baseline answers (no generation).
+        base_url (`str`, *optional*): an OpenAI-compatible endpoint (`http://localhost:8000/v1` for vLLM). The API key
+            is read from `OPENAI_API_KEY`, never from the config.
+        model_label (`str`, *optional*): the model's name in tables and plots; defaults to the last part of
+            `model_name_or_path` (`"RoleGPT"` for the baseline).
+
+    > Parameters that control the data
+
+        dataset_name (`str`, *optional*, defaults to `"zh"`): the RoleBench config (`zh`, `en-instruction`, `en-role`,
+            or one subset: `zh-general`, `en-instruction-role_specific`, ...).
+        data_dir (`str`, *optional*): a local copy of the release (the `ZenMoore/RoleBench` layout).
+        split (`str`, *optional*, defaults to `"test"`): the split to answer.
+        roles (`list[str]`, *optional*): only these roles.
+        max_samples_per_role (`int`, *optional*): only the first rows of each role and subset (quick runs).
+        profiles_dir (`list[str]`, *optional*): screenplay profile folders (`desc.json` + per-role `.jsonl` lines)
+            adding script dialogue, for the few-shot modes, to the release's profiles.
+        raw_targets_file (`str`, *optional*): `instructions-general.jsonl` with the raw answers (RAW); defaults to
+            `instructions-{eng,zh}/instructions-general.jsonl` in `data_dir` when that exists.
+
+    > Parameters that control generation
+
+        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.evaluation.prompting`).
+        num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved by the few-shot modes.
+        system_template (`str`, *optional*): Jinja source replacing the paper's system instruction.
+        max_new_tokens (`int`, *optional*, defaults to 256): the longest answer.
+        temperature (`float`, *optional*, defaults to 0.0): 0 is greedy decoding.
+        batch_size (`int`, *optional*, defaults to 8): local models: prompts per forward pass.
+        chat_template (`str`, *optional*): local models: a Jinja chat template, or `"chatml"`, for a tokenizer
+            without one (defaults to the tokenizer's own).
+        dtype (`str`, *optional*): local models: the `dtype` to load the weights in (`"bfloat16"`, ...).
+        max_concurrency (`int`, *optional*, defaults to 8): endpoints: requests in flight.
+        save_every (`int`, *optional*, defaults to 256): generations are written to disk after every this many.
+
+    > Parameters that control the output
+
+        output_dir (`str`): where `generations.jsonl`, `run_config.json`, `results.json`, `results.md` and the plots
+            go.
+        compare_with (`list[str]`, *optional*): `results.json` files of other runs to put in the same table and plot.
+        model_card (`str`, *optional*): a model card (`README.md`) whose `model-index` receives the scores.
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`): discard the generations of a different run
+            in `output_dir` instead of stopping.
+    """
+
+    model_name_or_path: str = field(metadata={"help": "Local folder, Hub id, served model name, or 'rolegpt'."})
+    output_dir: str = field(metadata={"help": "Folder for generations, results and plots."})
+    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (key: OPENAI_API_KEY)."})
+    model_label: str | None = field(default=None, metadata={"help": "Name of the model in tables and plots."})
+    dataset_name: str = field(default="zh", metadata={"help": "RoleBench config: zh, en-instruction, en-role, ..."})
+    data_dir: str | None = field(default=None, metadata={"help": "Local copy of the RoleBench release."})
+    split: str = field(default="test", metadata={"help": "Split to answer."})
+    roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
+    max_samples_per_role: int | None = field(default=None, metadata={"help": "First N rows per role and subset."})
+    profiles_dir: list[str] | None = field(default=None, metadata={"help": "Screenplay profile folders (dialogue)."})
+    raw_targets_file: str | None = field(default=None, metadata={"help": "instructions-general.jsonl (RAW)."})
+    mode: Literal["system", "zero-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"] = field(
+        default="system", metadata={"help": "Prompting mode."}
+    )
+    num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved by the few-shot modes."})
+    system_template: str | None = field(default=None, metadata={"help": "Jinja source replacing the instruction."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Longest answer, in tokens."})
+    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy."})
+    batch_size: int = field(default=8, metadata={"help": "Local models: prompts per forward pass."})
+    chat_template: str | None = field(
+        default=None, metadata={"help": "Local models: Jinja chat template or 'chatml' (default: the tokenizer's)."}
+    )
+    dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
+    max_concurrency: int = field(default=8, metadata={"help": "Endpoints: requests in flight."})
+    save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
+    compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})
+    model_card: str | None = field(default=None, metadata={"help": "Model card whose model-index gets the scores."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Discard another run's generations."})
+
+    def __post_init__(self):
+        if self.is_rolegpt_baseline and self.base_url is not None:
+            raise ValueError("model_name_or_path='rolegpt' scores the release's answers: drop base_url")
+        if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
+            raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
+        if self.model_label is None:
+            name = self.model_name_or_path.rstrip("/").split("/")[-1]
+            self.model_label = "RoleGPT" if self.is_rolegpt_baseline else name
+
+    @property
+    def is_rolegpt_baseline(self) -> bool:
+        return self.model_name_or_path.lower() == ROLEGPT
+
+
+def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
+    """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset)."""
+    unknown = sorted(set(roles or []) - set(dataset["role"]))
+    if unknown:
+        raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(set(dataset['role']))}")
+    rows, seen = [], {}
+    for row in dataset:
+        if roles and row["role"] not in roles:
+            continue
+        key = (row["role"], row["subset"])
+        seen[key] = seen.get(key, 0) + 1
+        if max_samples_per_role is None or seen[key] <= max_samples_per_role:
+            rows.append(row)
+    return rows
+
+
+def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
+    """The release's RoleGPT answer to each row, matched on (subset, role, question).
+
+    Raises:
+        `ValueError`: naming the rows that have no baseline answer.
+    """
+    answers = {(r["subset"], r["role"], r["question"].strip()): r["generated"][0] for r in baseline}
+    missing = [row for row in rows if (row["subset"], row["role"], row["question"].strip()) not in answers]
+    if missing:
+        first = missing[0]
+        raise ValueError(
+            f"{len(missing)} of {len(rows)} rows have no RoleGPT baseline answer, e.g. {first['subset']} row of "
+            f"{first['role']!r}: {first['question'][:60]!r}; the rolegpt_baseline split must cover the split scored"
+        )
+    return [answers[(row["subset"], row["role"], row["question"].strip())] for row in rows]
+
+
+def load_profiles(config: EvaluateConfig, lang: str) -> dict:
+    """The profiles of `lang`, keyed by `role_key(name)`: the release's (in `data_dir`), with the roles and dialogue
+    of the `config.profiles_dir` screenplay folders added."""
+    from rolellm.profiles import read_release_profiles, read_screenplay_folder, role_key
+
+    release = {}
+    if config.data_dir is not None:
+        try:
+            release = read_release_profiles(config.data_dir, lang)
+        except FileNotFoundError:
+            logger.info("No release profiles of %r in %s", lang, config.data_dir)
+    profiles = {role_key(name): profile for name, profile in release.items()}
+    for folder in config.profiles_dir or []:
+        for name, profile in read_screenplay_folder(folder, lang).items():
+            known = profiles.get(role_key(name))
+            if known is not None and not profile.description:
+                profile.description, profile.catchphrases = known.description, known.catchphrases
+            profiles[role_key(name)] = profile
+    return profiles
+
+
+def make_client(config: EvaluateConfig):
+    """The chat client answering for `config`: an endpoint (`OpenAIChatClient`) or a local model (`LocalChatClient`).
+
+    Answers are cached in `<output_dir>/cache.sqlite` as they arrive, so even a run killed in the middle of a batch
+    re-sends nothing that was answered.
+    """
+    from rolellm.generation.client import OpenAIChatClient
+    from rolellm.generation.local import LocalChatClient
+
+    cache_path = os.path.join(config.output_dir, "cache.sqlite")
+    if config.base_url is not None:
+        return OpenAIChatClient(
+            config.model_name_or_path,
+            base_url=config.base_url,
+            max_concurrency=config.max_concurrency,
+            cache_path=cache_path,
+        )
+    return LocalChatClient(
+        config.model_name_or_path,
+        batch_size=config.batch_size,
+        max_new_tokens=config.max_new_tokens,
+        chat_template=config.chat_template,
+        dtype=config.dtype,
+        cache_path=cache_path,
+    )
+
+
+class GenerationLog:
+    """`generations.jsonl` + `run_config.json` in `output_dir`: the answers so far, appended as they arrive."""
+
+    def __init__(self, config: EvaluateConfig, rows: list[dict]):
+        self.folder = Path(config.output_dir)
+        self.path = self.folder / "generations.jsonl"
+        self.rows = rows
+        self.folder.mkdir(parents=True, exist_ok=True)
+        run_config = {name: getattr(config, name) for name in GENERATION_FIELDS}
+        config_path = self.folder / "run_config.json"
+        if config_path.exists():
+            previous = json.loads(config_path.read_text(encoding="utf-8"))
+            changed = {k: (previous.get(k), v) for k, v in run_config.items() if previous.get(k) != v}
+            if changed and not config.overwrite_output_dir:
+                detail = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items())
+                raise ValueError(
+                    f"{self.folder} holds generations of another run ({detail}); pass another output_dir or "
+                    "overwrite_output_dir=True to discard them"
+                )
+            if changed:
+                self.path.unlink(missing_ok=True)
+        config_path.write_text(json.dumps(run_config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        self.answers: dict[int, str] = self._read()
+
+    def _read(self) -> dict[int, str]:
+        answers, kept, dropped = {}, [], 0
+        if not self.path.exists():
+            return answers
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(keepends=True), start=1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                # a line cut short by a crash while it was written: that row is answered again
+                logger.warning("%s:%d: incomplete line dropped; its row is answered again", self.path, number)
+                dropped += 1
+                continue
+            row = self.rows[record["index"]] if record["index"] < len(self.rows) else None
+            if row is None or (row["role"], row["question"]) != (record["role"], record["question"]):
+                raise ValueError(
+                    f"{self.path}:{number}: row {record['index']} is not the row this run selects "
+                    f"({record['role']!r}, {record['question'][:40]!r}); the data changed: use a new output_dir"
+                )
+            answers[record["index"]] = record["prediction"]
+            kept.append(line if line.endswith("\n") else line + "\n")
+        if dropped:  # rewrite without the broken lines, so appended records start on a line of their own
+            partial = self.path.with_suffix(".jsonl.tmp")
+            partial.write_text("".join(kept), encoding="utf-8")
+            partial.replace(self.path)
+        return answers
+
+    def add(self, index: int, prediction: str) -> None:
+        row = self.rows[index]
+        record = {"index": index, "role": row["role"], "subset": row["subset"], "question": row["question"]}
+        self._file.write(json.dumps({**record, "prediction": prediction}, ensure_ascii=False) + "\n")
+        self.answers[index] = prediction
+
+    def __enter__(self):
+        self._file = open(self.path, "a", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+    def flush(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+
+def build_requests(rows: list[dict], indices: list[int], profiles: dict, config: EvaluateConfig) -> list:
+    """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0)."""
+    from rolellm.generation.client import ChatRequest
+    from rolellm.generation.retrieval import DialogueRetriever
+    from rolellm.profiles import role_key
+
+    retrievers = {}
+    params = {"max_tokens": config.max_new_tokens, "temperature": config.temperature}
+    requests = []
+    for index in indices:
+        row = rows[index]
+        profile = profiles[role_key(row["role"])]
+        if config.mode in FEW_SHOT_MODES and row["role"] not in retrievers:
+            try:
+                retrievers[row["role"]] = DialogueRetriever(profile)
+            except ValueError as error:
+                raise ValueError(
+                    f"mode={config.mode!r} needs script dialogue of {row['role']!r}: {error}. Pass profiles_dir= "
+                    "with a screenplay profile folder of this role, or use mode='system'"
+                ) from error
+        messages = build_messages(
+            row["question"], profile, mode=config.mode, retriever=retrievers.get(row["role"]),
+            num_examples=config.num_examples, lang=row["lang"], system_template=config.system_template,
+        )  # fmt: skip
+        requests.append(ChatRequest(messages=messages, params=dict(params), metadata={"index": index}))
+    return requests
+
+
+def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfig, client=None) -> list[str | None]:
+    """Answer every row, resuming from `<output_dir>/generations.jsonl`; `None` marks a failed generation.
+
+    Rows already answered are not asked again; new answers are written every `config.save_every` rows.
+    """
+    from rolellm.profiles import role_key
+
+    missing = sorted({row["role"] for row in rows if role_key(row["role"]) not in profiles})
+    if missing:
+        raise ValueError(
+            f"no profile for roles {missing}: the system instruction needs each role's description. Give data_dir "
+            "with the release's profiles-{lang}/desc.json, or profiles_dir= with a folder holding desc.json"
+        )
+    failures = []
+    with GenerationLog(config, rows) as log:
+        pending = [i for i in range(len(rows)) if i not in log.answers]
+        if len(pending) < len(rows):
+            logger.info(
+                "Resuming: %d of %d rows already answered in %s", len(rows) - len(pending), len(rows), log.path
+            )
+        client = client if client is not None else (make_client(config) if pending else None)
+        for start in range(0, len(pending), config.save_every):
+            chunk = pending[start : start + config.save_every]
+            done = len(rows) - len(pending) + start
+            requests = build_requests(rows, chunk, profiles, config)
+            for result in client.generate(requests, desc=f"Answering ({done}/{len(rows)} done)"):
+                if not result.ok:
+                    failures.append((result.request.metadata["index"], result.error))
+                else:
+                    log.add(result.request.metadata["index"], result.text)
+            log.flush()
+        if failures:
+            index, error = failures[0]
+            logger.warning(
+                "%d generations failed (scored as empty answers; a re-run retries them), e.g. row %d: %s",
+                len(failures), index, error,
+            )  # fmt: skip
+        return [log.answers.get(i) for i in range(len(rows))]
+
+
+def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
+    """`config.raw_targets_file`, else the release's `instructions-{eng,zh}/instructions-general.jsonl` if present."""
+    if config.raw_targets_file is not None:
+        if not Path(config.raw_targets_file).is_file():
+            raise FileNotFoundError(f"raw_targets_file={config.raw_targets_file!r} does not exist")
+        return Path(config.raw_targets_file)
+    if config.data_dir is None:
+        return None
+    path = Path(config.data_dir) / f"instructions-{'eng' if lang == 'en' else lang}" / "instructions-general.jsonl"
+    return path if path.is_file() else None
+
+
+def run_benchmark(config: EvaluateConfig, client=None) -> dict:
+    """Answer a RoleBench config with a model (or take RoleGPT's answers), score it and write the report.
+
+    Args:
+        config (`EvaluateConfig`): what to evaluate, how, and where to write.
+        client (*optional*): a chat client with `generate(requests, desc=...)` to use instead of the one `config`
+            describes (an `OpenAIChatClient` with custom retries, a `LocalChatClient` holding a loaded model).
+
+    Returns:
+        `dict`: the content of `results.json`: `model`, `dataset_name`, `split`, `mode`, `lang`, `metrics` (`CUS`,
+        `RAW`, `SPE`, `avg`, `win_rate`), `unavailable`, `counts`, `per_role`, `per_type` and `config`.
+    """
+    from rolellm.data import load_rolebench
+    from rolellm.evaluation.report import update_model_card, write_report
+
+    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir)
+    if config.split not in dataset:
+        raise ValueError(f"split={config.split!r} is not in {config.dataset_name!r}; it has {list(dataset)}")
+    rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
+    if not rows:
+        raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
+    lang = rows[0]["lang"]
+    if config.is_rolegpt_baseline:
+        if "rolegpt_baseline" not in dataset:
+            raise ValueError(
+                f"{config.dataset_name!r} has no rolegpt_baseline split here: the release files are needed"
+            )
+        predictions = rolegpt_predictions(rows, dataset["rolegpt_baseline"])
+        mode = None
+    else:
+        profiles = load_profiles(config, lang)
+        predictions = generate_predictions(rows, profiles, config, client=client)
+        mode = config.mode
+    raw_path = find_raw_targets(config, lang)
+    scores = score_predictions(rows, predictions, read_raw_targets(raw_path) if raw_path else None)
+    scores["metrics"]["win_rate"] = None
+    scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
+    results = {
+        "model": config.model_label,
+        "dataset_name": config.dataset_name,
+        "split": config.split,
+        "mode": mode,
+        "lang": lang,
+        **scores,
+        "config": dict(vars(config)),
+    }
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "results.json").write_text(
+        json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    others = [json.loads(Path(path).read_text(encoding="utf-8")) for path in config.compare_with or []]
+    write_report([*others, results], output_dir)
+    if config.model_card is not None:
+        update_model_card(config.model_card, results)
+    return results
