@@ -1,20 +1,7 @@
-import json
-
 import pytest
 
 from rolellm.generation.retrieval import DialogueRetriever, dialogue_to_messages, tokenize_for_bm25
-from rolellm.profiles import RoleProfile, Utterance
-
-
-def _read_screenplay_role(folder, name):
-    # minimal reader until the data layer's `read_screenplay_folder` is available
-    desc = json.loads((folder / "desc.json").read_text(encoding="utf-8"))
-    (path,) = folder.glob(f"*-{name}.jsonl")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    dialogue = [
-        Utterance(act_id=r["act_id"], diag_id=r["diag_id"], speaker=r["role"], content=r["content"]) for r in rows
-    ]
-    return RoleProfile(name=name, lang="zh", description=desc[name], dialogue=dialogue)
+from rolellm.profiles import RoleProfile, Utterance, read_screenplay_folder
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +9,7 @@ def huafei(shared_data_dir):
     folder = shared_data_dir / "roleglm-screenplay" / "profile_zhenhuan"
     if not folder.is_dir():
         pytest.skip(f"{folder} not found: the RoleGLM screenplay profiles are needed")
-    return _read_screenplay_role(folder, "华妃")
+    return read_screenplay_folder(folder)["华妃"]
 
 
 def test_groups_indexed_and_skipped_on_real_profile(huafei):

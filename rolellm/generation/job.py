@@ -1,0 +1,100 @@
+"""What the generators share: prompt files, profile inputs, and writing outputs beside their generation config.
+
+>>> render_prompt("rolegpt_question_en.jinja", question="What is rum?", reference=None, role="Jack Sparrow")
+'What is rum?'
+"""
+
+import dataclasses
+import json
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+import datasets
+import jinja2
+
+from rolellm.profiles import RoleProfile
+
+
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
+_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+GENERATION_CONFIG_NAME = "generation_config.json"
+GENERATION_STATS_NAME = "generation_stats.json"
+
+
+@cache
+def _template(name: str) -> jinja2.Template:
+    return _JINJA.from_string((PROMPTS_DIR / name).read_text(encoding="utf-8"))
+
+
+def render_prompt(name: str, **variables) -> str:
+    """Render the package prompt file `rolellm/prompts/{name}` with `variables` (a missing variable is an error)."""
+    return _template(name).render(**variables).strip()
+
+
+def render_prompt_source(source: str, **variables) -> str:
+    """Render a user-supplied Jinja template (a config's prompt override) with `variables`."""
+    try:
+        return _JINJA.from_string(source).render(**variables).strip()
+    except jinja2.TemplateError as error:
+        raise ValueError(f"The prompt template is not valid Jinja for {sorted(variables)}: {error}") from error
+
+
+def as_profiles(profiles) -> list[RoleProfile]:
+    """Accept a list or `dict` of `RoleProfile`, or a `datasets.Dataset` of profile rows (`RoleProfile.to_dict()`)."""
+    if isinstance(profiles, dict):
+        profiles = list(profiles.values())
+    if isinstance(profiles, datasets.Dataset):
+        return [RoleProfile.from_dict(row) for row in profiles]
+    result = list(profiles)
+    for i, profile in enumerate(result):
+        if not isinstance(profile, RoleProfile):
+            raise TypeError(f"profiles[{i}] is a {type(profile).__name__}, expected a `RoleProfile`")
+    return result
+
+
+def config_to_dict(config) -> dict:
+    """A generation config as JSON-ready values (`Literal`/`Path` fields become strings)."""
+    return json.loads(json.dumps(dataclasses.asdict(config), ensure_ascii=False, default=str))
+
+
+def describe_client(client) -> dict:
+    """What identifies the answering model in a saved config: the client class and model; never credentials."""
+    return {"class": type(client).__name__, "model": str(getattr(client, "model", ""))}
+
+
+def write_jsonl(path: Path, records) -> Path:
+    """Write `records` (dicts) as UTF-8 JSON lines, creating the parent folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as file:
+        for record in records:
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return path
+
+
+def save_generation_metadata(output_dir, config, client, stats: dict) -> None:
+    """Write `generation_config.json` (the config and the model) and `generation_stats.json` into `output_dir`."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"generator": type(config).__name__, "client": describe_client(client), "config": config_to_dict(config)}
+    (output_dir / GENERATION_CONFIG_NAME).write_text(json.dumps(payload, ensure_ascii=False, indent=2), "utf-8")
+    (output_dir / GENERATION_STATS_NAME).write_text(json.dumps(stats, ensure_ascii=False, indent=2), "utf-8")
+
+
+def usage_since(client, before: dict) -> dict:
+    """The client's usage totals (`requests`, `cached`, `retries`, tokens, ...) accrued since the snapshot `before`."""
+    now = dataclasses.asdict(client.usage)
+    return {key: value - before.get(key, 0) for key, value in now.items()}
+
+
+def failure_reason(result) -> str:
+    """The counted reason of a request that produced no usable answer (`ChatResult.error` names it)."""
+    return "unparseable" if result.error.startswith("unparseable") else "request_failed"
+
+
+class DropCounter(Counter):
+    """Counts of dropped items by reason; `as_dict()` orders them for reports."""
+
+    def as_dict(self) -> dict:
+        return dict(sorted(self.items()))

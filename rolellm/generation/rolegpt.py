@@ -1,0 +1,316 @@
+"""RoleGPT: speaking-style imitation by role prompting, the paper's stage 3, producing RoleBench `general` rows.
+
+For every (role, general instruction) pair RoleGPT asks a chat model for `num_samples` answers (the paper: 6) with
+the role's system instruction and few-shot dialogues retrieved from the role's script. The first answers, once they
+pass the cleaning checks of `rolellm.generation.filters`, become the row's references (`generated`); the last one is
+the RoleGPT baseline the paper's tables score.
+
+>>> from rolellm.profiles import RoleProfile
+>>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，爱好饮酒作诗。")
+>>> rolegpt = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot", include_reference=True))
+>>> rolegpt.prompt(profile, "你最喜欢哪首诗？", reference="《静夜思》。")[-1]
+{'role': 'user', 'content': '问题：<李白，你最喜欢哪首诗？>。参考回答：<《静夜思》。>。李白，请你回答这个问题。'}
+"""
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import datasets
+
+from rolellm.chat_template import build_system_instruction
+from rolellm.data.schema import ROW_FEATURES
+from rolellm.generation.filters import clean_answer
+from rolellm.generation.job import (
+    DropCounter,
+    as_profiles,
+    failure_reason,
+    render_prompt,
+    save_generation_metadata,
+    usage_since,
+    write_jsonl,
+)
+from rolellm.generation.retrieval import DialogueRetriever, dialogue_to_messages
+from rolellm.profiles import RoleProfile
+
+
+@dataclass
+class RoleGPTConfig:
+    """Settings of a RoleGPT run.
+
+    > Parameters that control the prompt
+
+    Args:
+        prompt_mode (`Literal["dialogue", "few_shot", "zero_shot"]`, *optional*, defaults to `"dialogue"`):
+            `"dialogue"` renders the retrieved dialogues as real user/assistant turns (the paper's *dialogue
+            engineering*), `"few_shot"` pastes them into the one user message (*few-shot prompt engineering*),
+            `"zero_shot"` uses the system instruction alone.
+        num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved per question (BM25 top-k).
+        max_group_lines (`int`, *optional*, defaults to 6): longer dialogue groups are never retrieved.
+        include_reference (`bool`, *optional*, defaults to `False`): put the instruction's raw reference answer
+            (`target`) in the final user turn, with the authors' wording, as they did for general instructions.
+        prepend_role_name (`bool`, *optional*, defaults to `True`): address the question to the role
+            (`"孙悟空，..."`, `"Jack Sparrow, ..."`) when it does not already name the role.
+        system_template (`str`, *optional*): Jinja source replacing the paper's system instruction
+            (see `build_system_instruction`).
+
+    > Parameters that control sampling and cleaning
+
+    Args:
+        num_samples (`int`, *optional*, defaults to 6): answers per (role, instruction).
+        num_baseline (`int`, *optional*, defaults to 1): how many of the last samples form the RoleGPT baseline
+            (uncleaned, as a system's output is); the others are cleaned into references.
+        temperature (`float`, *optional*, defaults to 0.7): sampling temperature.
+        max_tokens (`int`, *optional*, defaults to 512): the answer's token budget.
+        seed (`int`, *optional*, defaults to 0): sample `i` is requested with seed `seed + i`, so samples differ
+            and a re-run asks the same requests (all answered ones come from the cache).
+        clean (`bool`, *optional*, defaults to `True`): apply the four cleaning checks to references.
+        min_answer_chars (`int`, *optional*, defaults to 2): shorter references are rejected as incomplete.
+    """
+
+    prompt_mode: Literal["dialogue", "few_shot", "zero_shot"] = field(
+        default="dialogue", metadata={"help": "How retrieved dialogues enter the prompt."}
+    )
+    num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved per question (BM25 top-k)."})
+    max_group_lines: int = field(default=6, metadata={"help": "Dialogue groups longer than this are never retrieved."})
+    include_reference: bool = field(
+        default=False, metadata={"help": "Put the instruction's raw reference answer (`target`) in the final turn."}
+    )
+    prepend_role_name: bool = field(
+        default=True, metadata={"help": "Address the question to the role when it does not name the role."}
+    )
+    system_template: str | None = field(
+        default=None, metadata={"help": "Jinja source replacing the paper's system instruction."}
+    )
+    num_samples: int = field(default=6, metadata={"help": "Answers per (role, instruction)."})
+    num_baseline: int = field(default=1, metadata={"help": "Last samples kept, uncleaned, as the RoleGPT baseline."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    max_tokens: int = field(default=512, metadata={"help": "The answer's token budget."})
+    seed: int = field(default=0, metadata={"help": "Sample i is requested with seed `seed + i`."})
+    clean: bool = field(default=True, metadata={"help": "Apply the four cleaning checks to references."})
+    min_answer_chars: int = field(default=2, metadata={"help": "Shorter references are rejected as incomplete."})
+
+    def __post_init__(self):
+        if not 0 <= self.num_baseline < self.num_samples:
+            raise ValueError(
+                f"num_baseline={self.num_baseline} must be at least 0 and below num_samples={self.num_samples}, "
+                "so that at least one sample becomes a reference"
+            )
+        if self.prompt_mode != "zero_shot" and self.num_examples < 1:
+            raise ValueError(f"num_examples={self.num_examples}: use prompt_mode='zero_shot' for no examples")
+
+
+def address_question(question: str, role: str, lang: str) -> str:
+    """Prepend the role's name to `question` unless the question already contains it.
+
+    >>> address_question("你最喜欢什么？", "孙悟空", "zh")
+    '孙悟空，你最喜欢什么？'
+    >>> address_question(" What is your ship called?", "Jack Sparrow", "en")
+    'Jack Sparrow, What is your ship called?'
+    """
+    question = question.strip()
+    if role in question:
+        return question
+    return f"{role}，{question}" if lang == "zh" else f"{role}, {question}"
+
+
+class RoleGPT:
+    """The RoleGPT generator: `prompt()` builds a request's messages, `parse()` reads an answer, `generate()` runs.
+
+    Args:
+        config (`RoleGPTConfig`, *optional*): defaults to `RoleGPTConfig()`.
+    """
+
+    def __init__(self, config: RoleGPTConfig | None = None):
+        self.config = config if config is not None else RoleGPTConfig()
+        self._retrievers: dict[str, DialogueRetriever] = {}
+
+    def retriever(self, profile: RoleProfile) -> DialogueRetriever:
+        """The (cached) BM25 retriever over `profile`'s dialogue."""
+        if profile.name not in self._retrievers:
+            self._retrievers[profile.name] = DialogueRetriever(profile, self.config.max_group_lines)
+        return self._retrievers[profile.name]
+
+    def prompt(self, profile: RoleProfile, question: str, reference: str | None = None) -> list[dict]:
+        """The chat messages asking `profile`'s role to answer `question`.
+
+        Args:
+            profile (`RoleProfile`): the role.
+            question (`str`): the instruction, as in the data (the role's name is prepended per the config).
+            reference (`str`, *optional*): the instruction's raw reference answer; used with `include_reference`.
+        """
+        config = self.config
+        lang = profile.lang
+        system = build_system_instruction(profile, template=config.system_template)
+        asked = address_question(question, profile.name, lang) if config.prepend_role_name else question.strip()
+        final = render_prompt(
+            f"rolegpt_question_{lang}.jinja",
+            question=asked,
+            reference=reference.strip() if config.include_reference and reference is not None else None,
+            role=profile.name,
+        )
+        if config.prompt_mode == "zero_shot":
+            return [{"role": "system", "content": system}, {"role": "user", "content": final}]
+        groups = self.retriever(profile).retrieve(question, k=config.num_examples)
+        if config.prompt_mode == "few_shot":
+            content = render_prompt(f"rolegpt_few_shot_{lang}.jinja", examples=groups, question=final)
+            return [{"role": "system", "content": system}, {"role": "user", "content": content}]
+        return [
+            {"role": "system", "content": system},
+            *dialogue_to_messages(groups, profile.name),
+            {"role": "user", "content": final},
+        ]
+
+    def parse(self, text: str, role: str | None = None) -> str:
+        """The answer without a leading `{role}:` (when `role` is given) and without quotes around the whole of it.
+
+        Raises:
+            `ValueError`: the answer is empty (the client then asks again).
+
+        >>> RoleGPT().parse('孙悟空：“俺老孙来也！”', "孙悟空")
+        '俺老孙来也！'
+        """
+        answer = text.strip() if role is None else re.sub(rf"^\s*{re.escape(role)}\s*[:：]\s*", "", text).strip()
+        if len(answer) >= 2 and answer[0] + answer[-1] in ("“”", '""'):
+            answer = answer[1:-1].strip()
+        if not answer:
+            raise ValueError("empty answer")
+        return answer
+
+    def requests(self, profiles, instructions) -> list:
+        """The `ChatRequest`s of a run: `num_samples` per (role, instruction) pair, in a stable order."""
+        from rolellm.generation.client import ChatRequest
+
+        config = self.config
+        requests = []
+        for index, (profile, question, reference) in enumerate(self.pairs(profiles, instructions)):
+            messages = self.prompt(profile, question, reference)
+            for sample in range(config.num_samples):
+                params = {
+                    "temperature": config.temperature,
+                    "max_tokens": config.max_tokens,
+                    "seed": config.seed + sample,
+                }
+                metadata = {"pair": index, "role": profile.name, "question": question, "lang": profile.lang}
+                requests.append(ChatRequest(messages, params=params, sample_index=sample, metadata=metadata))
+        return requests
+
+    def pairs(self, profiles, instructions) -> list[tuple[RoleProfile, str, str | None]]:
+        """(profile, question, reference) for every instruction and role.
+
+        `instructions` is a `datasets.Dataset`, a list of dicts, or a list of strings. A `question` (or
+        `instruction`) column is required; `target` holds the raw reference answers (needed with
+        `include_reference`); a `role` column restricts a row to that role, otherwise every profile answers it.
+        """
+        profiles = {profile.name: profile for profile in as_profiles(profiles)}
+        pairs = []
+        for i, row in enumerate(instructions):
+            row = {"question": row} if isinstance(row, str) else row
+            question = row.get("question", row.get("instruction"))
+            if not isinstance(question, str) or not question.strip():
+                raise ValueError(f"instructions[{i}] has no `question` (or `instruction`) text: {row!r}")
+            reference = row.get("target")
+            if self.config.include_reference and not reference:
+                raise ValueError(
+                    f"instructions[{i}] has no `target` but include_reference=True needs the raw reference answer; "
+                    "add a `target` column or set include_reference=False"
+                )
+            role = row.get("role")
+            if role is not None and role not in profiles:
+                raise ValueError(
+                    f"instructions[{i}] names role {role!r}, which has no profile; known: {sorted(profiles)}"
+                )
+            for profile in [profiles[role]] if role is not None else profiles.values():
+                pairs.append((profile, question, reference))
+        return pairs
+
+    def generate(self, client, profiles, instructions, output_dir=None) -> datasets.DatasetDict:
+        """Answer every (role, instruction) pair and return the cleaned references and the baseline.
+
+        Args:
+            client (`ChatClient`): `OpenAIChatClient` or `LocalChatClient` (give it a `cache_path` so that a re-run
+                sends nothing twice).
+            profiles (`list[RoleProfile]`, `dict` or `datasets.Dataset`): the roles.
+            instructions (`datasets.Dataset` or `list`): the general instructions (see `pairs`).
+            output_dir (`str` or `Path`, *optional*): where to write `general/train.jsonl`,
+                `general/rolegpt_baseline.jsonl` (the release's records), `generation_config.json` and
+                `generation_stats.json`.
+
+        Returns:
+            `datasets.DatasetDict` with `train` (one row per pair with at least one clean reference) and
+            `rolegpt_baseline` (one row per pair whose baseline sample was answered), both in `ROW_FEATURES`.
+            `self.stats` holds the counts, rejections by reason included.
+        """
+        config = self.config
+        requests = self.requests(profiles, instructions)
+        before = dataclasses.asdict(client.usage)
+        results = client.generate(requests, parse=self.parse, desc="RoleGPT")
+        num_references = config.num_samples - config.num_baseline
+        by_pair: dict[int, list] = {}
+        for result in results:
+            by_pair.setdefault(result.request.metadata["pair"], []).append(result)
+        rows, baseline = [], []
+        failed, rejected = DropCounter(), DropCounter()
+        for pair_results in by_pair.values():
+            meta = pair_results[0].request.metadata
+            row = {
+                "role": meta["role"],
+                "question": meta["question"],
+                "type": [],
+                "subset": "general",
+                "lang": meta["lang"],
+            }
+            references = []
+            for result in sorted(pair_results, key=lambda r: r.request.sample_index):
+                answer = self._answer(result, failed)
+                if answer is None:
+                    continue
+                if result.request.sample_index >= num_references:
+                    baseline.append({**row, "generated": [answer]})
+                    continue
+                reason = clean_answer(answer, meta["question"], meta["role"], meta["lang"], config.min_answer_chars)
+                if config.clean and reason is not None:
+                    rejected[reason] += 1
+                else:
+                    references.append(answer)
+            if references:
+                rows.append({**row, "generated": references})
+        self.stats = {
+            "pairs": len(by_pair),
+            "requests": len(requests),
+            "rows": len(rows),
+            "rows_without_reference": len(by_pair) - len(rows),
+            "references": sum(len(row["generated"]) for row in rows),
+            "baseline_rows": len(baseline),
+            "rejected": rejected.as_dict(),
+            "failed": failed.as_dict(),
+            "usage": usage_since(client, before),
+        }
+        dataset = datasets.DatasetDict(
+            train=datasets.Dataset.from_list(rows, features=ROW_FEATURES),
+            rolegpt_baseline=datasets.Dataset.from_list(baseline, features=ROW_FEATURES),
+        )
+        if output_dir is not None:
+            self.save(dataset, output_dir, client)
+        return dataset
+
+    def _answer(self, result, failed: DropCounter) -> str | None:
+        if not result.ok:
+            failed[failure_reason(result)] += 1
+            return None
+        try:
+            return self.parse(result.text, result.request.metadata["role"])
+        except ValueError:
+            failed["unparseable"] += 1
+            return None
+
+    def save(self, dataset: datasets.DatasetDict, output_dir, client) -> Path:
+        """Write the release's `general/train.jsonl` and `general/rolegpt_baseline.jsonl` beside the config."""
+        output_dir = Path(output_dir)
+        for split, name in (("train", "train.jsonl"), ("rolegpt_baseline", "rolegpt_baseline.jsonl")):
+            records = ({k: row[k] for k in ("role", "question", "generated")} for row in dataset[split])
+            write_jsonl(output_dir / "general" / name, records)
+        save_generation_metadata(output_dir, self.config, client, self.stats)
+        return output_dir
