@@ -1,0 +1,227 @@
+"""The `RoleBench` datasets builder and `load_rolebench`, over a local release folder or the Hub repo.
+
+Configs (`load_rolebench(name)` / `RoleBench(config_name=name)`): `zh`, `en-instruction`, `en-role` (both subsets,
+told apart by the `subset` column), the same with `-general` or `-role_specific` for one subset, and `profiles-en`,
+`profiles-zh` (one row per role). Row configs have the splits `train`, `test` and `rolegpt_baseline`.
+
+>>> import json, tempfile, pathlib
+>>> root = pathlib.Path(tempfile.mkdtemp())
+>>> for split in ("train", "test", "rolegpt_baseline"):
+...     path = root / "rolebench-zh" / "general" / f"{split}.jsonl"
+...     path.parent.mkdir(parents=True, exist_ok=True)
+...     _ = path.write_text(json.dumps({"role": "李白", "question": f" {split}？", "generated": ["好！"]}) + "\\n")
+>>> dataset = load_rolebench("zh-general", data_dir=root, cache_dir=root / "cache")
+>>> {split: dataset[split].num_rows for split in dataset}
+{'train': 1, 'test': 1, 'rolegpt_baseline': 1}
+>>> dataset["test"][0]["question"]
+'test？'
+"""
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+from datasets.builder import Key
+
+from rolellm.data.layout import (
+    CONFIG_SPECS,
+    HUB_REPO_ID,
+    PROFILE_FEATURES,
+    check_files,
+    download_release,
+    fingerprint_files,
+    get_spec,
+)
+from rolellm.data.readers import iter_rolebench_jsonl
+from rolellm.data.schema import ROW_FEATURES
+from rolellm.profile_files import read_release_profiles
+from rolellm.profiles import RoleProfile, role_key
+
+
+_CITATION = """\
+@article{wang2023rolellm,
+  title   = {RoleLLM: Benchmarking, Eliciting, and Enhancing Role-Playing Abilities of Large Language Models},
+  author  = {Zekun Moore Wang and Zhongyuan Peng and Haoran Que and Jiaheng Liu and Wangchunshu Zhou and Yuhan Wu and Hongcheng Guo and Ruitong Gan and Zehao Ni and Jian Yang and Man Zhang and Zhaoxiang Zhang and Wanli Ouyang and Ke Xu and Stephen W. Huang and Jie Fu and Junran Peng},
+  year    = {2023},
+  journal = {arXiv preprint arXiv:2310.00746}
+}
+"""
+_DESCRIPTION = "RoleBench: role-playing instructions and references for 100 roles (RoleLLM, arXiv 2310.00746)."
+_HOMEPAGE = "https://huggingface.co/datasets/ZenMoore/RoleBench"
+_LICENSE = "apache-2.0"
+
+
+@dataclass
+class RoleBenchConfig(datasets.BuilderConfig):
+    """A RoleBench config; the fields after `name` can be overridden as keyword arguments of `RoleBench(...)`.
+
+    Args:
+        splits (`tuple[str]`, *optional*): the splits to build (default: all three, every file required).
+        keep_raw (`bool`, *optional*, defaults to `False`): add a `raw` column with each row's original jsonl line.
+        repo_id (`str`, *optional*, defaults to `"ZenMoore/RoleBench"`): the Hub dataset read when `data_dir` is not
+            given.
+        revision (`str`, *optional*): the Hub revision.
+        fingerprint (`str`, *optional*): a hash of the source files (set by `load_rolebench`) so edits rebuild.
+    """
+
+    splits: tuple[str, ...] | None = None
+    keep_raw: bool = False
+    repo_id: str = HUB_REPO_ID
+    revision: str | None = None
+    fingerprint: str | None = None
+
+
+class RoleBench(datasets.GeneratorBasedBuilder):
+    """RoleBench as a `datasets` builder: `RoleBench(config_name="zh", data_dir=...).download_and_prepare()`."""
+
+    VERSION = datasets.Version("1.0.0")
+    BUILDER_CONFIG_CLASS = RoleBenchConfig
+    BUILDER_CONFIGS = [
+        RoleBenchConfig(name=spec.name, version=datasets.Version("1.0.0"), description=spec.description)
+        for spec in CONFIG_SPECS.values()
+    ]
+
+    def _info(self):
+        if get_spec(self.config.name).kind == "profiles":
+            features = PROFILE_FEATURES
+        else:
+            features = datasets.Features(
+                {**ROW_FEATURES, **({"raw": datasets.Value("string")} if self.config.keep_raw else {})}
+            )
+        return datasets.DatasetInfo(
+            description=_DESCRIPTION, features=features, homepage=_HOMEPAGE, license=_LICENSE, citation=_CITATION
+        )
+
+    def _split_generators(self, dl_manager):
+        spec = get_spec(self.config.name)
+        data_dir = self.config.data_dir
+        if data_dir is None:
+            data_dir = download_release(spec.name, self.config.splits, self.config.repo_id, self.config.revision)
+        files = check_files(data_dir, spec.name, self.config.splits)
+        if spec.kind == "profiles":
+            return [datasets.SplitGenerator(name="train", gen_kwargs={"profiles_dir": Path(data_dir)})]
+        return [datasets.SplitGenerator(name=split, gen_kwargs={"files": found}) for split, found in files.items()]
+
+    def _generate_examples(self, files=None, profiles_dir=None):
+        spec = get_spec(self.config.name)
+        if profiles_dir is not None:
+            for index, profile in enumerate(read_release_profiles(profiles_dir, spec.lang).values()):
+                row = profile.to_dict()
+                row.pop("extra")
+                yield Key(0, index), row
+            return
+        for shard, (path, subset) in enumerate(files):
+            for index, row in enumerate(iter_rolebench_jsonl(path, subset, spec.lang, keep_raw=self.config.keep_raw)):
+                yield Key(shard, index), row
+
+
+def load_rolebench(
+    name: str,
+    data_dir: str | Path | None = None,
+    splits: list[str] | None = None,
+    keep_raw: bool = False,
+    with_profile: bool = False,
+    cache_dir: str | Path | None = None,
+    repo_id: str = HUB_REPO_ID,
+    revision: str | None = None,
+    token: str | None = None,
+    download_mode: str | None = None,
+) -> datasets.DatasetDict:
+    """Load a RoleBench config as a `DatasetDict`, from a local release folder or the Hub.
+
+    Args:
+        name (`str`): a config name (`"zh"`, `"en-instruction-role_specific"`, `"profiles-zh"`, ...).
+        data_dir (`str` or `os.PathLike`, *optional*): a folder in the release layout; when `None` the files the
+            config needs are fetched from `repo_id` with `huggingface_hub`.
+        splits (`list[str]`, *optional*): build only these splits (for a folder that lacks the others).
+        keep_raw (`bool`, *optional*, defaults to `False`): add a `raw` column with the original jsonl line.
+        with_profile (`bool`, *optional*, defaults to `False`): add each row's role `description` and
+            `catchphrases` from the release's profiles (see `add_profile_columns`).
+        cache_dir (`str` or `os.PathLike`, *optional*): the `datasets` cache folder.
+        repo_id (`str`, *optional*, defaults to `"ZenMoore/RoleBench"`), revision (`str`, *optional*),
+            token (`str`, *optional*): where the Hub copy is.
+        download_mode (`str`, *optional*): `"force_redownload"` rebuilds the cache.
+
+    Returns:
+        `datasets.DatasetDict` with the config's splits.
+
+    Raises:
+        `MissingFilesError`: the folder lacks files the config needs; the message lists them and the configs that
+        the folder can still build.
+    """
+    spec = get_spec(name)
+    from_hub = data_dir is None
+    if from_hub:
+        data_dir = download_release(name, splits, repo_id, revision, token=token)
+    data_dir = Path(data_dir).resolve()
+    files = check_files(data_dir, name, splits)
+    paths = [path for found in files.values() for path, _ in found]
+    if spec.kind == "profiles":
+        paths += sorted((data_dir / spec.release_dir).glob("*.json*"))
+    builder = RoleBench(
+        config_name=name,
+        data_dir=str(data_dir),
+        cache_dir=None if cache_dir is None else str(cache_dir),
+        dataset_name="rolebench",
+        splits=tuple(splits) if splits else None,
+        keep_raw=keep_raw,
+        fingerprint=fingerprint_files(paths),
+        token=token,
+    )
+    builder.download_and_prepare(download_mode=download_mode)
+    dataset = builder.as_dataset()
+    if with_profile and spec.kind == "rows":
+        profiles_config = f"profiles-{spec.lang}"
+        profiles_dir = (
+            download_release(profiles_config, None, repo_id, revision, token=token) if from_hub else data_dir
+        )
+        check_files(profiles_dir, profiles_config)
+        dataset = add_profile_columns(dataset, read_release_profiles(profiles_dir, spec.lang))
+    return dataset
+
+
+def load_rolebench_profiles(lang: str, data_dir: str | Path | None = None, **kwargs) -> dict[str, RoleProfile]:
+    """The release's profiles of one language as `{role: RoleProfile}` (from the `profiles-{lang}` config)."""
+    dataset = load_rolebench(f"profiles-{lang}", data_dir=data_dir, **kwargs)["train"]
+    return {row["name"]: RoleProfile.from_dict(row) for row in dataset}
+
+
+def add_profile_columns(dataset, profiles: dict[str, RoleProfile]):
+    """Add `description` and `catchphrases` of each row's role; roles are matched across spellings (`role_key`).
+
+    Rows whose role has no profile get empty values, and a warning lists those roles with their row counts.
+
+    >>> rows = datasets.Dataset.from_list([{"role": "Dr. Frank N Furter"}, {"role": "Nobody"}])
+    >>> profiles = {"Dr. Frank-N-Furter": RoleProfile("Dr. Frank-N-Furter", "en", "A scientist.", ["Rose tint my world"])}
+    >>> with warnings.catch_warnings(record=True):
+    ...     rows = add_profile_columns(rows, profiles)
+    >>> rows[0]
+    {'role': 'Dr. Frank N Furter', 'description': 'A scientist.', 'catchphrases': ['Rose tint my world']}
+    """
+    if isinstance(dataset, datasets.DatasetDict):
+        return datasets.DatasetDict({split: add_profile_columns(part, profiles) for split, part in dataset.items()})
+    by_key = {role_key(name): profile for name, profile in profiles.items()}
+    counts = Counter(dataset["role"])
+    unmatched = {role: count for role, count in counts.items() if role_key(role) not in by_key}
+    if unmatched:
+        warnings.warn(
+            f"{len(unmatched)} role(s) have no profile (rows get an empty description): {unmatched}", stacklevel=2
+        )
+
+    def lookup(row):
+        profile = by_key.get(role_key(row["role"]))
+        return {
+            "description": profile.description if profile else "",
+            "catchphrases": list(profile.catchphrases) if profile else [],
+        }
+
+    features = datasets.Features(
+        {
+            **dataset.features,
+            "description": datasets.Value("string"),
+            "catchphrases": datasets.List(datasets.Value("string")),
+        }
+    )
+    return dataset.map(lookup, features=features, desc="Adding profile columns")

@@ -1,0 +1,168 @@
+"""The release layout: which files each RoleBench config reads, what is missing from a folder, Hub download.
+
+The release (`ZenMoore/RoleBench` on the Hub) is laid out as `rolebench-zh/`, `rolebench-eng/instruction-generalization/`
+and `rolebench-eng/role-generalization/`, each with `general/` and `role_specific/` holding `train.jsonl`,
+`test.jsonl` and `rolegpt_baseline.jsonl`, plus `profiles-zh/` and `profiles-eng/`.
+
+>>> sorted(config_files("zh-general"))
+['rolegpt_baseline', 'test', 'train']
+>>> config_files("en-role-role_specific", splits=["test"])
+{'test': [('rolebench-eng/role-generalization/role_specific/test.jsonl', 'role_specific')]}
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+
+from rolellm.data.readers import SUBSETS
+
+
+SPLITS = ("train", "test", "rolegpt_baseline")
+HUB_REPO_ID = "ZenMoore/RoleBench"
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """What one config reads: a release folder, its subsets and language (`kind="profiles"`: a profiles folder)."""
+
+    name: str
+    release_dir: str
+    lang: str
+    subsets: tuple[str, ...] = SUBSETS
+    kind: str = "rows"
+    description: str = ""
+
+
+def _row_specs(prefix: str, release_dir: str, lang: str, what: str) -> list[ConfigSpec]:
+    specs = [ConfigSpec(prefix, release_dir, lang, SUBSETS, description=f"{what}: general and role-specific rows.")]
+    for subset in SUBSETS:
+        text = f"{what}: {subset.replace('_', '-')} rows only."
+        specs.append(ConfigSpec(f"{prefix}-{subset}", release_dir, lang, (subset,), description=text))
+    return specs
+
+
+CONFIG_SPECS = {
+    spec.name: spec
+    for spec in [
+        *_row_specs("zh", "rolebench-zh", "zh", "Chinese (5 roles)"),
+        *_row_specs("en-instruction", "rolebench-eng/instruction-generalization", "en",
+                    "English instruction generalization (95 roles, held-out instructions)"),
+        *_row_specs("en-role", "rolebench-eng/role-generalization", "en",
+                    "English role generalization (10 held-out roles)"),
+        ConfigSpec("profiles-en", "profiles-eng", "en", (), "profiles", "English role profiles."),
+        ConfigSpec("profiles-zh", "profiles-zh", "zh", (), "profiles", "Chinese role profiles."),
+    ]
+}  # fmt: skip
+CONFIG_NAMES = tuple(CONFIG_SPECS)
+
+PROFILE_FEATURES = datasets.Features(
+    {
+        "name": datasets.Value("string"),
+        "lang": datasets.Value("string"),
+        "description": datasets.Value("string"),
+        "catchphrases": datasets.List(datasets.Value("string")),
+        "source": datasets.Value("string"),
+        "dialogue": datasets.List(
+            {
+                "act_id": datasets.Value("int64"),
+                "diag_id": datasets.Value("int64"),
+                "speaker": datasets.Value("string"),
+                "content": datasets.Value("string"),
+                "narration": datasets.Value("bool"),
+            }
+        ),
+        "generated": datasets.Value("bool"),
+    }
+)
+
+
+class MissingFilesError(FileNotFoundError):
+    """A config needs files that the data folder (or Hub snapshot) does not have; the message lists them."""
+
+
+def get_spec(name: str) -> ConfigSpec:
+    if name not in CONFIG_SPECS:
+        raise ValueError(f"unknown RoleBench config {name!r}; choose one of {', '.join(CONFIG_NAMES)}")
+    return CONFIG_SPECS[name]
+
+
+def config_files(name: str, splits: list[str] | tuple[str, ...] | None = None) -> dict[str, list[tuple[str, str]]]:
+    """`{split: [(relative path, subset), ...]}` for a rows config; `{"train": [("profiles-zh/desc.json", "")]}`
+    for a profiles config (its per-role jsonl files are optional and found by listing the folder)."""
+    spec = get_spec(name)
+    if spec.kind == "profiles":
+        return {"train": [(f"{spec.release_dir}/desc.json", "")]}
+    for split in splits or ():
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; RoleBench splits are {', '.join(SPLITS)}")
+    return {
+        split: [(f"{spec.release_dir}/{subset}/{split}.jsonl", subset) for subset in spec.subsets]
+        for split in (splits or SPLITS)
+    }
+
+
+def available_splits(data_dir: str | Path, name: str) -> list[str]:
+    """The splits of a config whose files are all in `data_dir`."""
+    root = Path(data_dir)
+    return [split for split, files in config_files(name).items() if all((root / rel).is_file() for rel, _ in files)]
+
+
+def complete_configs(data_dir: str | Path) -> list[str]:
+    """The configs whose every split is in `data_dir`."""
+    return [name for name in CONFIG_NAMES if len(available_splits(data_dir, name)) == len(config_files(name))]
+
+
+def check_files(data_dir: str | Path, name: str, splits=None) -> dict[str, list[tuple[Path, str]]]:
+    """Resolve a config's files in `data_dir`, or raise `MissingFilesError` saying what is missing and what works.
+
+    Returns:
+        `{split: [(absolute path, subset), ...]}`.
+    """
+    root = Path(data_dir)
+    wanted = config_files(name, splits)
+    missing = [rel for files in wanted.values() for rel, _ in files if not (root / rel).is_file()]
+    if missing:
+        complete = complete_configs(root)
+        partial = {
+            other: available_splits(root, other)
+            for other in CONFIG_NAMES
+            if other not in complete and available_splits(root, other)
+        }
+        lines = [f"RoleBench config {name!r} needs {len(missing)} file(s) missing from {root}:"]
+        lines += [f"  - {rel}" for rel in missing]
+        lines.append(f"Complete configs in this folder: {', '.join(complete) or 'none'}.")
+        if partial:
+            lines.append("Configs with some splits present (pass splits=[...] to load them):")
+            lines += [f"  - {other}: {', '.join(found)}" for other, found in partial.items()]
+        raise MissingFilesError("\n".join(lines))
+    return {split: [(root / rel, subset) for rel, subset in files] for split, files in wanted.items()}
+
+
+def download_release(
+    name: str, splits=None, repo_id: str = HUB_REPO_ID, revision: str | None = None, cache_dir=None, token=None
+) -> Path:
+    """Fetch only the files a config needs from the Hub dataset repo; returns the local snapshot folder.
+
+    Uses `huggingface_hub.snapshot_download` with `allow_patterns`, so the Hub cache (and `HF_HUB_OFFLINE=1`)
+    work as usual. Files the repo does not have are reported by `check_files` afterwards.
+    """
+    from huggingface_hub import snapshot_download
+
+    spec = get_spec(name)
+    if spec.kind == "profiles":
+        patterns = [f"{spec.release_dir}/*"]
+    else:
+        patterns = [rel for files in config_files(name, splits).values() for rel, _ in files]
+    folder = snapshot_download(
+        repo_id, repo_type="dataset", revision=revision, allow_patterns=patterns, cache_dir=cache_dir, token=token
+    )
+    return Path(folder)
+
+
+def fingerprint_files(paths) -> str:
+    """A short hash of the files' names, sizes and modification times, so edited files rebuild the cache."""
+    from datasets.fingerprint import Hasher
+
+    stats = sorted((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in map(Path, paths))
+    return Hasher.hash(stats)[:16]
