@@ -159,6 +159,7 @@ class ChatClient:
         self.max_parse_attempts = max_parse_attempts
         self.progress = progress
         self.usage = Usage()
+        self.default_max_tokens = 512
 
     def generate(self, requests: Sequence, parse: Callable[[str], Any] | None = None, desc: str | None = None):
         """Answer `requests` and return one `ChatResult` per request, in order.
@@ -183,22 +184,24 @@ class ChatClient:
     async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
         raise NotImplementedError
 
-    def estimate(self, requests: Sequence, max_tokens: int = 512) -> RunEstimate:
+    def estimate(self, requests: Sequence, max_tokens: int | None = None) -> RunEstimate:
         """Count the requests a run would send and estimate their tokens, before sending anything.
 
         Args:
             requests (`Sequence[ChatRequest | list[dict]]`): the requests of the run.
-            max_tokens (`int`, *optional*, defaults to 512): the completion budget of a request whose `params`
-                set no `max_tokens`.
+            max_tokens (`int`, *optional*): the completion budget of a request whose `params` set no
+                `max_tokens`; defaults to the client's (512 for an endpoint, `max_new_tokens` for a local model).
         """
         requests = [as_request(r) for r in requests]
         todo = [r for r in requests if self.cache is None or self.key(r) not in self.cache]
-        prompt = sum(self.count_tokens(m["content"]) + 4 for r in todo for m in r.messages)
-        completion = sum(r.params.get("max_tokens", max_tokens) for r in todo)
+        budget = max_tokens if max_tokens is not None else self.default_max_tokens
+        prompt = sum(self.count_prompt_tokens(r) for r in todo)
+        completion = sum(r.params.get("max_tokens", budget) for r in todo)
         return RunEstimate(len(requests), len(requests) - len(todo), prompt, completion)
 
-    def count_tokens(self, text: str) -> int:
-        return estimate_tokens(text)
+    def count_prompt_tokens(self, request: ChatRequest) -> int:
+        """Estimated prompt tokens of a request: its messages plus a few formatting tokens per message."""
+        return sum(estimate_tokens(m["content"]) + 4 for m in request.messages)
 
     def key(self, request: ChatRequest, attempt: int = 0) -> str:
         return request_key(self.model_name, request.messages, request.params, request.sample_index, attempt)
@@ -371,8 +374,7 @@ class OpenAIChatClient(ChatClient):
 
         for retry in range(self.max_retries + 1):
             if limiter is not None:
-                tokens = sum(self.count_tokens(m["content"]) for m in request.messages)
-                await limiter.acquire(tokens + request.params.get("max_tokens", 0))
+                await limiter.acquire(self.count_prompt_tokens(request) + request.params.get("max_tokens", 0))
             wait = None
             async with semaphore:
                 try:

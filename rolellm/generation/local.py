@@ -97,6 +97,7 @@ class LocalChatClient(ChatClient):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
+        self.default_max_tokens = max_new_tokens
         self.chat_template = CHATML_TEMPLATE if chat_template == "chatml" else chat_template
         if self.chat_template is None and tokenizer.chat_template is None:
             raise ValueError(
@@ -117,8 +118,8 @@ class LocalChatClient(ChatClient):
         )
         return super().key(request, attempt)
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+    def count_prompt_tokens(self, request: ChatRequest) -> int:
+        return len(self._render(request))
 
     async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
         """The async form of `generate`; generation runs in a worker thread so the event loop stays free."""

@@ -1,0 +1,117 @@
+"""LocalChatClient on the tiny Llama: batched greedy equals one-by-one, seeded sampling, cache and parse re-asks."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rolellm.generation import ChatRequest, LocalChatClient
+from rolellm.generation.local import CHATML_TEMPLATE
+
+
+QUESTIONS = [
+    "Why is the rum always gone?",
+    "俺老孙来也！",
+    "Give three tips for staying healthy during the winter, matey.",
+    "Hi",
+    "请用三句话介绍一下长城的历史。",
+]
+
+
+def ask(text, **kwargs):
+    return ChatRequest(
+        [{"role": "system", "content": "You are Jack Sparrow."}, {"role": "user", "content": text}], **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tiny_model_path):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path), AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+def make_client(model_and_tokenizer, **kwargs):
+    model, tokenizer = model_and_tokenizer
+    kwargs.setdefault("chat_template", "chatml")
+    kwargs.setdefault("max_new_tokens", 8)
+    return LocalChatClient(model=model, tokenizer=tokenizer, progress=False, **kwargs)
+
+
+def test_greedy_answers_equal_plain_generate_and_do_not_depend_on_batching(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    batched = make_client(model_and_tokenizer, batch_size=4).generate([ask(q) for q in QUESTIONS])
+    single = make_client(model_and_tokenizer, batch_size=1).generate([ask(q) for q in QUESTIONS])
+    assert [r.text for r in batched] == [r.text for r in single]
+    # the reference: transformers' own greedy generate on the ChatML prompt, one prompt at a time
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for question, result in zip(QUESTIONS, batched):
+        messages = ask(question).messages
+        ids = tokenizer.apply_chat_template(
+            messages, chat_template=CHATML_TEMPLATE, add_generation_prompt=True, return_dict=False
+        )
+        output = model.generate(
+            torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=[tokenizer.eos_token_id, im_end]
+        )[0, len(ids) :].tolist()
+        stop = next((i + 1 for i, t in enumerate(output) if t in (tokenizer.eos_token_id, im_end)), len(output))
+        assert result.text == tokenizer.decode(output[:stop], skip_special_tokens=True)
+        assert result.usage == {"prompt_tokens": len(ids), "completion_tokens": stop}
+
+
+def test_samples_of_one_prompt_differ_and_are_reproducible(model_and_tokenizer):
+    requests = [ask("Hi", params={"temperature": 1.0, "max_tokens": 12}, sample_index=i) for i in range(4)]
+    first = make_client(model_and_tokenizer, batch_size=4).generate(requests)
+    again = make_client(model_and_tokenizer, batch_size=4).generate(requests)
+    assert [r.text for r in first] == [r.text for r in again]
+    assert len({r.text for r in first}) > 1
+    greedy = make_client(model_and_tokenizer).generate([ask("Hi", sample_index=i) for i in range(2)])
+    assert greedy[0].text == greedy[1].text
+
+
+def test_cache_rerun_generates_nothing(model_and_tokenizer, tmp_path):
+    requests = [ask(q) for q in QUESTIONS]
+    first = make_client(model_and_tokenizer, cache_path=tmp_path / "local.sqlite").generate(requests)
+    client = make_client(model_and_tokenizer, cache_path=tmp_path / "local.sqlite")
+    second = client.generate(requests)
+    assert [r.text for r in second] == [r.text for r in first] and all(r.cached for r in second)
+    assert (client.usage.requests, client.usage.cached) == (0, 5)
+    # a different default budget is a different answer: not served from the cache
+    other = make_client(model_and_tokenizer, cache_path=tmp_path / "local.sqlite", max_new_tokens=3)
+    other.generate(requests[:1])
+    assert other.usage.requests == 1
+
+
+def test_parse_rejections_are_re_asked_then_counted(model_and_tokenizer):
+    calls = []
+
+    def parse(text):
+        calls.append(text)
+        if len(calls) == 1:
+            raise ValueError("not the answer I wanted")
+        return len(text)
+
+    client = make_client(model_and_tokenizer, max_parse_attempts=2)
+    [accepted] = client.generate([ask("Hi")], parse=parse)
+    assert accepted.ok and accepted.attempts == 2 and accepted.parsed == len(accepted.text)
+
+    def reject(text):
+        raise ValueError("never good enough")
+
+    [rejected] = client.generate([ask("Hi", params={"temperature": 1.0})], parse=reject)
+    assert rejected.error == "unparseable answer after 2 attempts: never good enough"
+    assert rejected.text is not None
+    assert (client.usage.requests, client.usage.reasks, client.usage.failures) == (4, 2, 1)
+
+
+def test_loading_by_path_and_bad_arguments(tiny_model_path, model_and_tokenizer):
+    client = LocalChatClient(tiny_model_path, chat_template="chatml", max_new_tokens=2, progress=False)
+    assert client.model_name == str(tiny_model_path)
+    assert client.generate([ask("Hi")])[0].usage["completion_tokens"] <= 2
+    with pytest.raises(ValueError, match="has no chat template: pass chat_template='chatml'"):
+        LocalChatClient(tiny_model_path)
+    with pytest.raises(ValueError, match=r"does not support params \['frequency_penalty'\]"):
+        client.generate([ask("Hi", params={"frequency_penalty": 0.5})])
+    with pytest.raises(ValueError, match="model_name_or_path, or model and tokenizer"):
+        LocalChatClient()
+    estimate = client.estimate([ask("Hi"), ask("Hi", params={"max_tokens": 5})])
+    prompt = client.tokenizer.apply_chat_template(
+        ask("Hi").messages, chat_template=CHATML_TEMPLATE, add_generation_prompt=True, return_dict=False
+    )
+    assert (estimate.prompt_tokens, estimate.completion_tokens) == (2 * len(prompt), 2 + 5)
