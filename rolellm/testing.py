@@ -249,12 +249,11 @@ class ChatCompletionsServer:
                 if server.latency:
                     time.sleep(server.latency)
                 if fault is None or fault.kind in ("slow", "truncated"):
-                    if fault is not None and fault.kind == "slow":
-                        time.sleep(fault.delay)
+                    if fault is not None:  # a slow or truncated fault still answers
+                        time.sleep(fault.delay if fault.kind == "slow" else 0)
                         answer = server.responder(body)
-                    if fault is not None and fault.kind == "truncated":
-                        answer = server.responder(body)
-                    return self._send(200, _completion(body, answer, truncated=fault is not None), body, fault)
+                    truncated = fault is not None and fault.kind == "truncated"
+                    return self._send(200, _completion(body, answer, truncated=truncated), body, fault)
                 if fault.kind == "rate_limit":
                     error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
                     return self._send(429, error, body, fault, {"Retry-After": f"{fault.retry_after:g}"})
