@@ -16,7 +16,7 @@ prompt engineering*.
 >>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，爱好饮酒作诗。")
 >>> [m["role"] for m in build_messages("你最爱喝什么酒？", profile, mode="system")]
 ['system', 'user']
->>> build_messages("你最爱喝什么酒？", profile, mode="zero-shot")[0]["content"][-8:]
+>>> build_messages("你最爱喝什么酒？", profile, mode="zero-shot")[0]["content"][-10:]
 '\\n\\n你最爱喝什么酒？'
 """
 

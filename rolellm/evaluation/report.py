@@ -17,6 +17,7 @@
 \\* mean of the available metrics (CUS, SPE); n/a: unavailable (see `unavailable` in results.json).
 """
 
+import warnings
 from pathlib import Path
 
 from rolellm.evaluation.scoring import METRICS, is_number
@@ -82,20 +83,42 @@ def format_breakdowns(result: dict) -> str:
     return "\n".join(lines)
 
 
+CJK_FONTS = [
+    "Noto Sans CJK SC",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "WenQuanYi Zen Hei",
+    "SimHei",
+    "Microsoft YaHei",
+]
+
+
 def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib import font_manager
 
-    plt.rcParams["font.sans-serif"] = ["Noto Sans CJK SC", "WenQuanYi Zen Hei", "SimHei", "DejaVu Sans"]
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    plt.rcParams["font.sans-serif"] = [name for name in CJK_FONTS if name in installed] + ["DejaVu Sans"]
     return plt
+
+
+def _check_glyphs(plt, labels) -> None:
+    if plt.rcParams["font.sans-serif"][0] == "DejaVu Sans" and any(ord(c) > 0x2E80 for label in labels for c in label):
+        warnings.warn(
+            "no CJK font is installed (e.g. Noto Sans CJK SC: apt-get install fonts-noto-cjk), so Chinese role "
+            "names in the plots are drawn as boxes; the tables in results.md are not affected",
+            stacklevel=3,
+        )
 
 
 def plot_per_role(result: dict, path: str | Path) -> Path:
     """Horizontal bars: each role's CUS, RAW and SPE (the available ones) in one run."""
     plt = _pyplot()
     roles = list(result["per_role"])
+    _check_glyphs(plt, roles)
     metrics = [m for m in METRICS if is_number(result["metrics"][m])]
     height = 0.8 / max(len(metrics), 1)
     fig, ax = plt.subplots(figsize=(8, 1.5 + 0.35 * len(roles) * max(len(metrics), 1) ** 0.5))
@@ -136,8 +159,10 @@ def _run_label(result: dict) -> str:
 
 def _save(fig, plt, path) -> Path:
     path = Path(path)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with warnings.catch_warnings():  # one warning about missing glyphs (`_check_glyphs`), not one per glyph
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 

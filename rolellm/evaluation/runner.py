@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.evaluation.prompting import FEW_SHOT_MODES, build_messages
-from rolellm.evaluation.scoring import read_raw_targets, score_predictions
+from rolellm.evaluation.scoring import read_raw_targets, references_as_released, score_predictions
 
 
 logger = logging.getLogger(__name__)
@@ -142,21 +142,35 @@ def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
     return rows
 
 
+def _match_key(row: dict) -> tuple:
+    # the released question text: stripping it would merge distinct English questions (" Q" and " Q ")
+    question = json.loads(row["raw"])["question"] if row.get("raw") else row["question"].strip()
+    return row["subset"], row["role"], question
+
+
 def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
-    """The release's RoleGPT answer to each row, matched on (subset, role, question).
+    """The release's RoleGPT answer to each row, matched on (subset, role, question) as released.
 
     Raises:
         `ValueError`: naming the rows that have no baseline answer.
     """
-    answers = {(r["subset"], r["role"], r["question"].strip()): r["generated"][0] for r in baseline}
-    missing = [row for row in rows if (row["subset"], row["role"], row["question"].strip()) not in answers]
+    answers = {}
+    for row in baseline:
+        answers.setdefault(_match_key(row), []).append(references_as_released(row)[0])
+    predictions, missing = [], []
+    for row in rows:
+        found = answers.get(_match_key(row))
+        if found:
+            predictions.append(found.pop(0))  # a question asked twice of one role is answered in file order
+        else:
+            missing.append(row)
     if missing:
         first = missing[0]
         raise ValueError(
             f"{len(missing)} of {len(rows)} rows have no RoleGPT baseline answer, e.g. {first['subset']} row of "
             f"{first['role']!r}: {first['question'][:60]!r}; the rolegpt_baseline split must cover the split scored"
         )
-    return [answers[(row["subset"], row["role"], row["question"].strip())] for row in rows]
+    return predictions
 
 
 def load_profiles(config: EvaluateConfig, lang: str) -> dict:
@@ -370,18 +384,14 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     from rolellm.data import load_rolebench
     from rolellm.evaluation.report import update_model_card, write_report
 
-    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir)
-    if config.split not in dataset:
-        raise ValueError(f"split={config.split!r} is not in {config.dataset_name!r}; it has {list(dataset)}")
+    splits = [config.split, "rolegpt_baseline"] if config.is_rolegpt_baseline else [config.split]
+    # keep_raw: references are scored as released (see `rolellm.evaluation.scoring.references_as_released`)
+    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits, keep_raw=True)
     rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
     if config.is_rolegpt_baseline:
-        if "rolegpt_baseline" not in dataset:
-            raise ValueError(
-                f"{config.dataset_name!r} has no rolegpt_baseline split here: the release files are needed"
-            )
         predictions = rolegpt_predictions(rows, dataset["rolegpt_baseline"])
         mode = None
     else:

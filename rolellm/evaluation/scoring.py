@@ -12,8 +12,8 @@ available ones and `avg_over` says which.
 >>> rows = [{"role": "李白", "question": "你好", "generated": ["举杯邀明月"], "type": [], "subset": "general",
 ...          "lang": "zh"}]
 >>> result = score_predictions(rows, ["举杯邀明月"])
->>> result["metrics"]["CUS"], result["metrics"]["RAW"], result["unavailable"]["RAW"][:22]
-(1.0, None, 'no raw targets given (i')
+>>> result["metrics"]["CUS"], result["metrics"]["RAW"], result["unavailable"]["RAW"][:20]
+(1.0, None, 'no raw targets given')
 """
 
 import json
@@ -55,11 +55,21 @@ def read_raw_targets(path: str | Path) -> dict[str, str]:
 
 def sample_scores(predictions: list[str], references: list[list[str]], lang: str | None = None) -> list[float]:
     """The paper's ROUGE-L recall of each prediction against its best reference."""
-    from rolellm.evaluation.rouge import rouge_l
+    from rolellm.evaluation.rouge import rouge_l_scores
 
     if not predictions:
         return []
-    return list(rouge_l(predictions, references, lang=lang, measure="recall", reduction="none"))
+    return rouge_l_scores(predictions, references, lang=lang, measure="recall")
+
+
+def references_as_released(row: dict) -> list[str]:
+    """A row's references exactly as the release has them: from its `raw` line when the row carries one.
+
+    The data layer strips the whitespace around answers, but the paper scored the released text: some English
+    references end with a space after their final period, which the `rouge` package counts as one more word.
+    Scoring the stripped text gives the English RoleGPT SPE 0.3233 instead of the paper's 0.3229.
+    """
+    return json.loads(row["raw"])["generated"] if row.get("raw") else row["generated"]
 
 
 def _mean(values):
@@ -77,7 +87,8 @@ def score_predictions(
     """Score answers to RoleBench rows: RAW / CUS / SPE overall, per role and per question type.
 
     Args:
-        rows (`list[dict]`): RoleBench rows (`role`, `question`, `generated`, `type`, `subset`, `lang`).
+        rows (`list[dict]`): RoleBench rows (`role`, `question`, `generated`, `type`, `subset`, `lang`, and `raw`
+            when loaded with `keep_raw=True`: then the references are taken as released).
         predictions (`list[str | None]`): one answer per row; `None` is a failed generation, scored as an empty
             answer and counted in `counts["failed"]`.
         raw_targets (`dict[str, str]`, *optional*): `read_raw_targets(...)`; without it RAW is unavailable. General
@@ -102,9 +113,9 @@ def score_predictions(
         return dict(zip(indices, sample_scores([answers[i] for i in indices], [refs(i) for i in indices], lang)))
 
     per_sample = {
-        "CUS": score(general, lambda i: rows[i]["generated"]),
+        "CUS": score(general, lambda i: references_as_released(rows[i])),
         "RAW": score(raw, lambda i: [raw_targets[rows[i]["question"].strip()]]),
-        "SPE": score(specific, lambda i: rows[i]["generated"]),
+        "SPE": score(specific, lambda i: references_as_released(rows[i])),
     }
     unavailable = {}
     if not general:
