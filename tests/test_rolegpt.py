@@ -7,7 +7,7 @@ from rolellm.generation.client import OpenAIChatClient
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig, address_question
 from rolellm.profiles import RoleProfile, read_screenplay_folder
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing import ChatCompletionsServer, Fault, content_key
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,7 @@ class RoleGPTResponder:
 
     def __init__(self):
         self.seen = set()
+        self.slow = set()  # a timed-out answer may still count as written: left out of exact counts
         # (question index, role, seed) -> a fault served the first time that request arrives
         self.faults = {
             (0, "华妃", 0): Fault("rate_limit", retry_after=0.05),
@@ -119,6 +120,8 @@ class RoleGPTResponder:
         key = (QUESTIONS.index(question), role, body["seed"])
         if key in self.faults and key not in self.seen:
             self.seen.add(key)
+            if self.faults[key].kind == "slow":
+                self.slow.add(content_key(body))
             return self.faults[key]
         seed = body["seed"]
         if key == (2, "华妃", 4):
@@ -135,7 +138,8 @@ class RoleGPTResponder:
 def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
     profiles = [zhenhuan["华妃"], zhenhuan["皇帝"]]
     rolegpt = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot"))
-    with ChatCompletionsServer(RoleGPTResponder()) as server:
+    responder = RoleGPTResponder()
+    with ChatCompletionsServer(responder) as server:
         client = OpenAIChatClient(
             "test-model", base_url=server.base_url, max_concurrency=4, timeout=0.5, initial_backoff=0.01,
             cache_path=tmp_path / "cache.sqlite", progress=False,
@@ -143,7 +147,8 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         result = rolegpt.generate(client, profiles, QUESTIONS, output_dir=tmp_path / "out")
         answered = server.answered_counts()
         assert len(answered) == 6 * 6  # every (pair, sample) body answered...
-        assert sorted(answered.values()) == [1] * 35 + [3]  # ...once, but the empty answer, asked three times
+        counts = sorted(n for key, n in answered.items() if key not in responder.slow)
+        assert counts == [1] * 34 + [3]  # ...once, but the empty answer, asked three times
         # the slow answer is logged when its (timed-out) reply is written, which may be after the run ends
         faults = sorted(
             r["fault"].kind for r in server.requests if r["fault"] is not None and r["fault"].kind != "slow"
