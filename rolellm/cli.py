@@ -14,6 +14,8 @@ from rolellm import __version__
 # command -> (module, one-line help). Add a command by adding its script and a line here.
 COMMANDS = {
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
+    "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
+    "data": ("rolellm.scripts.data", "RoleBench statistics (paper Table 1), leakage checks, export/push to the Hub."),
 }
 
 

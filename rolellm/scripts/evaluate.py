@@ -1,0 +1,95 @@
+"""`rolellm evaluate`: answer a RoleBench config with a model, score RAW / CUS / SPE like the paper, write the report.
+
+```bash
+# the release's RoleGPT answers as a "model" (no generation): the paper's RoleGPT rows
+rolellm evaluate --model_name_or_path rolegpt --dataset_name zh --data_dir RoleBench --output_dir runs/rolegpt-zh
+
+# a local model (folder or Hub id), greedy, with the role system instruction
+rolellm evaluate --model_name_or_path ./rolellama --dataset_name en-instruction --data_dir RoleBench \
+    --mode system --output_dir runs/rolellama --compare_with runs/rolegpt-en/results.json
+
+# an OpenAI-compatible endpoint (a vLLM server), with a YAML recipe
+rolellm evaluate --config examples/recipes/evaluate_vllm.yaml
+```
+
+Command-line flags override the values of `--config`.
+"""
+
+import json
+import sys
+
+import yaml
+
+from rolellm.evaluation.runner import EvaluateConfig
+
+
+def _parser_class():
+    from transformers import HfArgumentParser
+
+    class EvaluateParser(HfArgumentParser):
+        """`HfArgumentParser` over `EvaluateConfig` that reads `--config recipe.yaml` first (like `TrlParser`)."""
+
+        def parse_known_args(self, args=None, namespace=None):
+            args = list(sys.argv[1:] if args is None else args)
+            if "--config" in args:
+                index = args.index("--config")
+                if index + 1 >= len(args):
+                    self.error("--config needs the path of a YAML file")
+                path = args[index + 1]
+                del args[index : index + 2]
+                self.set_defaults(**read_recipe(path))
+                # fields given in the recipe are no longer required on the command line
+                for action in self._actions:
+                    if action.dest in self._defaults:
+                        action.required = False
+            return super().parse_known_args(args, namespace)
+
+    return EvaluateParser
+
+
+def read_recipe(path: str) -> dict:
+    """Read a YAML recipe of `EvaluateConfig` fields; unknown keys are an error naming the file and the key."""
+    with open(path, encoding="utf-8") as file:
+        recipe = yaml.safe_load(file) or {}
+    if not isinstance(recipe, dict):
+        raise ValueError(
+            f"{path}: a recipe must be a YAML mapping of EvaluateConfig fields, got {type(recipe).__name__}"
+        )
+    fields = set(EvaluateConfig.__dataclass_fields__)
+    unknown = sorted(set(recipe) - fields)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; EvaluateConfig fields are {sorted(fields)}")
+    return recipe
+
+
+def make_parser(subparsers=None):
+    description = "Answer a RoleBench config with a model (or score RoleGPT's answers), score RAW/CUS/SPE, report."
+    parser_class = _parser_class()
+    if subparsers is not None:
+        parser = subparsers.add_parser(
+            "evaluate", help=description, description=description, dataclass_types=EvaluateConfig
+        )
+    else:
+        parser = parser_class(EvaluateConfig, prog="rolellm evaluate", description=description)
+    parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
+    return parser
+
+
+def main(args=None):
+    if args is None:
+        args = make_parser().parse_args()
+    from rolellm.evaluation.report import format_table
+    from rolellm.evaluation.runner import run_benchmark
+
+    values = {k: v for k, v in vars(args).items() if k in EvaluateConfig.__dataclass_fields__}
+    results = run_benchmark(EvaluateConfig(**values))
+    print(format_table([results]))
+    for metric, reason in results["unavailable"].items():
+        print(f"{metric}: unavailable ({reason})")
+    print(f"Wrote results.json, results.md, per_role.png and comparison.png to {args.output_dir}")
+    counts = json.dumps(results["counts"])
+    print(f"Counts: {counts}")
+
+
+if __name__ == "__main__":
+    main()
