@@ -36,6 +36,8 @@ _EXPORTS = {
     "to_role_messages": "rolellm.chat_template",
     "encode_chat": "rolellm.chat_template",
     "set_role_chat_template": "rolellm.chat_template",
+    "rouge_l": "rolellm.evaluation.rouge",
+    "rouge_l_scores": "rolellm.evaluation.rouge",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -1,0 +1,169 @@
+"""ROUGE-L: bit-for-bit agreement with the `rouge` package and the paper's RoleGPT rows from the release files."""
+
+import json
+import logging
+import random
+
+import pytest
+from rouge import Rouge
+
+from rolellm.evaluation.rouge import (
+    detect_language,
+    rouge_l,
+    rouge_l_pairs,
+    rouge_l_scores,
+    split_sentences,
+    to_rouge_text,
+)
+
+
+ROUGE = Rouge(metrics=["rouge-l"])
+MEASURES = {"recall": "r", "precision": "p", "f": "f"}
+ENGLISH_SPE = "rolebench-eng/instruction-generalization/role_specific"
+RELEASE_PARTS = {ENGLISH_SPE: "en", "rolebench-zh/role_specific": "zh", "rolebench-zh/general": "zh"}
+
+
+def reference_scores(predictions, references):
+    """What `rouge` 1.0.1 says for each aligned pair (`None` where it raises)."""
+    scores = []
+    for prediction, reference in zip(predictions, references):
+        try:
+            scores.append(ROUGE.get_scores(prediction, reference)[0]["rouge-l"])
+        except ValueError:
+            scores.append(None)
+    return scores
+
+
+def assert_same_as_rouge(predictions, references):
+    ours = rouge_l_pairs(predictions, references)
+    expected = reference_scores(predictions, references)
+    for index, scores in enumerate(expected):
+        for measure, key in MEASURES.items():
+            assert ours[measure][index] == scores[key], (predictions[index], references[index], measure)
+    return len(expected)
+
+
+def random_text(rng, vocabulary, max_words):
+    # few distinct words, runs of dots and spaces: many LCS ties, empty and whitespace-only sentences
+    pieces = [rng.choice(vocabulary) for _ in range(rng.randint(1, max_words))]
+    return "".join(piece if piece in (".", " ", "  ", "\t") else " " + piece for piece in pieces)
+
+
+@pytest.mark.parametrize("max_words,count", [(12, 3000), (40, 600), (260, 40)])
+def test_identical_to_rouge_on_random_texts(max_words, count):
+    # up to 260 words per sentence: LCS bit vectors span several 64-bit words
+    rng = random.Random(max_words)
+    vocabulary = ["a", "b", "c", "d", "é", "x", ".", ".", " ", "  ", "\t"]
+    pairs = [(random_text(rng, vocabulary, max_words), random_text(rng, vocabulary, max_words)) for _ in range(count)]
+    pairs = [pair for pair in pairs if split_sentences(pair[0]) and split_sentences(pair[1])]
+    assert assert_same_as_rouge(*zip(*pairs)) > 0.9 * count
+
+
+def test_sentence_splitting_matches_rouge_preprocessing():
+    assert split_sentences("") == [] and split_sentences("...") == []
+    assert split_sentences(" Hi  there. Bye. ") == [["Hi", "there"], ["Bye"], [""]]
+    # the whitespace-only last sentence is one more (empty) reference word: 2 distinct hits out of 3 words
+    assert rouge_l_pairs(["Hi there"], ["Hi there. "])["recall"].tolist() == [2 / 3]
+    assert ROUGE.get_scores("Hi there", "Hi there. ")[0]["rouge-l"]["r"] == 2 / 3
+
+
+def test_words_are_counted_as_sets():
+    # `rouge` counts distinct words: "the" twice in the reference is one word
+    assert rouge_l(["the cat"], ["the cat and the dog"]) == 2 / 4
+    assert rouge_l(["the cat"], ["the cat and the dog"], measure="precision") == 1.0
+
+
+def test_empty_prediction_scores_zero_and_is_reported(caplog):
+    with caplog.at_level(logging.WARNING, logger="rolellm.evaluation.rouge"):
+        scores = rouge_l_scores(["", "...", "a b"], ["a b", "a b", "a b"])
+    assert scores == [0.0, 0.0, 1.0]
+    assert "2 of 3 predictions are empty" in caplog.text
+
+
+def test_empty_reference_raises_with_the_sample():
+    with pytest.raises(ValueError, match="Sample 1: a reference has no sentence"):
+        rouge_l_scores(["a", "b"], [["a"], ["b", "..."]])
+    with pytest.raises(ValueError, match="Sample 0 has no reference"):
+        rouge_l_scores(["a"], [[]])
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="measure='bleu'"):
+        rouge_l(["a"], ["a"], measure="bleu")
+    with pytest.raises(ValueError, match="lang='fr'"):
+        rouge_l(["a"], ["a"], lang="fr")
+    with pytest.raises(ValueError, match="2 predictions but 1 reference"):
+        rouge_l(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match="tokenizer='bpe'"):
+        rouge_l(["a"], ["a"], tokenizer="bpe")
+
+
+def test_max_over_references_mean_over_samples():
+    predictions = ["the sea is cruel", "I fought in Korea"]
+    references = [["a cruel sea is the sea", "the sea"], ["Korea. I fought", "Korea"]]
+    expected = [
+        [ROUGE.get_scores(prediction, reference)[0]["rouge-l"] for reference in sample]
+        for prediction, sample in zip(predictions, references)
+    ]
+    for measure, key in MEASURES.items():
+        best = [max(scores[key] for scores in sample) for sample in expected]
+        assert rouge_l_scores(predictions, references, measure=measure) == best
+        assert rouge_l(predictions, references, measure=measure) == sum(best) / 2
+    assert rouge_l_scores(predictions, references) == [1.0, 1.0]  # "the sea" and "Korea" are fully recalled
+
+
+def test_language_detected_per_sample():
+    assert detect_language("Arr, matey") == "en" and detect_language("俺老孙来也") == "zh"
+    predictions = ["俺老孙来也，妖怪哪里走", "the cat sat"]
+    references = [["俺老孙去也，妖怪快走"], ["the cat sat on the mat"]]
+    expected = [
+        ROUGE.get_scores(" ".join(predictions[0]), " ".join(references[0][0]))[0]["rouge-l"]["r"],
+        ROUGE.get_scores(predictions[1], references[1][0])[0]["rouge-l"]["r"],
+    ]
+    assert rouge_l_scores(predictions, references) == expected
+    # forcing English on Chinese text makes each clause one word
+    assert rouge_l_scores(predictions[:1], references[:1], lang="en") == [0.0]
+
+
+def test_other_tokenizers():
+    assert to_rouge_text("Hello, World. Bye!", "rouge_score") == "hello world bye"
+    assert rouge_l(["Hello, world!"], ["hello world"], tokenizer="rouge_score") == 1.0
+    assert rouge_l(["Hello, world!"], ["hello world"]) == 0.0  # paper: case and punctuation count
+    assert to_rouge_text("我爱北京天安门", "jieba").split() == ["我", "爱", "北京", "天安门"]
+    assert rouge_l(["我爱北京"], ["我爱北京天安门"], tokenizer="jieba") == 3 / 4
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as file:
+        return [json.loads(line) for line in file]
+
+
+def release_pairs(rolebench_dir, part):
+    """Baseline answers and the test references of the same (role, question): rows are not in the same order."""
+    tests = read_jsonl(rolebench_dir / part / "test.jsonl")
+    baseline = {(row["role"], row["question"]): row["generated"][0] for row in read_jsonl(rolebench_dir / part / "rolegpt_baseline.jsonl")}  # fmt: skip
+    return [baseline[row["role"], row["question"]] for row in tests], [row["generated"] for row in tests]
+
+
+@pytest.mark.parametrize("part,expected", [(ENGLISH_SPE, 0.3229), ("rolebench-zh/role_specific", 0.2478)])
+def test_paper_rolegpt_spe(rolebench_dir, part, expected):
+    predictions, references = release_pairs(rolebench_dir, part)
+    assert len(predictions) == {ENGLISH_SPE: 4750}.get(part, 239)
+    assert round(rouge_l(predictions, references), 4) == expected
+
+
+def test_stripping_the_release_text_changes_the_english_spe(rolebench_dir):
+    predictions, references = release_pairs(rolebench_dir, ENGLISH_SPE)
+    stripped = [[reference.strip() for reference in sample] for sample in references]
+    assert round(rouge_l([p.strip() for p in predictions], stripped), 4) == 0.3232
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", list(RELEASE_PARTS))
+def test_identical_to_rouge_on_every_release_pair(rolebench_dir, part):
+    predictions, references = release_pairs(rolebench_dir, part)
+    tokenizer = "char" if RELEASE_PARTS[part] == "zh" else "whitespace"
+    flat_predictions = [to_rouge_text(p, tokenizer) for p, refs in zip(predictions, references) for _ in refs]
+    flat_references = [to_rouge_text(r, tokenizer) for refs in references for r in refs]
+    count = assert_same_as_rouge(flat_predictions, flat_references)
+    assert count == {ENGLISH_SPE: 4954, "rolebench-zh/role_specific": 240}.get(part, 6982)
