@@ -24,7 +24,7 @@ from typing import Literal
 
 import jinja2
 
-from rolellm.profiles import RoleProfile
+from rolellm.profiles import RoleProfile, role_key
 
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
@@ -136,7 +136,7 @@ def to_role_messages(
     ['燕人张翼德！', '俺是张飞！']
     """
     references = list(row["generated"])
-    if row["role"] != profile.name:
+    if role_key(row["role"]) != role_key(profile.name):
         raise ValueError(f"row of role {row['role']!r} was given the profile of {profile.name!r}")
     if not references:
         raise ValueError(f"row of role {row['role']!r} has no reference answer in 'generated': {row['question']!r}")

@@ -1,0 +1,94 @@
+"""`RoCITConfig`: `trl.SFTConfig` plus the role-conditioned instruction tuning fields."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trl import SFTConfig
+
+
+@dataclass
+class RoCITConfig(SFTConfig):
+    r"""Configuration of the [`RoCITTrainer`]: everything of `trl.SFTConfig`, plus where the role profiles come from
+    and how RoleBench rows become conversational samples.
+
+    Parameters:
+        > Parameters that control the role data
+
+        profiles_path (`str`, *optional*):
+            Where the role profiles come from when the trainer is not given `profiles=`: a RoleBench release folder
+            (holding `profiles-en/` and/or `profiles-zh/`), one `profiles-{lang}` folder, or a `desc.json` file.
+        reference (`str`, *optional*, defaults to `"first"`):
+            Which reference answer of a row's `generated` to train on: `"first"`, `"random"` (one per row, drawn with
+            `seed`) or `"all"` (one sample per reference).
+        role_specific_fraction (`float`, *optional*):
+            Fraction of role-specific samples in the training mix. The larger subset is down-sampled (with `seed`) to
+            reach it; `0.0` trains on general rows only, `1.0` on role-specific rows only. `None` keeps the data's own
+            mix (the paper trains on both and finds that mixing helps).
+        system_lang (`str`, *optional*):
+            Language of the system instruction (`"en"` or `"zh"`). `None` uses each row's `lang`.
+        system_template_path (`str`, *optional*):
+            A Jinja file replacing the paper's system instruction (see `rolellm.build_system_instruction`).
+        log_subset_losses (`bool`, *optional*, defaults to `True`):
+            Log the train and eval loss of `general` and `role_specific` samples separately (`loss_general`,
+            `loss_role_specific`, `eval_loss_general`, ...).
+
+    > [!NOTE]
+    > These parameters have default values different from `trl.SFTConfig`:
+    > - `assistant_only_loss`: Defaults to `True` instead of `False`: the loss covers the assistant turns only, never the
+    >   system instruction or the question.
+    > - `packing_strategy`: only `"bfd"` is accepted. `"wrapped"` lets samples of different roles attend to each
+    >   other, and `"bfd_split"` cuts a sample so that its tail trains without its role's system instruction.
+
+    >>> config = RoCITConfig(output_dir="out", use_cpu=True, bf16=False, reference="all")
+    >>> config.assistant_only_loss, config.reference
+    (True, 'all')
+    """
+
+    assistant_only_loss: bool = field(
+        default=True,
+        metadata={"help": "Compute the loss on the assistant turns only (RoCIT default: True)."},
+    )
+    profiles_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "RoleBench release folder (with profiles-en/ or profiles-zh/), a profiles-{lang} folder or a "
+            "desc.json file, read when the trainer is not given profiles=."
+        },
+    )
+    reference: Literal["first", "random", "all"] = field(
+        default="first",
+        metadata={"help": "Reference answer(s) to train on: 'first', 'random' (seeded) or 'all' (one sample each)."},
+    )
+    role_specific_fraction: float | None = field(
+        default=None,
+        metadata={
+            "help": "Fraction of role-specific samples in the training mix (the larger subset is down-sampled); "
+            "None keeps the data's own mix."
+        },
+    )
+    system_lang: Literal["en", "zh"] | None = field(
+        default=None,
+        metadata={"help": "Language of the system instruction; None uses each row's lang."},
+    )
+    system_template_path: str | None = field(
+        default=None,
+        metadata={"help": "Jinja file replacing the paper's system instruction."},
+    )
+    log_subset_losses: bool = field(
+        default=True,
+        metadata={"help": "Log train/eval loss of general and role_specific samples separately."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.role_specific_fraction is not None and not 0.0 <= self.role_specific_fraction <= 1.0:
+            raise ValueError(
+                f"role_specific_fraction={self.role_specific_fraction} is not a fraction: use a value in [0, 1], "
+                "or None to keep the data's own mix"
+            )
+        if self.packing_strategy != "bfd":
+            raise ValueError(
+                f"packing_strategy={self.packing_strategy!r} is not supported by RoCIT: 'wrapped' lets samples of "
+                "different roles attend to each other and 'bfd_split' trains the tail of a cut sample without its "
+                "role's system instruction; use 'bfd'"
+            )

@@ -1,0 +1,319 @@
+"""`RoCITTrainer`: `trl.SFTTrainer` that trains on RoleBench rows with the role system instruction (RoCIT).
+
+What it adds to `SFTTrainer`, each at one override point:
+
+- `build_role_dataset` (called before `SFTTrainer.__init__`): RoleBench rows + profiles -> `messages` samples, with
+  the reference choice and the general/role-specific mix of `RoCITConfig`.
+- `_prepare_dataset`: tokenizes with `rolellm.encode_chat` (exact assistant masks for any chat template, control
+  tokens inside messages encoded as plain text, a per-token `subset_ids` column), lets TRL build the labels, and packs
+  with `_pack_dataset`.
+- the data collator: TRL's, carrying `subset_ids` along (`DataCollatorForRoleLM`).
+- `compute_loss`: refuses batches whose packed samples could attend to each other and logs the loss of `general`
+  and `role_specific` samples separately.
+- `create_model_card`: a card naming the roles, the data, the chat template and the paper.
+"""
+
+import dataclasses
+import logging
+from collections import Counter
+from pathlib import Path
+
+import datasets
+import torch
+from accelerate.utils import is_peft_model
+from transformers import AutoTokenizer
+from trl import SFTTrainer, pack_dataset
+from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
+
+from rolellm.chat_template import encode_chat, has_generation_markers, set_role_chat_template
+from rolellm.training.card import build_model_card
+from rolellm.training.config import RoCITConfig
+from rolellm.training.data import SUBSET_IDS, load_profiles, mix_subsets, rolebench_to_conversations
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class DataCollatorForRoleLM(DataCollatorForLanguageModeling):
+    """TRL's language-modeling collator, also padding (or, padding-free, concatenating) the per-token `subset_ids`."""
+
+    def torch_call(self, examples):
+        output = super().torch_call(examples)
+        if "subset_ids" in examples[0]:
+            subset_ids = [torch.tensor(example["subset_ids"]) for example in examples]
+            if self.padding_free:
+                subset_ids = [torch.cat(subset_ids)]
+            output["subset_ids"] = pad(subset_ids, padding_value=-1, pad_to_multiple_of=self.pad_to_multiple_of)
+        return output
+
+
+def check_no_cross_sample_attention(inputs: dict) -> None:
+    """Raise when a batch would let packed samples attend to each other.
+
+    transformers separates the samples of a packed row by their `position_ids` only when the forward gets no 2D
+    `attention_mask` and no cache; a row whose positions restart while an `attention_mask` is present would be attended
+    as one sequence.
+    """
+    position_ids, attention_mask = inputs.get("position_ids"), inputs.get("attention_mask")
+    if position_ids is None or attention_mask is None or attention_mask.dim() != 2:
+        return
+    restarts = (position_ids[:, 1:] <= position_ids[:, :-1]) & attention_mask[:, 1:].bool()
+    if restarts.any():
+        raise RuntimeError(
+            "a batch holds packed samples (position_ids restart inside a row) together with a 2D attention_mask, "
+            "so its samples would attend to each other; use the trainer's own collator (padding-free batches carry "
+            "no attention_mask)"
+        )
+
+
+class RoCITTrainer(SFTTrainer):
+    """Role-conditioned instruction tuning: `trl.SFTTrainer` on RoleBench rows with the paper's role system instruction.
+
+    Args:
+        model (`str` or `PreTrainedModel`): the model or its name/path, as for `SFTTrainer`.
+        args (`RoCITConfig`, *optional*): training configuration; defaults to `RoCITConfig("<model>-RoCIT")`.
+        train_dataset (`datasets.Dataset`): RoleBench rows (`role`, `question`, `generated`, `subset`, `lang`: the
+            output of `rolellm.data.load_rolebench` or a Hub copy) or ready `messages` samples.
+        eval_dataset (`datasets.Dataset` or `dict[str, datasets.Dataset]`, *optional*): rows or samples to evaluate on
+            (no mixing, same reference choice).
+        processing_class (`PreTrainedTokenizerBase`, *optional*): the tokenizer; loaded from the model when omitted. A
+            tokenizer without a chat template gets rolellm's ChatML-style role template (`set_role_chat_template`).
+        profiles (`dict[str, RoleProfile]`, *optional*): role -> profile; read from `args.profiles_path` when omitted.
+        peft_config (`peft.PeftConfig`, *optional*): LoRA and friends, as for `SFTTrainer`.
+        quantization_config (`transformers.BitsAndBytesConfig`, *optional*): QLoRA, when `model` is a name or path.
+        **kwargs: the other arguments of `SFTTrainer` (`callbacks`, `optimizers`, ...).
+
+    >>> from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
+    >>> import datasets, tempfile
+    >>> from rolellm import RoleProfile
+    >>> folder = tempfile.mkdtemp()
+    >>> path = build_tiny_llama(folder + "/model")
+    >>> rows = datasets.Dataset.from_list([{"role": "张飞", "question": "你是谁？", "generated": ["燕人张翼德！"],
+    ...                                     "type": [], "subset": "general", "lang": "zh"}] * 4)
+    >>> args = RoCITConfig(folder + "/out", use_cpu=True, bf16=False, activation_checkpointing=False, max_steps=2,
+    ...                    per_device_train_batch_size=2, report_to="none", save_strategy="no", disable_tqdm=True)
+    >>> trainer = RoCITTrainer(str(path), args=args, train_dataset=rows,
+    ...                        profiles={"张飞": RoleProfile("张飞", "zh", "猛将")})
+    >>> trainer.train().global_step
+    {'train_runtime': ...}
+    2
+    """
+
+    _tag_names = ["trl", "sft", "rolellm", "rocit"]
+    _name = "RoCIT"
+
+    def __init__(
+        self,
+        model,
+        args: RoCITConfig | None = None,
+        train_dataset: datasets.Dataset | None = None,
+        eval_dataset=None,
+        processing_class=None,
+        profiles: dict | None = None,
+        peft_config=None,
+        quantization_config=None,
+        **kwargs,
+    ):
+        model_id = model if isinstance(model, str) else model.config._name_or_path
+        if args is None:
+            args = RoCITConfig(f"{Path(model_id).name}-RoCIT")
+        elif not isinstance(args, RoCITConfig):
+            raise TypeError(f"args must be a RoCITConfig, got {type(args).__name__}: build one with RoCITConfig(...)")
+        if train_dataset is None:
+            raise ValueError("train_dataset is required: RoleBench rows or messages samples")
+        self.args = args  # `SFTTrainer.__init__` sets it too; the role conversion below needs it first
+        self.profiles = profiles
+        if self.profiles is None and args.profiles_path is not None:
+            self.profiles = load_profiles(args.profiles_path)
+        self._system_template = None
+        if args.system_template_path is not None:
+            self._system_template = Path(args.system_template_path).read_text(encoding="utf-8")
+
+        # A base model's tokenizer gets the role template; tokens it lacks are added and the embeddings resized.
+        if processing_class is None:
+            processing_class = AutoTokenizer.from_pretrained(model_id, trust_remote_code=args.trust_remote_code)
+        if processing_class.chat_template is None:
+            if isinstance(model, str):
+                init_kwargs = dict(args.model_init_kwargs or {})
+                if quantization_config is not None:
+                    init_kwargs["quantization_config"] = quantization_config
+                model = create_model_from_path(model, **init_kwargs)
+            added = set_role_chat_template(processing_class, model)
+            if added and peft_config is not None:
+                peft_config.trainable_token_indices = {"embed_tokens": added}
+                peft_config.modules_to_save = [*(peft_config.modules_to_save or []), "lm_head"]
+
+        self.role_stats = {}
+        train_dataset = self.build_role_dataset(train_dataset, "train")
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {key: self.build_role_dataset(ds, key) for key, ds in eval_dataset.items()}
+        elif eval_dataset is not None:
+            eval_dataset = self.build_role_dataset(eval_dataset, "eval")
+
+        # rolellm computes the assistant spans itself (`encode_chat`): TRL would otherwise insist on patching a
+        # template that has no {% generation %} markers.
+        prefix_spans = args.assistant_only_loss and not has_generation_markers(processing_class.chat_template)
+        args.assistant_only_loss = not prefix_spans and args.assistant_only_loss
+        self._train_on_assistant_only = args.assistant_only_loss or prefix_spans
+        try:
+            super().__init__(
+                model,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                peft_config=peft_config,
+                quantization_config=quantization_config,
+                **kwargs,
+            )
+        finally:
+            args.assistant_only_loss = self._train_on_assistant_only
+        if args.packing or args.padding_free:
+            # With a cache in the forward, transformers stops reading sample boundaries from `position_ids`.
+            self.model.config.use_cache = False
+        if type(self.data_collator) is DataCollatorForLanguageModeling:
+            fields = {f.name: getattr(self.data_collator, f.name) for f in dataclasses.fields(self.data_collator)}
+            self.data_collator = DataCollatorForRoleLM(**fields)
+
+    # ----------------------------------------------------------------------------------------------- data
+    def build_role_dataset(self, dataset: datasets.Dataset, split: str) -> datasets.Dataset:
+        """RoleBench rows -> `messages` samples (a dataset that already has `messages` is returned as is).
+
+        The training split is mixed by `args.role_specific_fraction`; every split uses `args.reference`.
+        """
+        if "messages" in dataset.column_names:
+            return dataset
+        if "question" not in dataset.column_names or "generated" not in dataset.column_names:
+            raise ValueError(
+                f"the {split} dataset has columns {dataset.column_names}: pass RoleBench rows (role, question, "
+                "generated, subset, lang) or conversational samples with a 'messages' column"
+            )
+        if self.profiles is None:
+            raise ValueError(
+                "RoleBench rows need role profiles: pass profiles= to the trainer or set RoCITConfig.profiles_path"
+            )
+        args = self.args
+        if split == "train":
+            dataset = mix_subsets(dataset, args.role_specific_fraction, seed=args.seed)
+        conversations = rolebench_to_conversations(
+            dataset,
+            self.profiles,
+            reference=args.reference,
+            seed=args.seed,
+            lang=args.system_lang,
+            template=self._system_template,
+            num_proc=args.dataset_num_proc,
+        )
+        self.role_stats[split] = {
+            "rows": len(dataset),
+            "samples": dict(Counter(conversations["subset"])),
+            "roles": sorted(set(conversations["role"])),
+        }
+        return conversations
+
+    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+        if isinstance(dataset, datasets.Dataset) and "input_ids" not in dataset.column_names:
+            dataset = self._tokenize_role_dataset(self.build_role_dataset(dataset, dataset_name), args, dataset_name)
+        # TRL builds the labels from `assistant_masks`, truncates and drops samples left without a trained token.
+        dataset = super()._prepare_dataset(dataset, processing_class, args, False, formatting_func, dataset_name)
+        return self._pack_dataset(dataset, args, dataset_name) if packing else dataset
+
+    def _tokenize_role_dataset(self, dataset, args, dataset_name):
+        """`messages` -> `input_ids`, `assistant_masks` and per-token `subset_ids`, truncated to `max_length`."""
+        tokenizer = self._tokenizer
+        assistant_only = self._train_on_assistant_only
+        subset_of = dict(SUBSET_IDS)
+        if args.max_length is None:
+            window = slice(None)
+        else:
+            window = (
+                slice(None, args.max_length) if args.truncation_mode == "keep_start" else slice(-args.max_length, None)
+            )
+
+        def tokenize(example):
+            encoded = encode_chat(tokenizer, example["messages"])
+            n = len(encoded["input_ids"])
+            out = {
+                "input_ids": encoded["input_ids"][window],
+                "subset_ids": [subset_of.get(example.get("subset"), -1)] * n,
+            }
+            out["subset_ids"] = out["subset_ids"][window]
+            if assistant_only:
+                out["assistant_masks"] = encoded["assistant_masks"][window]
+            return out
+
+        return dataset.map(
+            tokenize,
+            remove_columns=dataset.column_names,
+            num_proc=args.dataset_num_proc,
+            desc=f"Tokenizing {dataset_name} chats",
+        )
+
+    def _pack_dataset(self, dataset, args, dataset_name):
+        """Best-fit-decreasing packing (TRL's), keeping `subset_ids`; samples stay separate through `position_ids`."""
+        if args.max_length is None:
+            raise ValueError("packing=True needs max_length: the length of a packed row")
+        columns = [c for c in ("input_ids", "labels", "subset_ids") if c in dataset.column_names]
+        map_kwargs = {"num_proc": args.dataset_num_proc, "desc": f"Packing {dataset_name} dataset"}
+        dataset = pack_dataset(dataset.select_columns(columns), args.max_length, "bfd", map_kwargs)
+        return dataset.shuffle(seed=args.seed) if args.shuffle_dataset else dataset
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if "subset_ids" not in self._signature_columns:
+            self._signature_columns = [*self._signature_columns, "subset_ids"]
+
+    # ----------------------------------------------------------------------------------------------- loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        check_no_cross_sample_attention(inputs)
+        inputs["use_cache"] = False  # a cache hides the sample boundaries of packed rows from the attention mask
+        subset_ids = inputs.pop("subset_ids", None)
+        if subset_ids is None or not self.args.log_subset_losses:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        outputs = []
+        hook = self.accelerator.unwrap_model(model).register_forward_hook(lambda _m, _a, out: outputs.append(out))
+        try:
+            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            hook.remove()
+        fused = [out for out in outputs if isinstance(out, FusedCausalLMOutput)]
+        if fused:
+            self._log_subset_losses(fused[0], subset_ids)
+        return result
+
+    def _log_subset_losses(self, outputs, subset_ids):
+        mode = "train" if self.model.training else "eval"
+        nll = -outputs.log_probs.detach()  # (batch, seq_len - 1), zero where the label is ignored
+        targets = subset_ids[:, 1:].to(nll.device)  # the subset of each predicted token
+        for name, index in SUBSET_IDS.items():
+            selected = outputs.label_mask & (targets == index)
+            total = self.accelerator.gather_for_metrics((nll * selected).sum().float()).sum()
+            count = self.accelerator.gather_for_metrics(selected.sum()).sum()
+            if count > 0:
+                self._metrics[mode][f"loss_{name}"].append((total / count).item())
+
+    # ----------------------------------------------------------------------------------------------- card
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """Write `README.md` in `output_dir`: the roles, the data, the chat template, the training setup, the paper."""
+        if not self.is_world_process_zero():
+            return
+        peft_config = self.model.peft_config["default"] if is_peft_model(self.model) else None
+        card = build_model_card(
+            model_name=model_name or Path(self.args.output_dir).name,
+            base_model=self._base_model_id(),
+            hub_model_id=self.hub_model_id,
+            role_stats=self.role_stats,
+            dataset_name=dataset_name,
+            chat_template=self._tokenizer.chat_template,
+            args=self.args,
+            peft_config=peft_config,
+            tags=sorted({*self._tag_names, *([tags] if isinstance(tags, str) else tags or [])}),
+        )
+        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(self.args.output_dir) / "README.md").write_text(card, encoding="utf-8")
+
+    def _base_model_id(self):
+        name = self.model.config._name_or_path
+        return None if not name or Path(name).is_dir() else name
