@@ -28,6 +28,8 @@ _EXPORTS = {
     "RoleBench": "rolellm.data.builder",
     "load_rolebench": "rolellm.data.builder",
     "load_rolebench_profiles": "rolellm.data.builder",
+    "export_rolebench": "rolellm.data.hub",
+    "push_rolebench": "rolellm.data.hub",
     "ChatRequest": "rolellm.generation.client",
     "ChatResult": "rolellm.generation.client",
     "OpenAIChatClient": "rolellm.generation.client",

@@ -1,0 +1,105 @@
+import json
+
+import pytest
+from fixtures.mini_release import write_mini_release
+
+from rolellm import cli
+from rolellm.data.stats import LeakageError, check_leakage, check_release_leakage, count_words, rolebench_stats
+
+
+@pytest.fixture(scope="module")
+def mini_release(tmp_path_factory):
+    return write_mini_release(tmp_path_factory.mktemp("mini-release"))
+
+
+def by_key(table):
+    return {(row["part"], row["split"], row["subset"]): row for row in table}
+
+
+def test_real_chinese_stats_match_the_release(rolebench_dir):
+    table = by_key(rolebench_stats(rolebench_dir, zh_tokenizer="chars"))
+    specific = table[("zh", "train", "role_specific")]
+    assert (specific["rows"], specific["script_based"], specific["script_agnostic"]) == (1535, 912, 623)
+    general = table[("zh", "train", "general")]
+    assert (general["rows"], general["instructions"], general["roles"]) == (5933, 1479, 5)
+    assert table[("zh", "test", "general")]["rows"] == 1451
+    assert table[("zh", "test", "role_specific")]["references"] == 240
+    english = table[("en-instruction", "test", "role_specific")]
+    assert (english["rows"], english["roles"], english["script_based"], english["script_agnostic"]) == (
+        4750,
+        95,
+        1668,
+        3286,
+    )
+    # only files that are present are reported: the English train files and general files are not in this copy
+    assert ("en-instruction", "train", "role_specific") not in table
+    assert ("en-role", "test", "general") not in table
+
+
+def test_average_lengths_in_words():
+    rows = [
+        {"role": "A", "question": "one two three", "generated": ["a b", "c d e f"], "type": [], "lang": "en"},
+        {"role": "A", "question": "one", "generated": ["x"], "type": [], "lang": "en"},
+    ]
+    from rolellm.data.stats import compute_stats
+
+    stats = compute_stats(rows)
+    assert stats["avg_instruction_words"] == 2.0 and stats["avg_response_words"] == pytest.approx(7 / 3, abs=0.01)
+    assert count_words("俺老孙 来也！", "zh", zh_tokenizer="chars") == 5
+    assert count_words("我今天去北京", "zh") == 4  # jieba: 我 / 今天 / 去 / 北京
+
+
+def test_mini_release_stats_and_no_leakage(mini_release):
+    table = by_key(rolebench_stats(mini_release, zh_tokenizer="chars"))
+    assert table[("en-role", "test", "all")]["roles"] == 1
+    assert table[("en-instruction", "train", "all")]["rows"] == 21
+    assert all(report.ok for report in check_release_leakage(mini_release).values())
+
+
+def test_leakage_is_found_and_raises():
+    train = [{"role": "Po", "question": "Who are you?"}, {"role": "Shifu", "question": "Why?"}]
+    test = [{"role": "Po", "question": " Who are you? "}, {"role": "Po", "question": "Why?"}]
+    report = check_leakage(train, test)
+    assert report.leaked_pairs == [("Po", "Who are you?")] and not report.ok
+    with pytest.raises(LeakageError, match="1 test \\(role, question\\) pair"):
+        report.raise_for_leakage()
+    held_out = check_leakage(train, [{"role": "Po", "question": "New?"}], role_generalization=True)
+    assert held_out.leaked_roles == ["Po"]
+    with pytest.raises(LeakageError, match="held-out test role\\(s\\) appear in train: Po"):
+        held_out.raise_for_leakage("en-role-general")
+    assert check_leakage(
+        train, [{"role": "Po", "question": "New?"}]
+    ).ok  # same role is fine outside role generalization
+
+
+def test_real_chinese_role_specific_release_has_7_leaked_pairs(rolebench_dir):
+    reports = check_release_leakage(rolebench_dir)
+    assert reports["zh-general"].ok
+    assert len(reports["zh-role_specific"].leaked_pairs) == 7
+    assert reports["en-instruction-role_specific"] is None  # no English train file in this copy
+
+
+def test_cli_stats_prints_table_1(rolebench_dir, capsys):
+    assert cli.main(["data", "stats", "--data-dir", str(rolebench_dir), "--zh-tokenizer", "chars"]) == 0
+    out = capsys.readouterr().out
+    assert "| zh | train | role_specific | 1,535 | 1,533 | 5 | 912 | 623 |" in out
+    assert "| zh | train | general | 5,933 | 1,479 | 5 |" in out
+
+
+def test_cli_stats_json(mini_release, capsys):
+    assert cli.main(["data", "stats", "--data-dir", str(mini_release), "--zh-tokenizer", "chars", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 18  # 3 parts x 2 splits x (general, role_specific, all)
+
+
+def test_cli_check_fails_loudly_on_the_release_leak(rolebench_dir, mini_release, capsys):
+    assert cli.main(["data", "check", "--data-dir", str(rolebench_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "zh-role_specific: 7 test (role, question) pair(s) are also in train" in out
+    assert "2 part(s) checked, 1 with leakage" in out
+    assert cli.main(["data", "check", "--data-dir", str(mini_release)]) == 0
+
+
+def test_cli_rejects_a_missing_folder(tmp_path):
+    with pytest.raises(SystemExit, match="is not a folder"):
+        cli.main(["data", "stats", "--data-dir", str(tmp_path / "nowhere")])
