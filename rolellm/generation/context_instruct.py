@@ -13,9 +13,7 @@ questions are dropped and counted; a fixed number per role is held out for test.
 
 import contextlib
 import dataclasses
-import json
 import random
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +27,7 @@ from rolellm.generation.client import ChatRequest, estimate_tokens
 from rolellm.generation.job import (
     DropCounter,
     as_profiles,
+    extract_json,
     failure_reason,
     render_prompt,
     render_prompt_source,
@@ -158,20 +157,6 @@ def segment_profile(profile: RoleProfile, max_segment_tokens: int = 2000) -> lis
     return segments
 
 
-def _extract_json(text: str):
-    """The JSON value in an answer, after the usual repairs: code fences, prose around it, trailing commas."""
-    text = re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", text.strip())
-    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
-    if not starts:
-        raise ValueError("the answer holds no JSON array or object")
-    text = text[min(starts) : max(text.rfind("]"), text.rfind("}")) + 1]
-    text = re.sub(r",\s*([\]}])", r"\1", text)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"the answer is not valid JSON ({error.msg} at character {error.pos})") from None
-
-
 def _normalise(item: dict) -> dict:
     item = dict(item)
     if isinstance(item.get("type"), str):
@@ -195,7 +180,7 @@ def parse_items(text: str) -> dict:
     Raises:
         `ValueError`: the answer is not JSON, or holds no valid item (the client then asks again).
     """
-    value = _extract_json(text)
+    value = extract_json(text)
     if isinstance(value, dict):
         value = value.get("items", value.get("questions", [value]))
     if not isinstance(value, list):

@@ -6,6 +6,7 @@
 
 import dataclasses
 import json
+import re
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -86,6 +87,27 @@ def usage_since(client, before: dict) -> dict:
     """The client's usage totals (`requests`, `cached`, `retries`, tokens, ...) accrued since the snapshot `before`."""
     now = dataclasses.asdict(client.usage)
     return {key: value - before.get(key, 0) for key, value in now.items()}
+
+
+def extract_json(text: str):
+    """The JSON value in an LLM answer, after the usual repairs: code fences, prose around it, trailing commas.
+
+    Raises:
+        `ValueError`: no JSON value can be read (a client's `parse` then asks again).
+
+    >>> extract_json('Here you go: ```json {"a": [1, 2,],} ```')
+    {'a': [1, 2]}
+    """
+    text = re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", text.strip())
+    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
+    if not starts:
+        raise ValueError("the answer holds no JSON array or object")
+    text = text[min(starts) : max(text.rfind("]"), text.rfind("}")) + 1]
+    text = re.sub(r",\s*([\]}])", r"\1", text)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"the answer is not valid JSON ({error.msg} at character {error.pos})") from None
 
 
 def failure_reason(result) -> str:
