@@ -1,0 +1,43 @@
+"""`rolellm evaluate` on the command line and from a YAML recipe."""
+
+import json
+
+import pytest
+
+from rolellm import cli
+from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
+
+
+def test_recipe_and_flags_give_the_api_result(rolebench_dir, tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        f"model_name_or_path: rolegpt\ndataset_name: zh-role_specific\ndata_dir: {rolebench_dir}\n"
+        f"output_dir: {tmp_path / 'cli'}\nroles: [张飞]\n",
+        encoding="utf-8",
+    )
+    # a flag overrides the recipe
+    assert cli.main(["evaluate", "--config", str(recipe), "--roles", "李白", "华妃"]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((tmp_path / "cli" / "results.json").read_text(encoding="utf-8"))
+    assert saved["config"]["roles"] == ["李白", "华妃"] and set(saved["per_role"]) == {"李白", "华妃"}
+    api = run_benchmark(
+        EvaluateConfig(
+            model_name_or_path="rolegpt", dataset_name="zh-role_specific", data_dir=str(rolebench_dir),
+            roles=["李白", "华妃"], output_dir=str(tmp_path / "api"),
+        )
+    )  # fmt: skip
+    assert saved["metrics"] == api["metrics"] and saved["counts"]["role_specific"] == 100
+    assert f"| RoleGPT | – | n/a | n/a | {api['metrics']['SPE']:.4f} |" in printed
+    assert "RAW: unavailable (no general rows in this config)" in printed
+
+
+def test_bad_input_is_refused(tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model_name_or_path: rolegpt\noutput_dir: out\nmodel_path: typo\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"recipe.yaml: unknown keys \['model_path'\]"):
+        cli.main(["evaluate", "--config", str(recipe)])
+    with pytest.raises(SystemExit):
+        cli.main(["evaluate", "--model_name_or_path", "m", "--output_dir", "o", "--mode", "one-shot"])
+    assert "invalid choice: 'one-shot'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="drop base_url"):
+        cli.main(["evaluate", "--model_name_or_path", "rolegpt", "--output_dir", "o", "--base_url", "http://x/v1"])
