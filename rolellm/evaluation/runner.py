@@ -6,131 +6,34 @@ baseline answers of the release (`model_name_or_path="rolegpt"`: nothing is gene
 `<output_dir>/generations.jsonl` as they finish, beside `run_config.json`, so a run that stops resumes where it was
 and never sends a request twice.
 
->>> config = EvaluateConfig(model_name_or_path="rolegpt", dataset_name="zh", output_dir="runs/rolegpt-zh")
->>> config.is_rolegpt_baseline, config.model_label
-(True, 'RoleGPT')
+>>> rows = [{"role": "李白", "subset": "general", "question": "你好"}, {"role": "李白", "subset": "general",
+...          "question": "再见"}, {"role": "张飞", "subset": "general", "question": "你好"}]
+>>> [row["question"] for row in select_rows(rows, max_samples_per_role=1)]
+['你好', '你好']
 """
 
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+from rolellm.evaluation.config import GENERATION_FIELDS, EvaluateConfig
 from rolellm.evaluation.prompting import FEW_SHOT_MODES, build_messages
 from rolellm.evaluation.scoring import read_raw_targets, references_as_released, score_predictions
 
 
 logger = logging.getLogger(__name__)
 
-ROLEGPT = "rolegpt"
-# the fields of EvaluateConfig that decide what is generated: a resumed run must agree on all of them
-GENERATION_FIELDS = (
-    "model_name_or_path", "base_url", "dataset_name", "split", "mode", "num_examples", "roles", "max_samples_per_role",
-    "max_new_tokens", "temperature", "system_template", "chat_template",
-)  # fmt: skip
-
-
-@dataclass
-class EvaluateConfig:
-    """Configuration of `run_benchmark` and `rolellm evaluate`.
-
-    > Parameters that control the model
-
-    Args:
-        model_name_or_path (`str`): a local folder or Hub id loaded with transformers; with `base_url`, the model
-            name the endpoint serves; `"rolegpt"` scores the release's RoleGPT baseline answers (no generation).
-        base_url (`str`, *optional*): an OpenAI-compatible endpoint (`http://localhost:8000/v1` for vLLM). The API key
-            is read from `OPENAI_API_KEY`, never from the config.
-        model_label (`str`, *optional*): the model's name in tables and plots; defaults to the last part of
-            `model_name_or_path` (`"RoleGPT"` for the baseline).
-
-    > Parameters that control the data
-
-        dataset_name (`str`, *optional*, defaults to `"zh"`): the RoleBench config (`zh`, `en-instruction`, `en-role`,
-            or one subset: `zh-general`, `en-instruction-role_specific`, ...).
-        data_dir (`str`, *optional*): a local copy of the release (the `ZenMoore/RoleBench` layout).
-        split (`str`, *optional*, defaults to `"test"`): the split to answer.
-        roles (`list[str]`, *optional*): only these roles.
-        max_samples_per_role (`int`, *optional*): only the first rows of each role and subset (quick runs).
-        profiles_dir (`list[str]`, *optional*): screenplay profile folders (`desc.json` + per-role `.jsonl` lines)
-            adding script dialogue, for the few-shot modes, to the release's profiles.
-        raw_targets_file (`str`, *optional*): `instructions-general.jsonl` with the raw answers (RAW); defaults to
-            `instructions-{eng,zh}/instructions-general.jsonl` in `data_dir` when that exists.
-
-    > Parameters that control generation
-
-        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.evaluation.prompting`).
-        num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved by the few-shot modes.
-        system_template (`str`, *optional*): Jinja source replacing the paper's system instruction.
-        max_new_tokens (`int`, *optional*, defaults to 256): the longest answer.
-        temperature (`float`, *optional*, defaults to 0.0): 0 is greedy decoding.
-        batch_size (`int`, *optional*, defaults to 8): local models: prompts per forward pass.
-        chat_template (`str`, *optional*): local models: a Jinja chat template, or `"chatml"`, for a tokenizer
-            without one (defaults to the tokenizer's own).
-        dtype (`str`, *optional*): local models: the `dtype` to load the weights in (`"bfloat16"`, ...).
-        max_concurrency (`int`, *optional*, defaults to 8): endpoints: requests in flight.
-        save_every (`int`, *optional*, defaults to 256): generations are written to disk after every this many.
-
-    > Parameters that control the output
-
-        output_dir (`str`): where `generations.jsonl`, `run_config.json`, `results.json`, `results.md` and the plots
-            go.
-        compare_with (`list[str]`, *optional*): `results.json` files of other runs to put in the same table and plot.
-        model_card (`str`, *optional*): a model card (`README.md`) whose `model-index` receives the scores.
-        overwrite_output_dir (`bool`, *optional*, defaults to `False`): discard the generations of a different run
-            in `output_dir` instead of stopping.
-    """
-
-    model_name_or_path: str = field(metadata={"help": "Local folder, Hub id, served model name, or 'rolegpt'."})
-    output_dir: str = field(metadata={"help": "Folder for generations, results and plots."})
-    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (key: OPENAI_API_KEY)."})
-    model_label: str | None = field(default=None, metadata={"help": "Name of the model in tables and plots."})
-    dataset_name: str = field(default="zh", metadata={"help": "RoleBench config: zh, en-instruction, en-role, ..."})
-    data_dir: str | None = field(default=None, metadata={"help": "Local copy of the RoleBench release."})
-    split: str = field(default="test", metadata={"help": "Split to answer."})
-    roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
-    max_samples_per_role: int | None = field(default=None, metadata={"help": "First N rows per role and subset."})
-    profiles_dir: list[str] | None = field(default=None, metadata={"help": "Screenplay profile folders (dialogue)."})
-    raw_targets_file: str | None = field(default=None, metadata={"help": "instructions-general.jsonl (RAW)."})
-    mode: Literal["system", "zero-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"] = field(
-        default="system", metadata={"help": "Prompting mode."}
-    )
-    num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved by the few-shot modes."})
-    system_template: str | None = field(default=None, metadata={"help": "Jinja source replacing the instruction."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Longest answer, in tokens."})
-    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy."})
-    batch_size: int = field(default=8, metadata={"help": "Local models: prompts per forward pass."})
-    chat_template: str | None = field(
-        default=None, metadata={"help": "Local models: Jinja chat template or 'chatml' (default: the tokenizer's)."}
-    )
-    dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
-    max_concurrency: int = field(default=8, metadata={"help": "Endpoints: requests in flight."})
-    save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
-    compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})
-    model_card: str | None = field(default=None, metadata={"help": "Model card whose model-index gets the scores."})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Discard another run's generations."})
-
-    def __post_init__(self):
-        if self.is_rolegpt_baseline and self.base_url is not None:
-            raise ValueError("model_name_or_path='rolegpt' scores the release's answers: drop base_url")
-        if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
-            raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
-        if self.model_label is None:
-            name = self.model_name_or_path.rstrip("/").split("/")[-1]
-            self.model_label = "RoleGPT" if self.is_rolegpt_baseline else name
-
-    @property
-    def is_rolegpt_baseline(self) -> bool:
-        return self.model_name_or_path.lower() == ROLEGPT
-
 
 def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
-    """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset)."""
-    unknown = sorted(set(roles or []) - set(dataset["role"]))
+    """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
+
+    `dataset` is a `datasets.Dataset` or a list of row dicts.
+    """
+    known = {row["role"] for row in dataset}
+    unknown = sorted(set(roles or []) - known)
     if unknown:
-        raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(set(dataset['role']))}")
+        raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(known)}")
     rows, seen = [], {}
     for row in dataset:
         if roles and row["role"] not in roles:
