@@ -16,6 +16,7 @@ COMMANDS = {
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
     "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "data": ("rolellm.scripts.data", "RoleBench statistics (paper Table 1), leakage checks, export/push to the Hub."),
+    "generate": ("rolellm.scripts.generate", "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions."),
 }
 
 

@@ -1,0 +1,235 @@
+"""`rolellm generate`: RoleBench-style data from role profiles with an LLM (RoleGPT, Context-Instruct, descriptions).
+
+```bash
+# RoleGPT answers to general instructions, from a vLLM (or any OpenAI-compatible) server
+rolellm generate rolegpt --config examples/recipes/generate_rolegpt.yaml --base_url http://localhost:8000/v1
+
+# Context-Instruct role-specific items with a local transformers model (no API key, no server)
+rolellm generate context-instruct --profiles_dir ../shared/data/roleglm-screenplay/profile_zhenhuan \
+    --roles 华妃 --backend local --model ./my-model --output_dir runs/ci
+
+# descriptions and catchphrases for profiles from their dialogue
+rolellm generate profile --config examples/recipes/generate_profile.yaml
+```
+
+Answers are cached in `--cache_path` (default `<output_dir>/cache.sqlite`): a run that stops — even killed — and is
+started again sends no answered request twice. API keys come only from `OPENAI_API_KEY`, never from flags or
+recipes. Command-line flags override the values of `--config`.
+"""
+
+import argparse
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from rolellm.generation.context_instruct import ContextInstructConfig
+from rolellm.generation.profile_description import ProfileDescriptionConfig
+from rolellm.generation.rolegpt import RoleGPTConfig
+
+
+@dataclass
+class GenerateArguments:
+    """What every `rolellm generate` command reads, answers with and writes.
+
+    > Parameters that control the input and output
+
+    Args:
+        profiles_dir (`str`): a screenplay folder (`desc.json` + `{script}-{role}.jsonl`) or a release folder
+            (`profiles-{lang}/`).
+        profiles_format (`Literal["screenplay", "release"]`, *optional*, defaults to `"screenplay"`): which of the two.
+        lang (`Literal["en", "zh"]`, *optional*, defaults to `"zh"`): the profiles' language.
+        roles (`list[str]`, *optional*): only these roles (default: every role with dialogue).
+        output_dir (`str`): where the data, `generation_config.json` and `generation_stats.json` go.
+
+    > Parameters that control the chat client
+
+    Args:
+        backend (`Literal["openai", "local"]`, *optional*, defaults to `"openai"`): an OpenAI-compatible endpoint, or
+            a `transformers` model run in-process.
+        model (`str`): the endpoint's model name, or the local model's folder / Hub id.
+        base_url (`str`, *optional*): the endpoint (`http://localhost:8000/v1`); defaults to `$OPENAI_BASE_URL`.
+        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once (endpoint).
+        requests_per_minute (`int`, *optional*): request rate limit (endpoint).
+        timeout (`float`, *optional*, defaults to 120.0): seconds before a request is retried (endpoint).
+        batch_size (`int`, *optional*, defaults to 8): prompts per batch (local).
+        chat_template (`str`, *optional*): a chat template for a local model without one (`"chatml"`).
+        cache_path (`str`, *optional*): the answer cache, defaults to `<output_dir>/cache.sqlite`.
+    """
+
+    output_dir: str = field(metadata={"help": "Where the data, generation_config.json and stats go."})
+    model: str = field(metadata={"help": "Endpoint model name, or the local model's folder / Hub id."})
+    profiles_dir: str = field(metadata={"help": "A screenplay folder or a release folder of profiles."})
+    profiles_format: Literal["screenplay", "release"] = field(
+        default="screenplay", metadata={"help": "Layout of profiles_dir."}
+    )
+    lang: Literal["en", "zh"] = field(default="zh", metadata={"help": "The profiles' language."})
+    roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
+    backend: Literal["openai", "local"] = field(default="openai", metadata={"help": "Where answers come from."})
+    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL."})
+    max_concurrency: int = field(default=16, metadata={"help": "Requests in flight at once (endpoint)."})
+    requests_per_minute: int | None = field(default=None, metadata={"help": "Request rate limit (endpoint)."})
+    timeout: float = field(default=120.0, metadata={"help": "Seconds before a request is retried (endpoint)."})
+    batch_size: int = field(default=8, metadata={"help": "Prompts per batch (local)."})
+    chat_template: str | None = field(default=None, metadata={"help": "Chat template for a local model ('chatml')."})
+    cache_path: str | None = field(
+        default=None, metadata={"help": "Answer cache (default <output_dir>/cache.sqlite)."}
+    )
+
+
+@dataclass
+class InstructionArguments:
+    """The general instructions RoleGPT answers.
+
+    Args:
+        instructions (`str`): a JSON-lines file of instructions: `instruction` (or `question`), optionally `target`
+            (the raw reference answer) and `role` (answer only as that role), e.g. the release's
+            `instructions-general.jsonl` or a RoleBench `general/*.jsonl` file.
+        max_instructions (`int`, *optional*): only the first N instructions.
+    """
+
+    instructions: str = field(
+        metadata={"help": "JSON-lines file of instructions (instruction/question, target, role)."}
+    )
+    max_instructions: int | None = field(default=None, metadata={"help": "Only the first N instructions."})
+
+
+SUBCOMMANDS = {
+    "rolegpt": ((GenerateArguments, InstructionArguments, RoleGPTConfig), "RoleGPT answers to general instructions."),
+    "context-instruct": ((GenerateArguments, ContextInstructConfig), "Context-Instruct role-specific items."),
+    "profile": ((GenerateArguments, ProfileDescriptionConfig), "Role descriptions and catchphrases from dialogue."),
+}
+
+
+def read_recipe(path: str, dataclass_types) -> dict:
+    """Read a YAML recipe; a key that no dataclass of the command knows is an error naming the file and the key."""
+    with open(path, encoding="utf-8") as file:
+        recipe = yaml.safe_load(file) or {}
+    if not isinstance(recipe, dict):
+        raise ValueError(f"{path}: a recipe must be a YAML mapping of fields, got {type(recipe).__name__}")
+    if "api_key" in recipe:
+        raise ValueError(f"{path}: never put an API key in a recipe; set OPENAI_API_KEY")
+    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    unknown = sorted(set(recipe) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; this command's fields are {sorted(known)}")
+    return recipe
+
+
+def _recipe_parser_class():
+    from transformers import HfArgumentParser
+
+    class RecipeParser(HfArgumentParser):
+        """`HfArgumentParser` that reads `--config recipe.yaml` first; flags override the recipe."""
+
+        def parse_known_args(self, args=None, namespace=None):
+            args = list(sys.argv[1:] if args is None else args)
+            if "--config" in args:
+                index = args.index("--config")
+                if index + 1 >= len(args):
+                    self.error("--config needs the path of a YAML file")
+                self.set_defaults(**read_recipe(args[index + 1], self.dataclass_types))
+                del args[index : index + 2]
+                for action in self._actions:
+                    if action.dest in self._defaults:
+                        action.required = False
+            return super().parse_known_args(args, namespace)
+
+    return RecipeParser
+
+
+def make_parser(subparsers=None):
+    description = "Generate RoleBench-style data from role profiles with an LLM."
+    if subparsers is not None:
+        parser = subparsers.add_parser("generate", help=description, description=description)
+    else:
+        parser = argparse.ArgumentParser(prog="rolellm generate", description=description)
+    commands = parser.add_subparsers(
+        dest="generator", metavar="<generator>", required=True, parser_class=_recipe_parser_class()
+    )
+    for name, (dataclass_types, help_text) in SUBCOMMANDS.items():
+        sub = commands.add_parser(name, dataclass_types=dataclass_types, help=help_text, description=help_text)
+        sub.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
+    return parser
+
+
+def load_profiles(args: GenerateArguments) -> list:
+    from rolellm.profiles import read_release_profiles, read_screenplay_folder
+
+    if args.profiles_format == "screenplay":
+        profiles = read_screenplay_folder(args.profiles_dir, lang=args.lang)
+    else:
+        profiles = read_release_profiles(args.profiles_dir, args.lang)
+    if args.roles:
+        missing = sorted(set(args.roles) - set(profiles))
+        if missing:
+            raise ValueError(f"--roles {missing} not found in {args.profiles_dir}; available: {sorted(profiles)}")
+        return [profiles[name] for name in args.roles]
+    return [profile for profile in profiles.values() if profile.dialogue]
+
+
+def build_client(args: GenerateArguments):
+    cache_path = args.cache_path or str(Path(args.output_dir) / "cache.sqlite")
+    Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+    if args.backend == "local":
+        from rolellm.generation.local import LocalChatClient
+
+        return LocalChatClient(
+            args.model, batch_size=args.batch_size, chat_template=args.chat_template, cache_path=cache_path
+        )
+    from rolellm.generation.client import OpenAIChatClient
+
+    return OpenAIChatClient(
+        args.model, base_url=args.base_url, max_concurrency=args.max_concurrency,
+        requests_per_minute=args.requests_per_minute, timeout=args.timeout, cache_path=cache_path,
+    )  # fmt: skip
+
+
+def read_instructions(args: InstructionArguments, roles: list[str]):
+    """The instructions file as a `Dataset`; rows of a `role` column naming another role than `roles` are left out."""
+    import datasets
+
+    instructions = datasets.load_dataset("json", data_files=args.instructions, split="train")
+    if "role" in instructions.column_names:
+        kept = set(roles)
+        before = len(instructions)
+        instructions = instructions.filter(lambda row: row["role"] in kept)
+        print(f"{args.instructions}: {len(instructions)} of {before} instructions are for the roles {sorted(kept)}")
+    if args.max_instructions is not None:
+        instructions = instructions.select(range(min(args.max_instructions, len(instructions))))
+    return instructions
+
+
+def main(args=None):
+    if args is None:
+        args = make_parser().parse_args()
+    dataclass_types, _ = SUBCOMMANDS[args.generator]
+    values = vars(args)
+    built = [cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values}) for cls in dataclass_types]
+    job, config = built[0], built[-1]
+    profiles, client = load_profiles(job), build_client(job)
+    if args.generator == "rolegpt":
+        from rolellm.generation.rolegpt import RoleGPT
+
+        generator = RoleGPT(config)
+        instructions = read_instructions(built[1], [p.name for p in profiles])
+        result = generator.generate(client, profiles, instructions, output_dir=job.output_dir)
+    elif args.generator == "context-instruct":
+        from rolellm.generation.context_instruct import ContextInstruct
+
+        generator = ContextInstruct(config)
+        result = generator.generate(client, profiles, output_dir=job.output_dir)
+    else:
+        from rolellm.generation.profile_description import ProfileDescriber
+
+        generator = ProfileDescriber(config)
+        result = generator.generate(client, profiles, output_dir=job.output_dir)
+    print(result)
+    print(f"Stats: {generator.stats}")
+    print(f"Wrote the data, generation_config.json and generation_stats.json to {job.output_dir}")
+
+
+if __name__ == "__main__":
+    main()

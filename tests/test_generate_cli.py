@@ -1,0 +1,96 @@
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rolellm.cli import main
+from rolellm.scripts.generate import GenerateArguments, read_recipe
+from rolellm.testing import ChatCompletionsServer
+
+
+RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"
+
+
+@pytest.fixture(scope="module")
+def screenplay_dir(shared_data_dir):
+    folder = shared_data_dir / "roleglm-screenplay"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found: the RoleGLM screenplay profiles are needed")
+    return folder
+
+
+def test_recipes_hold_only_known_fields():
+    for name in ("rolegpt", "context_instruct", "profile"):
+        from rolellm.scripts.generate import SUBCOMMANDS
+
+        (types, _) = SUBCOMMANDS[name.replace("_", "-")]
+        recipe = read_recipe(RECIPES / f"generate_{name}.yaml", types)
+        assert recipe["output_dir"].startswith("runs/generate/")
+
+
+def test_recipe_with_unknown_key_or_api_key_is_an_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: gpt-4\nnum_sample: 6\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: unknown keys \['num_sample'\]"):
+        read_recipe(path, (GenerateArguments,))
+    path.write_text("api_key: sk-123\n")
+    with pytest.raises(ValueError, match="never put an API key in a recipe"):
+        read_recipe(path, (GenerateArguments,))
+
+
+def _rolegpt_answer(body):
+    role = re.match(r"你是(.+?)，", body["messages"][0]["content"]).group(1)
+    return f"{role}以为此事不难，第{body['seed']}回。"
+
+
+def test_cli_rolegpt_from_recipe_against_server(screenplay_dir, shared_data_dir, tmp_path, capsys):
+    out = tmp_path / "rolegpt"
+    with ChatCompletionsServer(_rolegpt_answer) as server:
+        code = main(
+            ["generate", "rolegpt", "--config", str(RECIPES / "generate_rolegpt.yaml"),
+             "--profiles_dir", str(screenplay_dir / "profile_zhenhuan"),
+             "--instructions", str(shared_data_dir / "rolebench" / "rolebench-zh" / "general" / "test.jsonl"),
+             "--max_instructions", "40", "--output_dir", str(out), "--base_url", server.base_url,
+             "--model", "test-model", "--num_samples", "3"]
+        )  # fmt: skip
+        sent = len(server.requests)
+    assert code == 0
+    rows = [json.loads(line) for line in (out / "general" / "train.jsonl").read_text("utf-8").splitlines()]
+    # the first 40 test questions asked of 华妃 or 皇帝 (the recipe's roles), each answered 2 + 1 times
+    test_rows = [json.loads(line) for line in (shared_data_dir / "rolebench/rolebench-zh/general/test.jsonl").open()]
+    expected = [(r["role"], r["question"]) for r in test_rows if r["role"] in ("华妃", "皇帝")][:40]
+    assert [(r["role"], r["question"]) for r in rows] == expected and sent == 3 * len(expected)
+    assert rows[0]["generated"] == [
+        f"{rows[0]['role']}以为此事不难，第0回。",
+        f"{rows[0]['role']}以为此事不难，第1回。",
+    ]
+    config = json.loads((out / "generation_config.json").read_text("utf-8"))
+    assert config["config"]["num_samples"] == 3 and config["config"]["prompt_mode"] == "dialogue"
+    assert (out / "cache.sqlite").exists()
+    assert "'rejected': {}" in capsys.readouterr().out
+
+
+def test_cli_profile_against_server(screenplay_dir, tmp_path):
+    reply = json.dumps({"description": "齐天大圣，神通广大。", "catchphrases": ["俺老孙"]}, ensure_ascii=False)
+    with ChatCompletionsServer(lambda body: reply) as server:
+        code = main(
+            ["generate", "profile", "--config", str(RECIPES / "generate_profile.yaml"),
+             "--profiles_dir", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
+             "--base_url", server.base_url, "--model", "test-model"]
+        )  # fmt: skip
+    assert code == 0
+    desc = json.loads((tmp_path / "profiles-zh" / "desc.json").read_text("utf-8"))
+    assert desc == {"孙悟空": "齐天大圣，神通广大。常用口头禅是：“俺老孙”"}
+
+
+def test_cli_rejects_bad_choice(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "rolegpt", "--prompt_mode", "two_shot"])
+    assert "invalid choice: 'two_shot'" in capsys.readouterr().err
+
+
+def test_recipe_files_are_valid_yaml():
+    for path in RECIPES.glob("generate_*.yaml"):
+        assert isinstance(yaml.safe_load(path.read_text("utf-8")), dict), path
