@@ -1,0 +1,174 @@
+"""SillyTavern / Character Card V2 and V3 to `RoleProfile` and back, losslessly.
+
+A card is `{"spec": "chara_card_v2" | "chara_card_v3", "spec_version": ..., "data": {"name", "description",
+"personality", "scenario", "first_mes", "mes_example", "system_prompt", "post_history_instructions",
+"character_book", "extensions", ...}}`. Import maps `name`, `description` (a catchphrase sentence in it is split
+off when rejoining it gives the text back) and `mes_example` (`<START>` blocks of `{{user}}:` / `{{char}}:` lines,
+as dialogue groups) onto the profile and keeps the whole card, unknown fields included, in
+`profile.extra["character_card"]`. Export writes the kept card back with the profile's current values, in the same key
+order and JSON layout, so an unchanged profile gives the input file byte for byte.
+
+>>> card = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Po", "description": "A panda.",
+...         "mes_example": "<START>\\n{{user}}: Who are you?\\n{{char}}: The Dragon Warrior!", "extensions": {}}}
+>>> profile = profile_from_card(card)
+>>> [(u.speaker, u.content) for u in profile.dialogue]
+[('user', 'Who are you?'), ('Po', 'The Dragon Warrior!')]
+>>> card_from_profile(profile) == card
+True
+"""
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from rolellm.profiles import DataFormatError, RoleProfile, Utterance, join_catchphrases, split_catchphrases
+
+
+SPECS = {"chara_card_v2": "2.0", "chara_card_v3": "3.0"}
+USER = "user"
+_MESSAGE = re.compile(r"^(\{\{user\}\}|\{\{char\}\}|<USER>|<BOT>|[^:\n<>{}]{1,40}):\s?(.*)$")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+_V2_FIELDS = ["name", "description", "personality", "scenario", "first_mes", "mes_example", "creator_notes",
+              "system_prompt", "post_history_instructions", "alternate_greetings", "tags", "creator",
+              "character_version", "extensions"]  # fmt: skip
+
+
+def parse_mes_example(text: str, name: str) -> list[Utterance]:
+    """`<START>`-separated example chats as utterances; each block is one dialogue group (`act_id` = `diag_id`)."""
+    utterances, block = [], -1
+    for line in text.splitlines():
+        if line.strip().upper() == "<START>":
+            block += 1
+            continue
+        match = _MESSAGE.match(line)
+        if match:
+            speaker = {"{{char}}": name, "<BOT>": name, "{{user}}": USER, "<USER>": USER}.get(
+                match[1], match[1].strip()
+            )
+            block = max(block, 0)
+            utterances.append(Utterance(block, block, speaker, match[2]))
+        elif utterances and utterances[-1].act_id == max(block, 0):
+            utterances[-1].content += "\n" + line  # a message that spans lines
+    return utterances
+
+
+def render_mes_example(dialogue: list[Utterance], name: str) -> str:
+    """The inverse of `parse_mes_example`: one `<START>` block per dialogue group."""
+    lines, group = [], None
+    for utterance in dialogue:
+        if (utterance.act_id, utterance.diag_id) != group:
+            group = (utterance.act_id, utterance.diag_id)
+            lines.append("<START>")
+        speaker = {name: "{{char}}", USER: "{{user}}"}.get(utterance.speaker, utterance.speaker)
+        lines.append(f"{speaker}: {utterance.content}")
+    return "\n".join(lines)
+
+
+def profile_from_card(card: dict, lang: str | None = None, where: str = "card") -> RoleProfile:
+    """Import a Character Card V2/V3 dict; `where` names the source in error messages."""
+    if not isinstance(card, dict):
+        raise DataFormatError(f"{where}: a character card must be a JSON object, got {type(card).__name__}")
+    spec = card.get("spec")
+    if spec not in SPECS:
+        raise DataFormatError(f"{where}: field 'spec' is {spec!r}; expected one of {sorted(SPECS)} (V1 cards: wrap "
+                              'the fields as {"spec": "chara_card_v2", "spec_version": "2.0", "data": {...}})')  # fmt: skip
+    data = card.get("data")
+    if not isinstance(data, dict):
+        raise DataFormatError(f"{where}: field 'data' must be an object, got {type(data).__name__}")
+    for key in ("name", "description", "mes_example"):
+        if key in data and not isinstance(data[key], str):
+            raise DataFormatError(f"{where}: field 'data.{key}' must be a string, got {type(data[key]).__name__}")
+    if not data.get("name", "").strip():
+        raise DataFormatError(f"{where}: field 'data.name' is missing or empty")
+    name, text = data["name"], data.get("description", "")
+    lang = lang or ("zh" if _CJK.search(text + name) else "en")
+    description, catchphrases = split_catchphrases(text, lang)
+    if join_catchphrases(description, catchphrases, lang) != text:  # keep the text as written when it would change
+        description, catchphrases = text, []
+    dialogue = parse_mes_example(data.get("mes_example", ""), name)
+    extra = {
+        "character_card": copy.deepcopy(card),
+        "character_card_dialogue": [vars(u).copy() for u in dialogue],
+    }
+    return RoleProfile(name, lang, description, catchphrases, dialogue=dialogue, extra=extra)
+
+
+def card_from_profile(profile: RoleProfile, spec: Literal["chara_card_v2", "chara_card_v3"] | None = None) -> dict:
+    """Export a profile as a card dict: the imported card with the profile's current values, or a new card.
+
+    Args:
+        profile (`RoleProfile`): the profile.
+        spec (`str`, *optional*): `"chara_card_v2"` or `"chara_card_v3"`; defaults to the imported card's spec, or V2
+            for a profile that did not come from a card.
+    """
+    kept = profile.extra.get("character_card")
+    card = copy.deepcopy(kept) if kept else {"spec": "chara_card_v2", "spec_version": "2.0", "data": {}}
+    if spec is not None and spec != card["spec"]:
+        if spec not in SPECS:
+            raise ValueError(f"spec must be one of {sorted(SPECS)}, got {spec!r}")
+        card["spec"], card["spec_version"] = spec, SPECS[spec]
+    data = card["data"]
+    if not kept:
+        data.update(dict.fromkeys(_V2_FIELDS, ""))
+        data.update(
+            alternate_greetings=[], tags=[], extensions={"rolellm": {"source": profile.source, "lang": profile.lang}}
+        )
+        if card["spec"] == "chara_card_v3":
+            data.update(group_only_greetings=[])
+    data["name"] = profile.name
+    data["description"] = profile.description_with_catchphrases()
+    unchanged = kept and profile.extra.get("character_card_dialogue") == [vars(u) for u in profile.dialogue]
+    if not unchanged:
+        data["mes_example"] = render_mes_example(profile.dialogue, profile.name)
+    return card
+
+
+def _json_layout(text: str) -> dict:
+    """How a JSON text was written (indent, separators, ASCII escapes, final newline), to write it back alike."""
+    body = text.strip()
+    second = body.split("\n", 2)[1] if "\n" in body else None
+    indent = None if second is None else ("\t" if second.startswith("\t") else len(second) - len(second.lstrip(" ")))
+    compact = indent is None and not re.search(r'"\s*:\s+', body) and '", "' not in body
+    return {
+        "indent": indent,
+        "separators": (",", ":") if compact else (",", ": ") if indent is not None else (", ", ": "),
+        "ensure_ascii": bool(re.search(r"\\u[0-9a-fA-F]{4}", body)) and body.isascii(),
+        "newline": text.endswith("\n"),
+    }
+
+
+def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfile:
+    """Read a card `.json` file (V2 or V3) into a `RoleProfile`; its JSON layout is kept for `write_character_card`."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise DataFormatError(f"{path}: the file is empty")
+    try:
+        card = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})") from None
+    profile = profile_from_card(card, lang=lang, where=str(path))
+    profile.extra["character_card_layout"] = _json_layout(text)
+    return profile
+
+
+def dumps_character_card(profile: RoleProfile, spec: str | None = None) -> str:
+    """The card as JSON text, laid out like the file it was read from (or indented by 2 for a new card)."""
+    layout = profile.extra.get("character_card_layout") or {
+        "indent": 2, "separators": (",", ": "), "ensure_ascii": False, "newline": True}  # fmt: skip
+    text = json.dumps(
+        card_from_profile(profile, spec),
+        indent=layout["indent"],
+        separators=tuple(layout["separators"]),
+        ensure_ascii=layout["ensure_ascii"],
+    )
+    return text + ("\n" if layout["newline"] else "")
+
+
+def write_character_card(profile: RoleProfile, path: str | Path, spec: str | None = None) -> Path:
+    """Write the profile as a Character Card JSON file (see `card_from_profile`)."""
+    path = Path(path)
+    path.write_text(dumps_character_card(profile, spec), encoding="utf-8")
+    return path

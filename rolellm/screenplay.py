@@ -1,0 +1,195 @@
+"""Screenplay text (the common film-script layout) to a `RoleProfile`, and back.
+
+The layout: scene headings (`INT.`, `EXT.`, `INT./EXT.`, `I/E`, `EST.`) open acts; a speaker cue in capitals
+(`ADA`, `ADA (V.O.)`, `MOSS (CONT'D)`) is followed by its dialogue lines, with parentheticals such as `(beat)` on
+lines of their own; every other paragraph is narration (action). Indentation is not relied on, so tabs, spaces or
+flush-left text parse alike. Page numbers, `(CONTINUED)`, `CONTINUED:`, transitions (`CUT TO:`, `FADE IN:`) are
+dropped, and a speech split over a page break (`(MORE)` ... `NAME (CONT'D)`) is joined back into one line.
+
+Dialogue groups are cut as the paper's profiles are: a group ends on a line of the profiled role, and a new act
+starts a new group.
+
+>>> text = '''
+... INT. WORKSHOP - NIGHT
+...
+... Gears everywhere.
+...
+...                 MOSS
+...       What is that noise?
+...
+...                 ADA (CONT'D)
+...       (not looking up)
+...       Progress, Moss.
+... '''
+>>> profile = parse_screenplay(text, role="Ada Quill", aliases=["ADA"])
+>>> [(u.diag_id, u.speaker, u.content) for u in profile.dialogue]
+[(0, 'narration', 'Gears everywhere.'), (0, 'Moss', 'What is that noise?'), (0, 'Ada Quill', 'Progress, Moss.')]
+"""
+
+import re
+import textwrap
+from pathlib import Path
+
+from rolellm.profiles import RoleProfile, Utterance
+
+
+NARRATION = "narration"
+_HEADING = re.compile(r"^(?:\d+[A-Z]?\s+)?(?:INT\.?/EXT\.?|EXT\.?/INT\.?|I/E|INT\.|EXT\.|EST\.)\s*", re.I)
+_TRANSITION = re.compile(
+    r"^(?:[A-Z .'-]+ TO:|FADE (?:IN|OUT)[.:]?|FADE TO BLACK\.?|THE END\.?|CONTINUED:?|CUT TO BLACK\.?)$"
+)
+_PAGE_NOISE = re.compile(
+    r"^(?:\d+[A-Z]?\.?|\(CONTINUED\)|CONTINUED:|\(CONT'D\)|\(CONT’D\)|[-–—]?\s*\d+\s*[-–—]?)$", re.I
+)
+_EXTENSION = re.compile(r"\s*\((?:CONT'D|CONT’D|CONT|V\.O\.|O\.S\.|O\.C\.|V\.O|O\.S|OS|VO|OC|[^)]*)\)\s*")
+_CUE = re.compile(r"^[A-Z0-9][A-Z0-9 .'’\-&#]*(?:\s*\([^)]*\))*\s*\^?$")
+
+
+def _is_cue(line: str) -> bool:
+    name = _EXTENSION.sub(" ", line).strip(" ^")
+    return (
+        bool(_CUE.match(line))
+        and any(ch.isalpha() for ch in name)
+        and len(name.split()) <= 5
+        and not _HEADING.match(line)
+        and not _TRANSITION.match(line)
+    )
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """Paragraphs of stripped lines, page noise removed, tabs expanded."""
+    blocks, current = [], []
+    for raw in text.expandtabs(8).splitlines():
+        line = raw.strip()
+        if _PAGE_NOISE.match(line):
+            continue
+        if not line:
+            if current:
+                blocks.append(current)
+            current = []
+        else:
+            current.append(line)
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def parse_screenplay_lines(text: str, keep_parentheticals: bool = False) -> list[tuple[int, str | None, str, str]]:
+    """The script as `(act, speaker cue or None for narration, content, scene heading)` in order."""
+    lines: list[list] = []
+    act, heading, continued = -1, "", False
+    for block in _blocks(text):
+        first = block[0]
+        if _HEADING.match(first):
+            act, heading = act + 1, first
+            block = block[1:]
+            if not block:
+                continue
+            first = block[0]
+        if len(block) == 1 and _TRANSITION.match(first):
+            continue
+        act_id = max(act, 0)
+        if len(block) > 1 and _is_cue(first):
+            speaker = _EXTENSION.sub(" ", first).strip(" ^")
+            words, more, in_paren = [], False, False
+            for line in block[1:]:
+                if line.upper() == "(MORE)":
+                    more = True
+                    continue
+                if in_paren or line.startswith("("):
+                    in_paren = not line.endswith(")")
+                    if keep_parentheticals:
+                        words.append(line)
+                    continue
+                words.append(line)
+            content = " ".join(words)
+            if continued and lines and lines[-1][1] == speaker and lines[-1][0] == act_id:
+                lines[-1][2] = f"{lines[-1][2]} {content}".strip()
+            elif content:
+                lines.append([act_id, speaker, content, heading])
+            continued = more
+        else:
+            lines.append([act_id, None, " ".join(block), heading])
+            continued = False
+    return [tuple(line) for line in lines]
+
+
+def parse_screenplay(
+    text: str,
+    role: str,
+    aliases: list[str] | tuple[str, ...] = (),
+    lang: str = "en",
+    source: str = "",
+    description: str = "",
+    keep_parentheticals: bool = False,
+) -> RoleProfile:
+    """Parse screenplay text into the profile of one role, with acts and dialogue groups.
+
+    Args:
+        text (`str`): the screenplay.
+        role (`str`): the profiled role's name; its lines get this name as speaker.
+        aliases (`list[str]`, *optional*): the cue names of the role in the script (`["ADA"]` for `"Ada Quill"`);
+            the upper-cased `role` always counts.
+        lang (`str`, *optional*, defaults to `"en"`), source (`str`, *optional*), description (`str`, *optional*):
+            stored on the profile.
+        keep_parentheticals (`bool`, *optional*, defaults to `False`): keep `(beat)`-style lines in the content.
+
+    Returns:
+        `RoleProfile` whose `dialogue` holds every line (other speakers title-cased, narration as `"narration"`) and
+        whose `extra["scene_headings"]` lists each act's heading.
+    """
+    names = {role.upper(), *(alias.upper() for alias in aliases)}
+    dialogue, headings = [], []
+    diag_id, last_act = 0, None
+    for act_id, cue, content, heading in parse_screenplay_lines(text, keep_parentheticals):
+        if last_act is not None and act_id != last_act and dialogue and dialogue[-1].diag_id == diag_id:
+            diag_id += 1  # a new act opens a new group
+        if act_id >= len(headings):
+            headings.extend([""] * (act_id + 1 - len(headings)))
+        headings[act_id] = heading
+        last_act = act_id
+        if cue is None:
+            dialogue.append(Utterance(act_id, diag_id, NARRATION, content, narration=True))
+        elif cue.upper() in names:
+            dialogue.append(Utterance(act_id, diag_id, role, content))
+            diag_id += 1
+        else:
+            dialogue.append(Utterance(act_id, diag_id, cue.title(), content))
+    extra = {"scene_headings": headings}
+    return RoleProfile(role, lang, description, source=source, dialogue=dialogue, extra=extra)
+
+
+def read_screenplay(path: str | Path, role: str, **kwargs) -> RoleProfile:
+    """`parse_screenplay` on a text file; the file name (without suffix) becomes the `source` unless given."""
+    path = Path(path)
+    kwargs.setdefault("source", path.stem)
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"{path} is empty: no screenplay to parse")
+    return parse_screenplay(text, role, **kwargs)
+
+
+def write_screenplay(profile: RoleProfile, width: int = 35) -> str:
+    """Render a profile's dialogue in the film-script layout; `parse_screenplay` reads it back to the same lines.
+
+    >>> profile = parse_screenplay("INT. HALL - DAY\\n\\nPO\\nSkadoosh!", role="Po")
+    >>> print(write_screenplay(profile).strip())
+    INT. HALL - DAY
+    <BLANKLINE>
+                             PO
+                   Skadoosh!
+    """
+    headings = profile.extra.get("scene_headings", [])
+    out, act = [], None
+    for utterance in profile.dialogue:
+        if utterance.act_id != act:
+            act = utterance.act_id
+            heading = headings[act] if act < len(headings) and headings[act] else f"INT. SCENE {act + 1}"
+            out += [heading, ""]
+        if utterance.narration:
+            out += [*textwrap.wrap(utterance.content, 60), ""]
+        else:
+            out.append(" " * 25 + utterance.speaker.upper())
+            out += [" " * 15 + line for line in textwrap.wrap(utterance.content, width)]
+            out.append("")
+    return "\n".join(out)

@@ -1,0 +1,97 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from rolellm.character_card import (
+    card_from_profile,
+    dumps_character_card,
+    profile_from_card,
+    read_character_card,
+    write_character_card,
+)
+from rolellm.profiles import DataFormatError, RoleProfile, Utterance
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CARDS = ["card_v2_ada.json", "card_v3_storyteller.json"]
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_card_round_trips_byte_equal(name, tmp_path):
+    path = FIXTURES / name
+    profile = read_character_card(path)
+    out = write_character_card(profile, tmp_path / name)
+    assert out.read_bytes() == path.read_bytes()
+
+
+def test_v2_import_maps_fields_and_keeps_the_rest():
+    profile = read_character_card(FIXTURES / "card_v2_ada.json")
+    assert profile.name == "Ada Quill" and profile.lang == "en"
+    assert profile.catchphrases == ["Measure twice!"]
+    assert profile.description.endswith("fixes lighthouses.")
+    assert [[(u.speaker, u.content) for u in group] for group in profile.dialogue_groups()] == [
+        [("user", "Can you fix it?"), ("Ada Quill", "I can fix anything that admits it's broken.")],
+        [
+            ("user", "What's in the crate?"),
+            ("Ada Quill", "Lungs. Brass ones.\nThey'll breathe better than the old ones."),
+        ],
+    ]
+    data = profile.extra["character_card"]["data"]
+    assert data["character_book"]["entries"][0]["keys"] == ["lamp"]
+    assert data["post_history_instructions"] == "Stay in character as {{char}}."
+
+
+def test_v3_unknown_fields_survive_and_chinese_catchphrases_split():
+    profile = read_character_card(FIXTURES / "card_v3_storyteller.json")
+    assert profile.lang == "zh" and profile.catchphrases == ["列位看官", "且听下回分解"]
+    card = card_from_profile(profile)
+    assert card["x_top_level_unknown"] == "kept too"
+    assert card["data"]["extensions"] == {"x_unknown_tool": {"kept": [1, 2, 3]}}
+    assert card["data"]["assets"][0]["uri"] == "ccdefault:"
+
+
+def test_edits_are_written_and_everything_else_is_kept():
+    profile = read_character_card(FIXTURES / "card_v2_ada.json")
+    profile.catchphrases.append("Progress!")
+    profile.dialogue.append(Utterance(2, 2, "user", "Ready?"))
+    profile.dialogue.append(Utterance(2, 2, "Ada Quill", "Always."))
+    card = json.loads(dumps_character_card(profile))
+    assert card["data"]["description"].endswith('Your catchphrases are: "Measure twice!", "Progress!"')
+    assert card["data"]["mes_example"].endswith("<START>\n{{user}}: Ready?\n{{char}}: Always.")
+    original = json.loads((FIXTURES / "card_v2_ada.json").read_text())
+    for key in ("personality", "scenario", "first_mes", "character_book", "extensions", "alternate_greetings"):
+        assert card["data"][key] == original["data"][key]
+
+
+def test_a_release_profile_exports_as_a_new_card():
+    profile = RoleProfile("孙悟空", "zh", "生性聪明。", ["俺老孙"], source="西游记",
+                          dialogue=[Utterance(0, 0, "唐僧", "悟空！"), Utterance(0, 0, "孙悟空", "师父！")])  # fmt: skip
+    card = card_from_profile(profile, spec="chara_card_v3")
+    assert card["spec"] == "chara_card_v3" and card["spec_version"] == "3.0"
+    assert card["data"]["description"] == "生性聪明。常用口头禅是：“俺老孙”"
+    assert card["data"]["mes_example"] == "<START>\n唐僧: 悟空！\n{{char}}: 师父！"
+    assert card["data"]["extensions"] == {"rolellm": {"source": "西游记", "lang": "zh"}}
+    again = profile_from_card(card)
+    assert again.dialogue == profile.dialogue and again.catchphrases == ["俺老孙"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", r"the file is empty"),
+        ('{"spec": "chara_card_v2", "data": {"name": "Po"', r"bad\.json:1: not valid JSON"),
+        ('{"name": "Po", "description": "A panda."}', r"field 'spec' is None; expected one of"),
+        ('{"spec": "chara_card_v2", "data": []}', r"field 'data' must be an object, got list"),
+        ('{"spec": "chara_card_v3", "data": {"name": ""}}', r"field 'data.name' is missing or empty"),
+        (
+            '{"spec": "chara_card_v2", "data": {"name": "Po", "mes_example": ["x"]}}',
+            r"'data.mes_example' must be a string",
+        ),
+    ],
+)
+def test_bad_cards_name_the_file_and_field(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(DataFormatError, match=message):
+        read_character_card(path)
