@@ -232,6 +232,7 @@ class ChatCompletionsServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections as they do with real APIs
+            disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall between the headers and the body
 
             def log_message(self, format, *args):  # noqa: A002 - silence the per-request stderr lines
                 pass
@@ -290,8 +291,11 @@ class ChatCompletionsServer:
                     with server._lock:
                         server.answered.append(body)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 1024  # the default backlog of 5 resets connections when many arrive at once
+            daemon_threads = True
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
         return self

@@ -74,6 +74,8 @@ class ChatCache:
         try:
             self._connection = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
             self._connection.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a commit survives the process being killed (only an OS crash could lose the last ones)
+            self._connection.execute("PRAGMA synchronous=NORMAL")
             self._connection.execute(_SCHEMA)
             self._connection.commit()
         except sqlite3.DatabaseError as error:

@@ -1,0 +1,137 @@
+"""Requests per second through `OpenAIChatClient` against a chat-completions server with 100 ms per answer.
+
+What it compares, in one run, on the same local server (`rolellm.testing.ChatCompletionsServer`, run in its own
+process as a remote server would be, every answer delayed by 100 ms):
+
+- a plain loop over the synchronous `openai.OpenAI` client (what a script would otherwise do);
+- `OpenAIChatClient` at `max_concurrency=1` and `max_concurrency=64` (the limit of the speed-up is 64x; the target
+  is at least 40x), without and with the on-disk cache (one SQLite commit per answer);
+- a bare `asyncio.gather` over `openai.AsyncOpenAI` behind a 64-slot semaphore (no cache, retries or progress bar),
+  to show the client's own overhead.
+
+Each figure is the best of three runs. Run: `python bench/bench_client.py` (about 40 seconds).
+"""
+
+import asyncio
+import multiprocessing
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LATENCY = 0.1
+SEQUENTIAL_REQUESTS = 20
+CONCURRENT_REQUESTS = 640  # ten waves of 64
+REPEATS = 3
+
+
+def serve(connection):
+    from rolellm.testing import ChatCompletionsServer
+
+    with ChatCompletionsServer(latency=LATENCY) as server:
+        connection.send(server.base_url)
+        connection.recv()  # until the benchmark is done
+
+
+def messages(i: int) -> list[dict]:
+    return [{"role": "system", "content": "You are Jack Sparrow."}, {"role": "user", "content": f"Question {i}?"}]
+
+
+def openai_loop(base_url: str, n: int) -> float:
+    import openai
+
+    client = openai.OpenAI(api_key="bench", base_url=base_url, max_retries=0)
+    start = time.perf_counter()
+    for i in range(n):
+        client.chat.completions.create(model="bench", messages=messages(i))
+    return time.perf_counter() - start
+
+
+def openai_gather(base_url: str, n: int, concurrency: int) -> float:
+    import openai
+
+    async def run():
+        semaphore = asyncio.Semaphore(concurrency)
+        async with openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0) as client:
+
+            async def one(i):
+                async with semaphore:
+                    return await client.chat.completions.create(model="bench", messages=messages(i))
+
+            await asyncio.gather(*(one(i) for i in range(n)))
+
+    start = time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - start
+
+
+def rolellm_client(base_url: str, n: int, concurrency: int, cache: bool, offset: int) -> float:
+    from rolellm.generation import ChatRequest, OpenAIChatClient
+
+    with tempfile.TemporaryDirectory() as folder:
+        client = OpenAIChatClient(
+            "bench",
+            base_url=base_url,
+            api_key="bench",
+            max_concurrency=concurrency,
+            cache_path=Path(folder) / "cache.sqlite" if cache else None,
+            progress=False,
+        )
+        requests = [ChatRequest(messages(offset + i)) for i in range(n)]
+        start = time.perf_counter()
+        results = client.generate(requests)
+        elapsed = time.perf_counter() - start
+    assert all(r.ok for r in results) and client.usage.requests == n, client.usage
+    return elapsed
+
+
+def best_of(repeats: int, run) -> float:
+    """The fastest of `repeats` runs: the machine's other load only ever slows a run down."""
+    return min(run(r) for r in range(repeats))
+
+
+def main():
+    parent, child = multiprocessing.Pipe()
+    server = multiprocessing.Process(target=serve, args=(child,), daemon=True)
+    server.start()
+    base_url = parent.recv()
+    rows = []
+    try:
+        openai_gather(base_url, 64, 64)  # warm-up: imports and connections
+        seconds = best_of(REPEATS, lambda r: openai_loop(base_url, SEQUENTIAL_REQUESTS))
+        rows.append(("openai.OpenAI, sequential loop", SEQUENTIAL_REQUESTS, seconds))
+        for concurrency, n in ((1, SEQUENTIAL_REQUESTS), (64, CONCURRENT_REQUESTS)):
+            for cache in (False, True):
+                offset = len(rows) * 100_000  # fresh contents: every request is really sent
+
+                def run(r, n=n, concurrency=concurrency, cache=cache, offset=offset):
+                    return rolellm_client(base_url, n, concurrency, cache, offset=offset + r * 10_000)
+
+                label = f"rolellm OpenAIChatClient, concurrency {concurrency}" + (", SQLite cache" if cache else "")
+                rows.append((label, n, best_of(REPEATS, run)))
+        seconds = best_of(REPEATS, lambda r: openai_gather(base_url, CONCURRENT_REQUESTS, 64))
+        rows.append(("bare AsyncOpenAI + gather, concurrency 64", CONCURRENT_REQUESTS, seconds))
+    finally:
+        parent.send("stop")
+        server.join(timeout=5)
+
+    rate = {label: n / seconds for label, n, seconds in rows}
+    base = rate["rolellm OpenAIChatClient, concurrency 1"]
+    print(
+        f"server latency {LATENCY * 1000:.0f} ms per answer; best of {REPEATS} runs; limit at concurrency 64 = 64x\n"
+    )
+    print(f"{'setup':<55} {'requests':>8} {'seconds':>8} {'req/s':>8} {'vs rolellm c=1':>15}")
+    for label, n, seconds in rows:
+        print(f"{label:<55} {n:>8} {seconds:>8.2f} {rate[label]:>8.1f} {rate[label] / base:>14.1f}x")
+    speedup = rate["rolellm OpenAIChatClient, concurrency 64"] / base
+    cached = rate["rolellm OpenAIChatClient, concurrency 64, SQLite cache"] / base
+    overhead = rate["rolellm OpenAIChatClient, concurrency 64"] / rate["bare AsyncOpenAI + gather, concurrency 64"]
+    print(f"\nspeed-up at concurrency 64: {speedup:.1f}x without cache, {cached:.1f}x with cache (target >= 40x)")
+    print(f"rolellm client / bare AsyncOpenAI gather at concurrency 64: {overhead:.2f}x the requests per second")
+
+
+if __name__ == "__main__":
+    main()
