@@ -149,7 +149,7 @@ def plot_comparison(results: list[dict], path: str | Path) -> Path:
     ax.set_ylabel("ROUGE-L recall")
     ax.set_ylim(0, 1.1)
     ax.set_title("Models compared")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="best")
     return _save(fig, plt, path)
 
 
