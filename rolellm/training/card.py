@@ -106,7 +106,7 @@ def build_model_card(
         ]
     if peft_config is not None:
         lines.append(
-            f"- adapter: {peft_config.peft_type}, r={getattr(peft_config, 'r', None)}, "
+            f"- adapter: {peft_config.peft_type.value}, r={getattr(peft_config, 'r', None)}, "
             f"alpha={getattr(peft_config, 'lora_alpha', None)}, target modules {sorted(peft_config.target_modules or [])}"
         )
     lines += [
