@@ -241,3 +241,22 @@ def test_killed_job_restarts_without_resending(zhenhuan, tmp_path, shared_data_d
         for line in (tmp_path / "out" / "role_specific" / f"{name}.jsonl").read_text("utf-8").splitlines()
     ]
     assert len(rows) == len({r["question"] for r in rows}) == len(segments) + 1
+
+
+@pytest.mark.slow
+def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path, tmp_path):
+    from rolellm.generation.local import LocalChatClient
+
+    profile = first_acts(zhenhuan["华妃"], 3)
+    config = ContextInstructConfig(max_segment_tokens=400, max_tokens=12)
+    client = LocalChatClient(tiny_model_path, chat_template="chatml", cache_path=tmp_path / "c.sqlite", progress=False)
+    generator = ContextInstruct(config)
+    requests, segments = generator.requests([profile])
+    assert segments == {"华妃": len(requests)} and len(requests) == 3
+    assert requests[0].messages == generator.prompt(profile, segment_profile(profile, 400)[0])
+    result = generator.generate(client, [profile], output_dir=tmp_path / "out")
+    # a random tiny model writes no JSON: every segment is asked three times, then counted as unparseable
+    assert generator.stats["failed"] == {"unparseable": 3}
+    assert generator.stats["usage"]["reasks"] == 6 and generator.stats["usage"]["requests"] == 9
+    assert len(result["train"]) == len(result["test"]) == 0
+    assert (tmp_path / "out" / "instructions-zh" / "split_info.txt").read_text("utf-8") == "华妃\t3\n"

@@ -188,3 +188,36 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         assert again.generate(client, profiles, QUESTIONS)["train"].to_list() == rows
         assert server.answered_counts() == answered
         assert again.stats["usage"]["requests"] == 0 and again.stats["usage"]["cached"] == 36 + 2
+
+
+@pytest.mark.slow
+def test_rolegpt_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path, tmp_path):
+    from rolellm.generation.local import LocalChatClient
+
+    config = RoleGPTConfig(num_samples=3, max_tokens=8)
+    questions = ["写一首关于春天的短诗。", "介绍一下长城。"]
+    cache = tmp_path / "cache.sqlite"
+    client = LocalChatClient(tiny_model_path, chat_template="chatml", batch_size=6, cache_path=cache, progress=False)
+    rolegpt = RoleGPT(config)
+    result = rolegpt.generate(client, [zhenhuan["华妃"]], questions)
+    # the requests are the dialogue-engineering prompts of the paper: system, 3 retrieved exchanges, question
+    requests = rolegpt.requests([zhenhuan["华妃"]], questions)
+    assert len(requests) == 6 and [m["role"] for m in requests[0].messages] == ["system"] + [
+        "user",
+        "assistant",
+    ] * 3 + ["user"]
+    assert requests[0].messages == rolegpt.prompt(zhenhuan["华妃"], questions[0])
+    stats = rolegpt.stats
+    # every reference sample is accounted for: kept, rejected by a named check, or failed
+    kept, rejected, failed = stats["references"], sum(stats["rejected"].values()), sum(stats["failed"].values())
+    assert kept + rejected + failed == 2 * 2
+    assert set(stats["rejected"]) <= {"incomplete", "exposes_ai", "exposes_role", "unresponsive"}
+    assert stats["baseline_rows"] + stats["usage"]["failures"] - failed == 2
+    assert len(result["train"]) == stats["rows"] and all(r["subset"] == "general" for r in result["train"])
+    # a second run answers everything from the cache, identically
+    again = RoleGPT(config)
+    client = LocalChatClient(tiny_model_path, chat_template="chatml", batch_size=6, cache_path=cache, progress=False)
+    assert again.generate(client, [zhenhuan["华妃"]], questions)["rolegpt_baseline"].to_list() == (
+        result["rolegpt_baseline"].to_list()
+    )
+    assert again.stats["usage"]["requests"] == 0

@@ -22,7 +22,7 @@ import datasets
 from jsonschema import Draft202012Validator
 from rapidfuzz import fuzz, process
 
-from rolellm.data.schema import ROW_FEATURES, TYPES
+from rolellm.data.schema import TYPES
 from rolellm.generation.client import ChatRequest, estimate_tokens
 from rolellm.generation.job import (
     DropCounter,
@@ -31,6 +31,7 @@ from rolellm.generation.job import (
     failure_reason,
     render_prompt,
     render_prompt_source,
+    rows_to_dataset,
     save_generation_metadata,
     usage_since,
     write_jsonl,
@@ -316,9 +317,7 @@ class ContextInstruct:
             "failed": failed.as_dict(),
             "usage": usage_since(client, before),
         }
-        dataset = datasets.DatasetDict(
-            {name: datasets.Dataset.from_list(rows, features=ROW_FEATURES) for name, rows in split.items()}
-        )
+        dataset = datasets.DatasetDict({name: rows_to_dataset(rows) for name, rows in split.items()})
         if output_dir is not None:
             self.save(dataset, output_dir, client, lang)
         return dataset

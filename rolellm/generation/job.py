@@ -14,6 +14,7 @@ from pathlib import Path
 import datasets
 import jinja2
 
+from rolellm.data.schema import ROW_FEATURES
 from rolellm.profiles import RoleProfile
 
 
@@ -53,6 +54,13 @@ def as_profiles(profiles) -> list[RoleProfile]:
         if not isinstance(profile, RoleProfile):
             raise TypeError(f"profiles[{i}] is a {type(profile).__name__}, expected a `RoleProfile`")
     return result
+
+
+def rows_to_dataset(rows: list[dict]) -> datasets.Dataset:
+    """RoleBench rows as a `Dataset` in `ROW_FEATURES` (an empty list gives an empty dataset with the schema)."""
+    return datasets.Dataset.from_dict(
+        {name: [row[name] for row in rows] for name in ROW_FEATURES}, features=ROW_FEATURES
+    )
 
 
 def config_to_dict(config) -> dict:

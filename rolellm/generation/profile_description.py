@@ -176,7 +176,8 @@ class ProfileDescriber:
         }
         if output_dir is not None:
             self.save(output_dir, client)
-        return datasets.Dataset.from_list([p.to_dict() for p in described])
+        rows = [p.to_dict() for p in described]
+        return datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({"name": []})
 
     def save(self, output_dir, client) -> Path:
         """Write the described profiles in the release layout (`profiles-{lang}/desc.json`, ...) beside the config.

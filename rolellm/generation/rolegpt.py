@@ -21,13 +21,13 @@ from typing import Literal
 import datasets
 
 from rolellm.chat_template import build_system_instruction
-from rolellm.data.schema import ROW_FEATURES
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.job import (
     DropCounter,
     as_profiles,
     failure_reason,
     render_prompt,
+    rows_to_dataset,
     save_generation_metadata,
     usage_since,
     write_jsonl,
@@ -288,10 +288,7 @@ class RoleGPT:
             "failed": failed.as_dict(),
             "usage": usage_since(client, before),
         }
-        dataset = datasets.DatasetDict(
-            train=datasets.Dataset.from_list(rows, features=ROW_FEATURES),
-            rolegpt_baseline=datasets.Dataset.from_list(baseline, features=ROW_FEATURES),
-        )
+        dataset = datasets.DatasetDict(train=rows_to_dataset(rows), rolegpt_baseline=rows_to_dataset(baseline))
         if output_dir is not None:
             self.save(dataset, output_dir, client)
         return dataset
