@@ -47,6 +47,11 @@ _EXPORTS = {
     "set_role_chat_template": "rolellm.chat_template",
     "rouge_l": "rolellm.evaluation.rouge",
     "rouge_l_scores": "rolellm.evaluation.rouge",
+    "EvaluateConfig": "rolellm.evaluation.config",
+    "run_benchmark": "rolellm.evaluation.runner",
+    "score_predictions": "rolellm.evaluation.scoring",
+    "write_report": "rolellm.evaluation.report",
+    "update_model_card": "rolellm.evaluation.report",
 }
 
 __all__ = ["__version__", *_EXPORTS]
