@@ -203,7 +203,7 @@ def add_profile_columns(dataset, profiles: dict[str, RoleProfile]):
     if isinstance(dataset, datasets.DatasetDict):
         return datasets.DatasetDict({split: add_profile_columns(part, profiles) for split, part in dataset.items()})
     by_key = {role_key(name): profile for name, profile in profiles.items()}
-    counts = Counter(dataset["role"])
+    counts = Counter(dataset.with_format("arrow")["role"].to_pylist())
     unmatched = {role: count for role, count in counts.items() if role_key(role) not in by_key}
     if unmatched:
         warnings.warn(

@@ -35,15 +35,16 @@ def roles_table(configs: dict[str, datasets.DatasetDict]) -> str:
     for config in sorted(configs, key=lambda name: (_part_of(name) != name, name)):
         dataset_dict = configs[config]
         part = _part_of(config)
-        if "role" not in next(iter(dataset_dict.values())).column_names:
+        if not {"role", "lang"} <= set(next(iter(dataset_dict.values())).column_names):
             continue
         if part != config and part in parts_done and part in configs:
             continue
         parts_done.add(part)
         for split, dataset in dataset_dict.items():
-            for role, lang in zip(dataset["role"], dataset["lang"]):
-                counts[(part, role)][split] += 1
-                langs[(part, role)] = lang
+            table = dataset.select_columns(["role", "lang"]).with_format("arrow")[:]
+            for group in table.group_by(["role", "lang"]).aggregate([([], "count_all")]).to_pylist():
+                counts[(part, group["role"])][split] += group["count_all"]
+                langs[(part, group["role"])] = group["lang"]
     splits = sorted({split for counter in counts.values() for split in counter}, key=_split_order)
     lines = ["| part | role | lang | " + " | ".join(splits) + " |", "|---|---|---|" + "---:|" * len(splits)]
     for (part, role), counter in sorted(counts.items()):
@@ -65,7 +66,15 @@ def build_card(
     description: str | None = None,
 ) -> DatasetCard:
     """The dataset card for `configs` (`{config name: DatasetDict}`), parquet files under `{config}/{split}-*`."""
-    languages = sorted({lang for d in configs.values() for split in d.values() for lang in split.unique("lang")})
+    languages = sorted(
+        {
+            lang
+            for d in configs.values()
+            for split in d.values()
+            if "lang" in split.column_names
+            for lang in split.unique("lang")
+        }
+    )
     card_data = DatasetCardData(
         license=license,
         language=languages,
