@@ -126,14 +126,19 @@ def causal_lm_loss(model, inputs: dict, num_items_in_batch=None, fused_lm_head: 
         fused_lm_head (`bool`, *optional*, defaults to `False`): use TRL's fused LM head.
 
     Returns:
-        `tuple[torch.Tensor, dict]`: the loss and, without gradient, `num_trained`, `num_correct` (top-1 equals
-        the label) and `entropy_sum` over the trained tokens.
+        `tuple[torch.Tensor, dict]`: the loss and, without gradient, `nll` (the loss of each trained token, in the
+        order of `labels[:, 1:] != -100`), `num_trained`, `num_correct` (top-1 equals the label) and `entropy_sum`.
     """
     labels = inputs["labels"]
     if fused_lm_head:
         outputs = model(**inputs, use_cache=False, fused_lm_head=True)
         mask = outputs.label_mask
-        stats = {"num_trained": mask.sum(), "num_correct": outputs.is_top1.sum(), "entropy_sum": outputs.entropy.sum()}
+        stats = {
+            "nll": -outputs.log_probs[mask],
+            "num_trained": mask.sum(),
+            "num_correct": outputs.is_top1.sum(),
+            "entropy_sum": outputs.entropy.sum(),
+        }
         denominator = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
         return -outputs.log_probs.sum() / denominator, {k: v.detach() for k, v in stats.items()}
     keep = torch.zeros_like(labels, dtype=torch.bool)
@@ -143,11 +148,81 @@ def causal_lm_loss(model, inputs: dict, num_items_in_batch=None, fused_lm_head: 
     logits = model(**model_inputs, use_cache=False, logits_to_keep=keep).logits  # (N, vocab)
     log_probs = F.log_softmax(logits.float(), dim=-1)
     denominator = max(targets.numel(), 1) if num_items_in_batch is None else num_items_in_batch
-    loss = F.nll_loss(log_probs, targets, reduction="sum") / denominator
+    nll = F.nll_loss(log_probs, targets, reduction="none")
+    loss = nll.sum() / denominator
     with torch.no_grad():
         stats = {
+            "nll": nll.detach(),
             "num_trained": torch.tensor(targets.numel(), device=targets.device),
             "num_correct": (log_probs.argmax(-1) == targets).sum(),
             "entropy_sum": -(log_probs.exp() * log_probs).sum(),
         }
     return loss, stats
+
+
+def resolve_prefix_sharing(model, args) -> AttentionBackend | None:
+    """The attention backend prefix sharing uses for `model` under `args` (`None` when it is off or cannot run).
+
+    When `args.prefix_sharing` is set but the model's attention takes no custom mask, TRL's best-fit packing
+    (`packing=True`) is used instead, with a warning.
+    """
+    if not args.prefix_sharing:
+        return None
+    backend = choose_attention_backend(model, args.device)
+    if backend is None:
+        logger.warning(
+            "prefix_sharing=True cannot run with this attention backend: falling back to packing=True (TRL)"
+        )
+        args.packing = True
+    return backend
+
+
+def _use_fused_lm_head(device: torch.device) -> bool:
+    """TRL's chunked LM head scores only the trained positions on Triton devices; elsewhere it scores all of them."""
+    import importlib.util
+
+    return device.type in ("cuda", "xpu") and importlib.util.find_spec("triton") is not None
+
+
+def compute_prefix_shared_loss(
+    trainer, model, inputs, backend: AttentionBackend, return_outputs=False, num_items_in_batch=None
+):
+    """`RoCITTrainer.compute_loss` for prefix-shared batches: the mask, the loss, and TRL's metrics.
+
+    Logs what `trl.SFTTrainer` logs (`entropy`, `mean_token_accuracy`, `num_tokens` counting the real tokens of the
+    rows, not mask entries) and, with `log_subset_losses`, the loss of `general` and `role_specific` tokens.
+    """
+    mode = "train" if trainer.model.training else "eval"
+    inputs = dict(inputs)
+    subset_ids = inputs.pop("subset_ids", None)
+    real_tokens = (inputs["segment_ids"] >= 0).sum()
+    dtype = trainer.accelerator.unwrap_model(model).dtype
+    inputs = prepare_model_inputs(inputs, backend, dtype)
+    fused = _use_fused_lm_head(inputs["input_ids"].device)
+    loss, stats = causal_lm_loss(model, inputs, num_items_in_batch, fused_lm_head=fused)
+    # As in `SFTTrainer`: `num_items_in_batch` counts every rank's tokens and DDP averages the gradients.
+    if trainer.args.average_tokens_across_devices and num_items_in_batch is not None:
+        loss = loss * (trainer.accelerator.num_processes // trainer.get_tp_size())
+
+    gather = trainer.accelerator.gather_for_metrics
+    num_valid = gather(stats["num_trained"]).sum()
+    if num_valid > 0:
+        trainer._metrics[mode]["entropy"].append((gather(stats["entropy_sum"]).sum() / num_valid).item())
+        trainer._metrics[mode]["mean_token_accuracy"].append((gather(stats["num_correct"]).sum() / num_valid).item())
+    if mode == "train":
+        trainer._total_train_tokens += gather(real_tokens).sum().item() // trainer._tp_size
+    trainer._metrics[mode]["num_tokens"] = [trainer._total_train_tokens]
+    if subset_ids is not None and trainer.args.log_subset_losses:
+        from rolellm.training.data import SUBSET_IDS
+
+        targets = subset_ids[:, 1:][inputs["labels"][:, 1:] != -100].to(stats["nll"].device)
+        for name, index in SUBSET_IDS.items():
+            selected = targets == index
+            count = gather(selected.sum()).sum()
+            if count > 0:
+                total = gather(stats["nll"][selected].sum().float()).sum()
+                trainer._metrics[mode][f"loss_{name}"].append((total / count).item())
+    if return_outputs:  # the full logits, for `compute_metrics`: one more forward, as in `SFTTrainer`
+        with torch.no_grad():
+            return loss, model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)
+    return loss

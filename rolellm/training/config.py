@@ -32,6 +32,15 @@ class RoCITConfig(SFTConfig):
             Log the train and eval loss of `general` and `role_specific` samples separately (`loss_general`,
             `loss_role_specific`, `eval_loss_general`, ...).
 
+        > Parameters that control prefix-shared packing
+
+        prefix_sharing (`bool`, *optional*, defaults to `True`):
+            Pack samples of the same role into rows of up to `max_length` tokens that hold one copy of the role's
+            system prompt, `[prefix][Q1 A1][Q2 A2]...`, with an attention mask and position ids under which every
+            sample sees exactly what it sees alone (`rolellm.training.packing`). Used with SDPA and eager attention,
+            and FlexAttention on GPU; takes precedence over `packing`. With any other attention backend, TRL's
+            packing (`packing=True`) is used instead, with a warning.
+
     > [!NOTE]
     > These parameters have default values different from `trl.SFTConfig`:
     > - `assistant_only_loss`: Defaults to `True` instead of `False`: the loss covers the assistant turns only, never the
@@ -77,6 +86,14 @@ class RoCITConfig(SFTConfig):
     log_subset_losses: bool = field(
         default=True,
         metadata={"help": "Log train/eval loss of general and role_specific samples separately."},
+    )
+    prefix_sharing: bool = field(
+        default=True,
+        metadata={
+            "help": "Pack samples of one role into rows sharing one copy of the role's system prompt (same loss as "
+            "unpacked training, fewer tokens); takes precedence over packing. Falls back to packing=True where the "
+            "attention backend takes no custom mask."
+        },
     )
 
     def __post_init__(self):

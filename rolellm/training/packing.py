@@ -123,31 +123,31 @@ def plan_rows(
     return rows
 
 
-def pack_samples(groups: Sequence[tuple[int, Sequence[dict]]]) -> dict[str, list]:
+def pack_samples(groups: Sequence[tuple[int, Sequence[dict]]], token_columns: Sequence[str] = ()) -> dict[str, list]:
     """Lay out one packed row from `(prefix_length, samples)` groups.
 
     Returns a dict with `input_ids` and `labels` (the row's tokens, the first token after each prefix or sample
     boundary untrained), `prefix_lengths` (one per group) and `sample_lengths` (per group, the length of each
-    sample after the prefix), from which `DataCollatorForPrefixSharing` builds positions and segments.
+    sample after the prefix), from which `DataCollatorForPrefixSharing` builds positions and segments. Per-token
+    `token_columns` (for example `subset_ids`) follow the tokens, `-1` on shared prefixes.
     """
-    input_ids, labels, prefix_lengths, sample_lengths = [], [], [], []
+    row = {name: [] for name in ("input_ids", "labels", "prefix_lengths", "sample_lengths", *token_columns)}
     for prefix_length, samples in groups:
-        input_ids += samples[0]["input_ids"][:prefix_length]
-        labels += [IGNORE_INDEX] * prefix_length
+        row["input_ids"] += samples[0]["input_ids"][:prefix_length]
+        row["labels"] += [IGNORE_INDEX] * prefix_length
+        for name in token_columns:
+            row[name] += [-1] * prefix_length
         lengths = []
         for sample in samples:
-            input_ids += sample["input_ids"][prefix_length:]
+            row["input_ids"] += sample["input_ids"][prefix_length:]
             # The sample's first own token is predicted from whatever precedes it in the row, never trained here.
-            labels += [IGNORE_INDEX, *sample["labels"][prefix_length + 1 :]]
+            row["labels"] += [IGNORE_INDEX, *sample["labels"][prefix_length + 1 :]]
+            for name in token_columns:
+                row[name] += sample[name][prefix_length:]
             lengths.append(len(sample["input_ids"]) - prefix_length)
-        prefix_lengths.append(prefix_length)
-        sample_lengths.append(lengths)
-    return {
-        "input_ids": input_ids,
-        "labels": labels,
-        "prefix_lengths": prefix_lengths,
-        "sample_lengths": sample_lengths,
-    }
+        row["prefix_lengths"].append(prefix_length)
+        row["sample_lengths"].append(lengths)
+    return row
 
 
 @dataclass
@@ -174,7 +174,13 @@ class PackingStats:
         )
 
 
-def pack_with_shared_prefix(dataset, max_length: int, group_column: str = "role", sample_columns: Sequence[str] = ()):
+def pack_with_shared_prefix(
+    dataset,
+    max_length: int,
+    group_column: str | None = "role",
+    sample_columns: Sequence[str] = (),
+    token_columns: Sequence[str] = (),
+):
     """Pack a tokenized dataset into rows where samples of one group (role) share their common prefix.
 
     Args:
@@ -182,9 +188,12 @@ def pack_with_shared_prefix(dataset, max_length: int, group_column: str = "role"
         max_length (`int`): the most tokens in a packed row. Rows of ~1024 tokens are usually fastest: attention
             cost grows with the square of the row.
         group_column (`str`, *optional*, defaults to `"role"`): samples with the same value are candidates to share
-            a prefix; the prefix actually shared is computed from the tokens (`shared_prefix_length`).
+            a prefix; the prefix actually shared is computed from the tokens (`shared_prefix_length`). `None` puts
+            all samples in one group (they share only what all of them start with).
         sample_columns (`Sequence[str]`, *optional*): per-sample columns kept in each row as lists, one value per
             sample in row order (for example `"subset"`).
+        token_columns (`Sequence[str]`, *optional*): per-token columns laid out like `input_ids` (for example
+            `"subset_ids"`), `-1` on shared prefixes.
 
     Returns:
         `tuple[datasets.Dataset, PackingStats]`: the rows (`input_ids`, `labels`, `prefix_lengths`,
@@ -192,16 +201,19 @@ def pack_with_shared_prefix(dataset, max_length: int, group_column: str = "role"
     """
     from datasets import Dataset
 
-    missing = {"input_ids", "labels", group_column, *sample_columns} - set(dataset.column_names)
+    needed = ["input_ids", "labels", *([group_column] if group_column else []), *sample_columns, *token_columns]
+    missing = sorted(set(needed) - set(dataset.column_names))
     if missing:
         raise ValueError(
-            f"prefix-shared packing needs the columns {sorted(missing)}, the dataset has {dataset.column_names}: "
+            f"prefix-shared packing needs the columns {missing}, the dataset has {dataset.column_names}: "
             f"tokenize it with labels first and keep the {group_column!r} column"
         )
-    columns = dataset.select_columns(["input_ids", "labels", group_column, *sample_columns]).to_dict()
-    samples = [{"input_ids": ids, "labels": labels} for ids, labels in zip(columns["input_ids"], columns["labels"])]
+    columns = dataset.select_columns(needed).to_dict()
+    samples = [
+        {name: columns[name][i] for name in ("input_ids", "labels", *token_columns)} for i in range(len(dataset))
+    ]
     members = defaultdict(list)
-    for index, key in enumerate(columns[group_column]):
+    for index, key in enumerate(columns[group_column] if group_column else [None] * len(samples)):
         members[key].append(index)
     prefix = {key: shared_prefix_length([samples[i] for i in ids]) for key, ids in members.items()}
     groups = {
@@ -210,7 +222,7 @@ def pack_with_shared_prefix(dataset, max_length: int, group_column: str = "role"
     rows = []
     for planned in plan_rows(groups, max_length):
         picked = [(key, [members[key][i] for i in ids]) for key, ids in planned]
-        row = pack_samples([(prefix[key], [samples[i] for i in ids]) for key, ids in picked])
+        row = pack_samples([(prefix[key], [samples[i] for i in ids]) for key, ids in picked], token_columns)
         for column in sample_columns:
             row[column] = [columns[column][i] for _, ids in picked for i in ids]
         rows.append(row)
@@ -236,18 +248,22 @@ class DataCollatorForPrefixSharing:
     Args:
         pad_token_id (`int`): the id used to pad `input_ids`.
         pad_to_multiple_of (`int`, *optional*): pad the row length up to a multiple of this.
+        token_columns (`Sequence[str]`, *optional*): other per-token columns of the rows to pad with `-1` and return
+            when the rows have them (for example `subset_ids`).
 
     Returns (from `__call__`):
-        `dict[str, torch.Tensor]` with `input_ids`, `labels`, `position_ids`, `segment_ids` and
-        `prefix_segment_ids`, each of shape `(batch, length)`.
+        `dict[str, torch.Tensor]` with `input_ids`, `labels`, `position_ids`, `segment_ids`,
+        `prefix_segment_ids` and the `token_columns`, each of shape `(batch, length)`.
     """
 
     pad_token_id: int
     pad_to_multiple_of: int | None = None
+    token_columns: Sequence[str] = ()
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
 
+        token_columns = [name for name in self.token_columns if name in rows[0]]
         length = max(len(row["input_ids"]) for row in rows)
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
@@ -259,6 +275,7 @@ class DataCollatorForPrefixSharing:
                 ("position_ids", 0),
                 ("segment_ids", -1),
                 ("prefix_segment_ids", -1),
+                *[(name, -1) for name in token_columns],
             ]
         }
         for b, row in enumerate(rows):
@@ -281,4 +298,38 @@ class DataCollatorForPrefixSharing:
             batch["position_ids"][b, :n] = torch.tensor(positions)
             batch["segment_ids"][b, :n] = torch.tensor(segments)
             batch["prefix_segment_ids"][b, :n] = torch.tensor(prefixes)
+            for name in token_columns:
+                batch[name][b, :n] = torch.tensor(row[name])
         return batch
+
+
+PREFIX_GROUP_COLUMN = "prefix_group"
+PACKED_COLUMNS = ("prefix_lengths", "sample_lengths")
+
+
+def prefix_groups(conversations: Sequence[list[dict]]) -> list[str]:
+    """The group key of each conversation: its system message (samples of one role share it), else `""`."""
+    return [
+        messages[0]["content"] if messages and messages[0]["role"] == "system" else "" for messages in conversations
+    ]
+
+
+def prepare_prefix_shared_dataset(dataset, args, dataset_name: str = "train"):
+    """Pack a tokenized dataset with labels for training (the `RoCITTrainer` hook).
+
+    Groups by the `prefix_group` column when present (see `prefix_groups`), carries `subset_ids`, logs what the
+    packing saved, and shuffles the rows when `args.shuffle_dataset` is set. Every row is a whole unit of data, so
+    under DDP each rank gets whole rows.
+    """
+    if args.max_length is None:
+        raise ValueError("prefix_sharing=True needs max_length: the length of a packed row (1024 is a good start)")
+    group_column = PREFIX_GROUP_COLUMN if PREFIX_GROUP_COLUMN in dataset.column_names else None
+    if group_column is None:
+        logger.warning(
+            f"the {dataset_name} dataset has no {PREFIX_GROUP_COLUMN!r} column: all samples form one group and share "
+            "only the tokens they all start with"
+        )
+    token_columns = [name for name in ("subset_ids",) if name in dataset.column_names]
+    packed, stats = pack_with_shared_prefix(dataset, args.max_length, group_column, token_columns=token_columns)
+    logger.info(f"prefix-shared packing of the {dataset_name} dataset: {stats}")
+    return packed.shuffle(seed=args.seed) if args.shuffle_dataset else packed

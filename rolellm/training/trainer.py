@@ -27,9 +27,17 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.chat_template import encode_chat, has_generation_markers, set_role_chat_template
+from rolellm.training.attention import compute_prefix_shared_loss, resolve_prefix_sharing
 from rolellm.training.card import build_model_card
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, load_profiles, mix_subsets, rolebench_to_conversations
+from rolellm.training.packing import (
+    PACKED_COLUMNS,
+    PREFIX_GROUP_COLUMN,
+    DataCollatorForPrefixSharing,
+    prefix_groups,
+    prepare_prefix_shared_dataset,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -134,12 +142,14 @@ class RoCITTrainer(SFTTrainer):
         # A base model's tokenizer gets the role template; tokens it lacks are added and the embeddings resized.
         if processing_class is None:
             processing_class = AutoTokenizer.from_pretrained(model_id, trust_remote_code=args.trust_remote_code)
+        # Prefix sharing picks its attention backend from the model, so a model given by name is loaded here.
+        if isinstance(model, str) and (processing_class.chat_template is None or args.prefix_sharing):
+            init_kwargs = dict(args.model_init_kwargs or {})
+            if quantization_config is not None:
+                init_kwargs["quantization_config"] = quantization_config
+            model = create_model_from_path(model, **init_kwargs)
+        self._attention_backend = resolve_prefix_sharing(model, args)
         if processing_class.chat_template is None:
-            if isinstance(model, str):
-                init_kwargs = dict(args.model_init_kwargs or {})
-                if quantization_config is not None:
-                    init_kwargs["quantization_config"] = quantization_config
-                model = create_model_from_path(model, **init_kwargs)
             added = set_role_chat_template(processing_class, model)
             if added and peft_config is not None:
                 peft_config.trainable_token_indices = {"embed_tokens": added}
@@ -173,7 +183,13 @@ class RoCITTrainer(SFTTrainer):
         if args.packing or args.padding_free:
             # With a cache in the forward, transformers stops reading sample boundaries from `position_ids`.
             self.model.config.use_cache = False
-        if type(self.data_collator) is DataCollatorForLanguageModeling:
+        if self._attention_backend is not None and type(self.data_collator) is DataCollatorForLanguageModeling:
+            self.data_collator = DataCollatorForPrefixSharing(
+                self._tokenizer.pad_token_id,
+                pad_to_multiple_of=128 if self._attention_backend == "flex_attention" else args.pad_to_multiple_of,
+                token_columns=("subset_ids",),
+            )
+        elif type(self.data_collator) is DataCollatorForLanguageModeling:
             fields = {f.name: getattr(self.data_collator, f.name) for f in dataclasses.fields(self.data_collator)}
             self.data_collator = DataCollatorForRoleLM(**fields)
 
@@ -215,9 +231,14 @@ class RoCITTrainer(SFTTrainer):
 
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
         if isinstance(dataset, datasets.Dataset) and "input_ids" not in dataset.column_names:
-            dataset = self._tokenize_role_dataset(self.build_role_dataset(dataset, dataset_name), args, dataset_name)
+            conversations = self.build_role_dataset(dataset, dataset_name)
+            dataset = self._tokenize_role_dataset(conversations, args, dataset_name)
+            if self._attention_backend is not None:
+                dataset = dataset.add_column(PREFIX_GROUP_COLUMN, prefix_groups(conversations["messages"]))
         # TRL builds the labels from `assistant_masks`, truncates and drops samples left without a trained token.
         dataset = super()._prepare_dataset(dataset, processing_class, args, False, formatting_func, dataset_name)
+        if self._attention_backend is not None:
+            return prepare_prefix_shared_dataset(dataset, args, dataset_name)
         return self._pack_dataset(dataset, args, dataset_name) if packing else dataset
 
     def _tokenize_role_dataset(self, dataset, args, dataset_name):
@@ -262,11 +283,15 @@ class RoCITTrainer(SFTTrainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        if "subset_ids" not in self._signature_columns:
-            self._signature_columns = [*self._signature_columns, "subset_ids"]
+        extra = ["subset_ids", *(PACKED_COLUMNS if self._attention_backend is not None else ())]
+        self._signature_columns = [*self._signature_columns, *(c for c in extra if c not in self._signature_columns)]
 
     # ----------------------------------------------------------------------------------------------- loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self._attention_backend is not None:  # prefix-shared rows: their own mask and the compact loss
+            return compute_prefix_shared_loss(
+                self, model, inputs, self._attention_backend, return_outputs, num_items_in_batch
+            )
         check_no_cross_sample_attention(inputs)
         inputs["use_cache"] = False  # a cache hides the sample boundaries of packed rows from the attention mask
         subset_ids = inputs.pop("subset_ids", None)
