@@ -223,7 +223,9 @@ def build_requests(rows: list[dict], indices: list[int], profiles: dict, config:
 def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfig, client=None) -> list[str | None]:
     """Answer every row, resuming from `<output_dir>/generations.jsonl`; `None` marks a failed generation.
 
-    Rows already answered are not asked again; new answers are written every `config.save_every` rows.
+    Rows already answered are not asked again (a finished run does not even load the model); before generating,
+    the number of requests and an estimate of their tokens are logged; new answers are written every
+    `config.save_every` rows.
     """
     from rolellm.profiles import role_key
 
@@ -236,16 +238,16 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
     failures = []
     with GenerationLog(config, rows) as log:
         pending = [i for i in range(len(rows)) if i not in log.answers]
-        if len(pending) < len(rows):
-            logger.info(
-                "Resuming: %d of %d rows already answered in %s", len(rows) - len(pending), len(rows), log.path
-            )
-        client = client if client is not None else (make_client(config) if pending else None)
-        for start in range(0, len(pending), config.save_every):
-            chunk = pending[start : start + config.save_every]
+        requests = build_requests(rows, pending, profiles, config) if pending else []
+        if requests:
+            client = client if client is not None else make_client(config)
+            estimate = client.estimate(requests, max_tokens=config.max_new_tokens)
+            logger.info("%d of %d rows to answer: %s", len(pending), len(rows), estimate)
+        for start in range(0, len(requests), config.save_every):
             done = len(rows) - len(pending) + start
-            requests = build_requests(rows, chunk, profiles, config)
-            for result in client.generate(requests, desc=f"Answering ({done}/{len(rows)} done)"):
+            for result in client.generate(
+                requests[start : start + config.save_every], desc=f"Answering ({done} done)"
+            ):
                 if not result.ok:
                     failures.append((result.request.metadata["index"], result.error))
                 else:

@@ -16,6 +16,7 @@ Command-line flags override the values of `--config`.
 """
 
 import json
+import logging
 import sys
 
 import yaml
@@ -80,6 +81,11 @@ def main(args=None):
         args = make_parser().parse_args()
     from rolellm.evaluation.report import format_table
     from rolellm.evaluation.runner import run_benchmark
+
+    # the runner logs what it will send (requests, estimated tokens), resumptions and failures
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    for noisy in ("httpx", "httpx2", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
     values = {k: v for k, v in vars(args).items() if k in EvaluateConfig.__dataclass_fields__}
     results = run_benchmark(EvaluateConfig(**values))
