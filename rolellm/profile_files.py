@@ -1,7 +1,8 @@
 """Read and write role profiles in the RoleBench release layout and the screenplay-profile folders.
 
 Release layout (`profiles-zh/`, `profiles-eng/`): `desc.json` (role -> description with the catchphrase sentence),
-`scripts.json` (role -> source script) and one `profiles-{lang}-{Role}.jsonl` per role with one utterance per line,
+`scripts.json` (role -> source script), optionally `generated.json` (roles whose description an LLM wrote and
+nobody has reviewed yet: `{"generated": [...], "reviewed": [...]}`) and one `profiles-{lang}-{Role}.jsonl` per role with one utterance per line,
 `{"act_id": int, "diag_id": int, "role": str, "content": str}`. Screenplay folders (`profile_zhenhuan/`) hold a
 `desc.json` and `{script}-{role}.jsonl` files in the same line schema.
 
@@ -137,7 +138,11 @@ def read_release_profiles(folder: str | Path, lang: str) -> ProfileSet:
     descriptions = _read_json_object(folder / "desc.json", required=True)
     scripts = _read_json_object(folder / "scripts.json", required=False)
     files = {path.name[len(prefix) + 1 : -len(".jsonl")]: path for path in sorted(folder.glob(f"{prefix}-*.jsonl"))}
-    return _assemble(descriptions, scripts, files, lang)
+    profiles = _assemble(descriptions, scripts, files, lang)
+    marker = _read_generated_marker(folder / "generated.json")
+    for name, profile in profiles.items():
+        profile.generated = name in marker
+    return profiles
 
 
 def read_screenplay_folder(folder: str | Path, lang: str = "zh") -> ProfileSet:
@@ -176,6 +181,10 @@ def write_release_profiles(profiles: dict[str, RoleProfile], folder: str | Path)
     for name, profile in profiles.items():
         if profile.dialogue:
             write_profile_jsonl(profile, out / f"{prefix}-{name}.jsonl")
+    generated = sorted(name for name, profile in profiles.items() if profile.generated)
+    if generated:
+        marker = {"generated": generated, "reviewed": []}
+        (out / "generated.json").write_text(json.dumps(marker, ensure_ascii=False, indent=1), encoding="utf-8")
     return out
 
 
@@ -193,6 +202,17 @@ def _assemble(descriptions: dict, scripts: dict, files: dict, lang: str) -> Prof
             profiles.empty_files.append(path)
         profiles[name] = profile
     return profiles
+
+
+def _read_generated_marker(path: Path) -> set[str]:
+    """Roles listed in `generated.json` (`{"generated": [...], "reviewed": [...]}`) and not yet reviewed."""
+    if not path.is_file():
+        return set()
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8"))
+        return set(marker.get("generated", [])) - set(marker.get("reviewed", []))
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        raise DataFormatError(f'{path}: expected {{"generated": [role, ...], "reviewed": [role, ...]}}') from None
 
 
 def _parse_json_line(line: str, path: Path, line_no: int) -> dict:

@@ -178,3 +178,18 @@ def test_no_warning_for_complete_release(rolebench_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_release_profiles(rolebench_dir, "zh").empty_files == []
+
+
+def test_generated_descriptions_are_marked_until_reviewed(tmp_path):
+    profiles = {
+        "Po": RoleProfile("Po", "en", "A panda.", generated=True),
+        "Shifu": RoleProfile("Shifu", "en", "A master."),
+    }
+    folder = write_release_profiles(profiles, tmp_path)
+    assert json.loads((folder / "generated.json").read_text()) == {"generated": ["Po"], "reviewed": []}
+    assert read_release_profiles(tmp_path, "en") == profiles
+    (folder / "generated.json").write_text('{"generated": ["Po"], "reviewed": ["Po"]}')
+    assert read_release_profiles(tmp_path, "en")["Po"].generated is False
+    (folder / "generated.json").write_text('["Po"]')
+    with pytest.raises(DataFormatError, match=r"generated\.json: expected"):
+        read_release_profiles(tmp_path, "en")
