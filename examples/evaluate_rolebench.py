@@ -21,16 +21,17 @@ from rolellm.evaluation.runner import run_benchmark
 from rolellm.testing import build_tiny_llama, find_rolebench_data
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     data = find_rolebench_data()
     parser.add_argument("--data_dir", default=str(data / "rolebench") if data else None, help="RoleBench release.")
     parser.add_argument("--screenplay_dir", default=str(data / "roleglm-screenplay") if data else None)
     parser.add_argument("--model_name_or_path", default=None, help="Defaults to a tiny random Llama.")
     parser.add_argument("--base_url", default=None, help="OpenAI-compatible endpoint serving the model.")
+    parser.add_argument("--modes", nargs="+", choices=PROMPTING_MODES, default=list(PROMPTING_MODES))
     parser.add_argument("--max_samples_per_role", type=int, default=2)
     parser.add_argument("--output_dir", default="runs/evaluate-example")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.data_dir is None:
         parser.error("--data_dir: no RoleBench folder found; pass the release folder (ZenMoore/RoleBench layout)")
 
@@ -48,7 +49,7 @@ def main():
         model, label, chat_template = str(build_tiny_llama(tempfile.mkdtemp())), "tiny-llama", "chatml"
     screenplays = [str(Path(args.screenplay_dir) / name) for name in ("profile_xiyou", "profile_zhenhuan")]
     results, previous = [baseline], [str(output_dir / "rolegpt" / "results.json")]
-    for mode in PROMPTING_MODES:
+    for mode in args.modes:
         run = EvaluateConfig(
             model_name_or_path=model,
             model_label=label,
@@ -67,7 +68,7 @@ def main():
         results.append(run_benchmark(run))
         previous.append(str(output_dir / mode / "results.json"))
     print(format_table(results))
-    print(f"\nReport with all runs: {output_dir / PROMPTING_MODES[-1] / 'results.md'}")
+    print(f"\nReport with all runs: {output_dir / args.modes[-1] / 'results.md'}")
 
 
 if __name__ == "__main__":
