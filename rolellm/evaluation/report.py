@@ -127,10 +127,12 @@ def plot_per_role(result: dict, path: str | Path) -> Path:
         positions = [i + k * height for i in range(len(roles))]
         ax.barh(positions, values, height=height, label=metric, color=COLORS[metric])
     ax.set_yticks([i + height * (len(metrics) - 1) / 2 for i in range(len(roles))], labels=roles)
+    ax.margins(y=0.5 / max(len(roles), 1))  # the default 5% leaves rows of blank space on a long role list
     ax.invert_yaxis()
+    ax.tick_params(labeltop=len(roles) > 20)  # long lists: the scale at the top too
     ax.set_xlabel("ROUGE-L recall")
     ax.set_title(f"{result['model']} on {result['dataset_name']}: per role")
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     return _save(fig, plt, path)
 
 
