@@ -136,6 +136,17 @@ def test_hub_path_reads_only_the_needed_files_from_the_hub_cache(mini_release, t
         load_rolebench("en-instruction", cache_dir=cache)
 
 
+def test_hub_without_a_cached_copy_offline_says_what_to_do(tmp_path, cache, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with pytest.raises(
+        MissingFilesError, match="could not fetch RoleBench config 'zh' from the Hub dataset 'ZenMoore/RoleBench'"
+    ) as error:
+        load_rolebench("zh", cache_dir=cache)
+    assert "Pass data_dir= with a local copy of the release" in str(error.value)
+
+
 def test_builder_class_is_a_plain_generator_based_builder(mini_release, cache):
     builder = RoleBench(config_name="zh-general", data_dir=str(mini_release), cache_dir=str(cache))
     assert isinstance(builder, datasets.GeneratorBasedBuilder)

@@ -148,15 +148,23 @@ def download_release(
     work as usual. Files the repo does not have are reported by `check_files` afterwards.
     """
     from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
     spec = get_spec(name)
     if spec.kind == "profiles":
         patterns = [f"{spec.release_dir}/*"]
     else:
         patterns = [rel for files in config_files(name, splits).values() for rel, _ in files]
-    folder = snapshot_download(
-        repo_id, repo_type="dataset", revision=revision, allow_patterns=patterns, cache_dir=cache_dir, token=token
-    )
+    try:
+        folder = snapshot_download(
+            repo_id, repo_type="dataset", revision=revision, allow_patterns=patterns, cache_dir=cache_dir, token=token
+        )
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError) as error:
+        raise MissingFilesError(
+            f"could not fetch RoleBench config {name!r} from the Hub dataset {repo_id!r} (revision {revision or 'main'}): "
+            f"{type(error).__name__}: {str(error).splitlines()[0]}\nPass data_dir= with a local copy of the release, "
+            "or check the network, HF_HUB_OFFLINE and HF_TOKEN."
+        ) from error
     return Path(folder)
 
 
