@@ -1,4 +1,4 @@
-"""SillyTavern / Character Card V2 and V3 to `RoleProfile` and back, losslessly.
+"""SillyTavern / Character Card V2 and V3 (JSON files or PNG images) to `RoleProfile` and back, losslessly.
 
 A card is `{"spec": "chara_card_v2" | "chara_card_v3", "spec_version": ..., "data": {"name", "description",
 "personality", "scenario", "first_mes", "mes_example", "system_prompt", "post_history_instructions",
@@ -17,9 +17,13 @@ order and JSON layout, so an unchanged profile gives the input file byte for byt
 True
 """
 
+import base64
+import binascii
 import copy
 import json
 import re
+import struct
+import zlib
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +31,7 @@ from rolellm.profiles import DataFormatError, RoleProfile, Utterance, join_catch
 
 
 SPECS = {"chara_card_v2": "2.0", "chara_card_v3": "3.0"}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 USER = "user"
 _MESSAGE = re.compile(r"^(\{\{user\}\}|\{\{char\}\}|<USER>|<BOT>|[^:\n<>{}]{1,40}):\s?(.*)$")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -136,13 +141,27 @@ def _json_layout(text: str) -> dict:
         "separators": (",", ":") if compact else (",", ": ") if indent is not None else (", ", ": "),
         "ensure_ascii": bool(re.search(r"\\u[0-9a-fA-F]{4}", body)) and body.isascii(),
         "newline": text.endswith("\n"),
+        "crlf": "\r\n" in text,
     }
 
 
 def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfile:
-    """Read a card `.json` file (V2 or V3) into a `RoleProfile`; its JSON layout is kept for `write_character_card`."""
+    """Read a card (V2 or V3) from a `.json` file or a SillyTavern `.png` (base64 JSON in a `ccv3`/`chara` text
+    chunk) into a `RoleProfile`; the JSON layout and the PNG are remembered for `write_character_card`."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    png = raw.startswith(PNG_SIGNATURE)
+    if png:
+        texts = dict(_png_text_chunks(raw, path))
+        keyword = next((k for k in ("ccv3", "chara") if k in texts), None)
+        if keyword is None:
+            raise DataFormatError(f"{path}: a PNG without a character card (no 'ccv3' or 'chara' text chunk)")
+        try:
+            text = base64.b64decode(texts[keyword]).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as error:
+            raise DataFormatError(f"{path}: the {keyword!r} chunk is not base64 UTF-8 JSON ({error})") from None
+    else:
+        text = raw.decode("utf-8")
     if not text.strip():
         raise DataFormatError(f"{path}: the file is empty")
     try:
@@ -151,6 +170,8 @@ def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfil
         raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})") from None
     profile = profile_from_card(card, lang=lang, where=str(path))
     profile.extra["character_card_layout"] = _json_layout(text)
+    if png:
+        profile.extra["character_card_png"] = {"image": str(path.resolve()), "keywords": sorted(texts)}
     return profile
 
 
@@ -164,11 +185,74 @@ def dumps_character_card(profile: RoleProfile, spec: str | None = None) -> str:
         separators=tuple(layout["separators"]),
         ensure_ascii=layout["ensure_ascii"],
     )
-    return text + ("\n" if layout["newline"] else "")
+    text += "\n" if layout["newline"] else ""
+    return text.replace("\n", "\r\n") if layout.get("crlf") else text
 
 
-def write_character_card(profile: RoleProfile, path: str | Path, spec: str | None = None) -> Path:
-    """Write the profile as a Character Card JSON file (see `card_from_profile`)."""
+def write_character_card(
+    profile: RoleProfile, path: str | Path, spec: str | None = None, image: str | Path | bytes | None = None
+) -> Path:
+    """Write the profile as a Character Card (see `card_from_profile`): JSON, or a PNG when `path` ends in `.png`.
+
+    Args:
+        profile (`RoleProfile`): the profile.
+        path (`str` or `os.PathLike`): the file to write.
+        spec (`str`, *optional*): `"chara_card_v2"` or `"chara_card_v3"` (default: the imported card's, else V2).
+        image (`str`, `os.PathLike` or `bytes`, *optional*): for a `.png`, the PNG to embed the card in; defaults to
+            the PNG the card was read from. Its old card chunks are replaced: a V3 card is written as `ccv3` plus a
+            V2-readable `chara` copy, a V2 card as `chara`.
+    """
     path = Path(path)
-    path.write_text(dumps_character_card(profile, spec), encoding="utf-8")
+    text = dumps_character_card(profile, spec)
+    if path.suffix.lower() != ".png":
+        path.write_text(text, encoding="utf-8", newline="")
+        return path
+    source = image if image is not None else profile.extra.get("character_card_png", {}).get("image")
+    if source is None:
+        raise ValueError(f"writing {path} needs a PNG to embed the card in: pass image=<path or PNG bytes>")
+    base = source if isinstance(source, bytes) else Path(source).read_bytes()
+    card = json.loads(text)
+    payloads = {"chara": text}
+    if card["spec"] == "chara_card_v3":
+        v2 = {**card, "spec": "chara_card_v2", "spec_version": "2.0"}
+        payloads = {"ccv3": text, "chara": json.dumps(v2, ensure_ascii=False)}
+    chunks = [(kind, data) for kind, data in _png_chunks(base, path) if not _is_card_chunk(kind, data)]
+    new = [(b"tEXt", kw.encode("latin-1") + b"\0" + base64.b64encode(t.encode("utf-8"))) for kw, t in payloads.items()]
+    chunks = chunks[:-1] + new + chunks[-1:]  # the card goes right before IEND
+    out = PNG_SIGNATURE + b"".join(
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        for kind, data in chunks
+    )
+    path.write_bytes(out)
     return path
+
+
+def _png_chunks(raw: bytes, path) -> list[tuple[bytes, bytes]]:
+    if not raw.startswith(PNG_SIGNATURE):
+        raise DataFormatError(f"{path}: not a PNG file")
+    chunks, offset = [], len(PNG_SIGNATURE)
+    while offset < len(raw):
+        if offset + 8 > len(raw):
+            raise DataFormatError(f"{path}: truncated PNG (chunk header at byte {offset})")
+        (length,), kind = struct.unpack(">I", raw[offset : offset + 4]), raw[offset + 4 : offset + 8]
+        data = raw[offset + 8 : offset + 8 + length]
+        if len(data) != length or offset + 12 + length > len(raw):
+            raise DataFormatError(f"{path}: truncated PNG ({kind.decode('latin-1')} chunk at byte {offset})")
+        chunks.append((kind, data))
+        offset += 12 + length
+        if kind == b"IEND":
+            break
+    if not chunks or chunks[-1][0] != b"IEND":
+        raise DataFormatError(f"{path}: truncated PNG (no IEND chunk)")
+    return chunks
+
+
+def _png_text_chunks(raw: bytes, path):
+    for kind, data in _png_chunks(raw, path):
+        if kind == b"tEXt" and b"\0" in data:
+            keyword, _, text = data.partition(b"\0")
+            yield keyword.decode("latin-1"), text.decode("latin-1")
+
+
+def _is_card_chunk(kind: bytes, data: bytes) -> bool:
+    return kind == b"tEXt" and data.partition(b"\0")[0] in (b"chara", b"ccv3")

@@ -95,3 +95,46 @@ def test_bad_cards_name_the_file_and_field(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(DataFormatError, match=message):
         read_character_card(path)
+
+
+@pytest.fixture
+def png_image(tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "portrait.png"
+    Image.new("RGB", (2, 2), (200, 30, 30)).save(path)
+    return path
+
+
+def test_png_card_round_trip(tmp_path, png_image):
+    from PIL import Image
+
+    profile = read_character_card(FIXTURES / "card_v3_storyteller.json")
+    written = write_character_card(profile, tmp_path / "storyteller.png", image=png_image)
+    with Image.open(written) as image:  # still a valid PNG, with the V3 card and a V2-readable copy
+        assert image.size == (2, 2) and sorted(image.text) == ["ccv3", "chara"]
+    again = read_character_card(written)
+    assert again.extra["character_card_png"]["keywords"] == ["ccv3", "chara"]
+    assert card_from_profile(again) == card_from_profile(profile)
+    # written again from the PNG it was read from: the card chunks are replaced, not added
+    rewritten = write_character_card(again, tmp_path / "again.png")
+    assert rewritten.read_bytes() == written.read_bytes()
+
+
+def test_png_card_errors(tmp_path, png_image):
+    with pytest.raises(DataFormatError, match=r"portrait\.png: a PNG without a character card"):
+        read_character_card(png_image)
+    truncated = tmp_path / "truncated.png"
+    truncated.write_bytes(png_image.read_bytes()[:-20])
+    with pytest.raises(DataFormatError, match=r"truncated\.png: truncated PNG"):
+        read_character_card(truncated)
+    profile = read_character_card(FIXTURES / "card_v2_ada.json")
+    with pytest.raises(ValueError, match="needs a PNG to embed the card in: pass image="):
+        write_character_card(profile, tmp_path / "ada.png")
+
+
+def test_crlf_json_round_trips_byte_equal(tmp_path):
+    crlf = tmp_path / "crlf.json"
+    crlf.write_bytes((FIXTURES / "card_v2_ada.json").read_bytes().replace(b"\n", b"\r\n"))
+    out = write_character_card(read_character_card(crlf), tmp_path / "out.json")
+    assert out.read_bytes() == crlf.read_bytes()
