@@ -24,6 +24,9 @@ def test_real_chinese_stats_match_the_release(rolebench_dir):
     assert (general["rows"], general["instructions"], general["roles"]) == (5933, 1479, 5)
     assert table[("zh", "test", "general")]["rows"] == 1451
     assert table[("zh", "test", "role_specific")]["references"] == 240
+    # the paper's Chinese general total: 7,384 samples of 1,479 instructions
+    total = table[("zh", "train+test", "general")]
+    assert (total["rows"], total["instructions"]) == (7384, 1479)
     english = table[("en-instruction", "test", "role_specific")]
     assert (english["rows"], english["roles"], english["script_based"], english["script_agnostic"]) == (
         4750,
@@ -89,7 +92,7 @@ def test_cli_stats_prints_table_1(rolebench_dir, capsys):
 def test_cli_stats_json(mini_release, capsys):
     assert cli.main(["data", "stats", "--data-dir", str(mini_release), "--zh-tokenizer", "chars", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 18  # 3 parts x 2 splits x (general, role_specific, all)
+    assert len(rows) == 27  # 3 parts x (train, test, train+test) x (general, role_specific, all)
 
 
 def test_cli_check_fails_loudly_on_the_release_leak(rolebench_dir, mini_release, capsys):
