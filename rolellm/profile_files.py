@@ -139,6 +139,8 @@ def read_release_profiles(folder: str | Path, lang: str) -> ProfileSet:
     scripts = _read_json_object(folder / "scripts.json", required=False)
     files = {path.name[len(prefix) + 1 : -len(".jsonl")]: path for path in sorted(folder.glob(f"{prefix}-*.jsonl"))}
     profiles = _assemble(descriptions, scripts, files, lang)
+    if not descriptions and not (folder / "desc.json").read_text(encoding="utf-8").strip():
+        profiles.empty_files.insert(0, folder / "desc.json")
     marker = _read_generated_marker(folder / "generated.json")
     for name, profile in profiles.items():
         profile.generated = name in marker

@@ -193,3 +193,16 @@ def test_generated_descriptions_are_marked_until_reviewed(tmp_path):
     (folder / "generated.json").write_text('["Po"]')
     with pytest.raises(DataFormatError, match=r"generated\.json: expected"):
         read_release_profiles(tmp_path, "en")
+
+
+def test_empty_desc_json_warns_and_is_counted(tmp_path):
+    folder = tmp_path / "profiles-zh"
+    folder.mkdir()
+    (folder / "desc.json").write_text("\n")
+    (folder / "profiles-zh-李白.jsonl").write_text(
+        '{"act_id": 0, "diag_id": 0, "role": "李白", "content": "举杯！"}\n'
+    )
+    with pytest.warns(ProfileFileWarning, match=r"desc\.json is empty"):
+        profiles = read_release_profiles(tmp_path, "zh")
+    assert profiles.empty_files == [folder / "desc.json"]
+    assert profiles["李白"].description == "" and len(profiles["李白"].dialogue) == 1
