@@ -45,20 +45,26 @@ _EXTENSION = re.compile(r"\s*\((?:CONT'D|CONT’D|CONT|V\.O\.|O\.S\.|O\.C\.|V\.O
 _CUE = re.compile(r"^[A-Z0-9][A-Z0-9 .'’\-&#]*(?:\s*\([^)]*\))*\s*\^?$")
 
 
-def _is_cue(line: str) -> bool:
+def _is_cue(line: str, indent: int, next_indent: int, indented: bool) -> bool:
+    """A speaker cue: capitals, at most five words, not a heading or transition. In an indented script the cue sits
+    to the right of its dialogue, which tells `THE DOOR SLAMS.` (action in capitals) from a cue."""
     name = _EXTENSION.sub(" ", line).strip(" ^")
+    last = name.split()[-1] if name.split() else ""
     return (
         bool(_CUE.match(line))
         and any(ch.isalpha() for ch in name)
         and len(name.split()) <= 5
+        and not (last.endswith(".") and len(last) > 4)  # `JR.`, `DR. X` yes; `SLAMS.` no
         and not _HEADING.match(line)
         and not _TRANSITION.match(line)
+        and (not indented or indent > next_indent)
     )
 
 
-def _blocks(text: str) -> list[list[str]]:
-    """Paragraphs of stripped lines, page noise removed, tabs expanded."""
-    blocks, current = [], []
+def _blocks(text: str) -> tuple[list[list[tuple[int, str]]], bool]:
+    """Paragraphs of `(indentation, stripped line)`, page noise removed, tabs expanded; and whether the script is
+    laid out with indentation (cues and dialogue indented, as film scripts are)."""
+    blocks, current, indented = [], [], False
     for raw in text.expandtabs(8).splitlines():
         line = raw.strip()
         if _PAGE_NOISE.match(line):
@@ -68,31 +74,33 @@ def _blocks(text: str) -> list[list[str]]:
                 blocks.append(current)
             current = []
         else:
-            current.append(line)
+            indent = len(raw) - len(raw.lstrip())
+            indented = indented or indent >= 10
+            current.append((indent, line))
     if current:
         blocks.append(current)
-    return blocks
+    return blocks, indented
 
 
 def parse_screenplay_lines(text: str, keep_parentheticals: bool = False) -> list[tuple[int, str | None, str, str]]:
     """The script as `(act, speaker cue or None for narration, content, scene heading)` in order."""
     lines: list[list] = []
     act, heading, continued = -1, "", False
-    for block in _blocks(text):
-        first = block[0]
-        if _HEADING.match(first):
-            act, heading = act + 1, first
+    blocks, indented = _blocks(text)
+    for block in blocks:
+        if _HEADING.match(block[0][1]):
+            act, heading = act + 1, block[0][1]
             block = block[1:]
             if not block:
                 continue
-            first = block[0]
+        first = block[0][1]
         if len(block) == 1 and _TRANSITION.match(first):
             continue
         act_id = max(act, 0)
-        if len(block) > 1 and _is_cue(first):
+        if len(block) > 1 and _is_cue(first, block[0][0], block[1][0], indented):
             speaker = _EXTENSION.sub(" ", first).strip(" ^")
             words, more, in_paren = [], False, False
-            for line in block[1:]:
+            for _, line in block[1:]:
                 if line.upper() == "(MORE)":
                     more = True
                     continue
@@ -109,7 +117,7 @@ def parse_screenplay_lines(text: str, keep_parentheticals: bool = False) -> list
                 lines.append([act_id, speaker, content, heading])
             continued = more
         else:
-            lines.append([act_id, None, " ".join(block), heading])
+            lines.append([act_id, None, " ".join(line for _, line in block), heading])
             continued = False
     return [tuple(line) for line in lines]
 

@@ -97,3 +97,19 @@ def test_an_empty_screenplay_file_is_an_error(tmp_path):
     path.write_text("\n\n")
     with pytest.raises(ValueError, match="empty.txt is empty: no screenplay to parse"):
         read_screenplay(path, "Po")
+
+
+def test_action_in_capitals_is_narration_not_a_cue():
+    indented = (
+        "INT. HALL - DAY\n\nTHE DOOR SLAMS.\nEveryone jumps.\n\n                    PO\n          Who's there?\n"
+    )
+    flush = "INT. HALL - DAY\n\nTHE DOOR SLAMS.\nEveryone jumps.\n\nPO\nWho's there?\n"
+    for text in (indented, flush):
+        profile = parse_screenplay(text, role="Po")
+        assert [(u.speaker, u.content) for u in profile.dialogue] == [
+            ("narration", "THE DOOR SLAMS. Everyone jumps."),
+            ("Po", "Who's there?"),
+        ]
+    # in an indented script a capitalised action line followed by indented text is not mistaken for a cue
+    mixed = "INT. HALL - DAY\n\nGONG\n          The gong rings.\n\n                    PO\n          Who's there?\n"
+    assert parse_screenplay(mixed, role="Po").dialogue[0].speaker == "narration"
