@@ -1,0 +1,130 @@
+"""Train a role-playing model with RoCIT (RoleLLM stage 4): RoleBench rows + role profiles -> RoCITTrainer.
+
+The RoleLLaMA recipe of the paper (LLaMA-7B, English, LoRA) and the other recipes live in `examples/recipes/`:
+
+```bash
+# one process (GPU or CPU)
+python examples/train_rolellama.py --config examples/recipes/rolellama-7b-lora.yaml
+# several GPUs: DDP, FSDP2 or DeepSpeed ZeRO-3 through an accelerate config
+accelerate launch --config_file examples/accelerate_configs/multi_gpu.yaml examples/train_rolellama.py \
+    --config examples/recipes/rolellama-7b-lora.yaml
+torchrun --nproc_per_node 8 examples/train_rolellama.py --config examples/recipes/roleglm-qwen2.5-7b-lora.yaml
+# the tiny CPU recipe of `make demo`, on the bundled sample (any field of a recipe can be overridden)
+python examples/train_rolellama.py --config examples/recipes/tiny-cpu.yaml --model_name_or_path ./tiny-llama
+```
+
+Data come from a local RoleBench release folder (`--data_dir`), a dataset in the Hub layout (`--dataset_name`,
+e.g. one exported by `rolellm`), or the official release on the Hub when neither is given. Profiles come from
+`--profiles_path`, else from the same place as the data.
+"""
+
+import argparse
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RoleBenchArguments:
+    """Which RoleBench data to train and evaluate on.
+
+    Args:
+        dataset_configs (`list[str]`, *optional*, defaults to `["zh"]`): RoleBench configs to train on, concatenated
+            (`zh`, `en-instruction`, `en-role`, or a `-general` / `-role_specific` variant of one).
+        data_dir (`str`, *optional*): a local folder in the release layout; `None` uses `dataset_name` or the Hub.
+        dataset_name (`str`, *optional*): a dataset in the Hub layout (a Hub id or a local folder), loaded with
+            `datasets.load_dataset(dataset_name, config)`.
+        dataset_train_split (`str`, *optional*, defaults to `"train"`), dataset_test_split (`str`, *optional*,
+            defaults to `"test"`): the splits; evaluation runs only when `eval_strategy` is not `"no"`.
+        max_train_samples (`int`, *optional*), max_eval_samples (`int`, *optional*): keep the first rows only.
+    """
+
+    dataset_configs: list[str] = field(default_factory=lambda: ["zh"], metadata={"help": "RoleBench configs."})
+    data_dir: str | None = field(default=None, metadata={"help": "Local RoleBench release folder."})
+    dataset_name: str | None = field(default=None, metadata={"help": "Dataset in the Hub layout (id or folder)."})
+    dataset_train_split: str = field(default="train", metadata={"help": "Training split."})
+    dataset_test_split: str = field(default="test", metadata={"help": "Evaluation split."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation rows."})
+
+
+def load_rows(script_args, split):
+    """The rows of `split` of every config in `dataset_configs`, concatenated."""
+    import datasets
+
+    from rolellm.data import load_rolebench
+
+    parts = []
+    for name in script_args.dataset_configs:
+        if script_args.dataset_name is not None:
+            parts.append(datasets.load_dataset(script_args.dataset_name, name, split=split))
+        else:
+            parts.append(load_rolebench(name, data_dir=script_args.data_dir, splits=[split])[split])
+    rows = datasets.concatenate_datasets(parts)
+    limit = script_args.max_train_samples if split == script_args.dataset_train_split else script_args.max_eval_samples
+    return rows.select(range(min(limit, len(rows)))) if limit is not None else rows
+
+
+def load_profiles_for(script_args, training_args):
+    from rolellm.data import load_rolebench_profiles
+    from rolellm.training import load_profiles
+
+    if training_args.profiles_path is not None:
+        return load_profiles(training_args.profiles_path)
+    if script_args.data_dir is not None:
+        return load_profiles(script_args.data_dir)
+    langs = sorted({"zh" if name.startswith("zh") else "en" for name in script_args.dataset_configs})
+    return {name: p for lang in langs for name, p in load_rolebench_profiles(lang).items()}
+
+
+def main(script_args, training_args, model_args):
+    from trl import get_peft_config, get_quantization_config
+
+    from rolellm.training import RoCITTrainer
+
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
+    train_rows = load_rows(script_args, script_args.dataset_train_split)
+    eval_rows = None
+    if training_args.eval_strategy != "no":
+        eval_rows = load_rows(script_args, script_args.dataset_test_split)
+    trainer = RoCITTrainer(
+        model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=train_rows,
+        eval_dataset=eval_rows,
+        profiles=load_profiles_for(script_args, training_args),
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    samples = trainer.role_stats["train"]["samples"]
+    trainer.accelerator.print(
+        f"Trained on {sum(samples.values())} samples ({samples}) of {len(trainer.role_stats['train']['roles'])} roles "
+        f"in {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es); "
+        f"saved to {training_args.output_dir}"
+    )
+    if training_args.push_to_hub:
+        dataset_name = script_args.dataset_name or script_args.data_dir or "ZenMoore/RoleBench"
+        trainer.push_to_hub(dataset_name=dataset_name)
+    trainer.end()
+    return trainer
+
+
+def make_parser(subparsers: argparse._SubParsersAction | None = None):
+    from trl import ModelConfig, TrlParser
+
+    from rolellm.training import RoCITConfig
+
+    dataclass_types = (RoleBenchArguments, RoCITConfig, ModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("train", help="Train with RoCIT on RoleBench", dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types)
+
+
+if __name__ == "__main__":
+    main(*make_parser().parse_args_and_config())
