@@ -9,6 +9,7 @@ from huggingface_hub import HfApi
 
 from rolellm import cli
 from rolellm.data import CONFIG_NAMES, export_rolebench, load_rolebench, push_rolebench
+from rolellm.data.hub import upload_export
 from rolellm.data.schema import ROW_FEATURES
 
 
@@ -127,9 +128,19 @@ def test_push_uploads_the_export_in_one_commit(mini_release, tmp_path):
     assert {split: part.num_rows for split, part in loaded.items()} == EXPECTED_ROWS["zh"]
 
 
-def test_push_refuses_the_official_repo(mini_release):
+def test_push_refuses_the_official_repo(mini_release, exported):
     with pytest.raises(ValueError, match="refusing to push to the official release"):
         push_rolebench("ZenMoore/RoleBench", data_dir=mini_release)
+    with pytest.raises(ValueError, match="refusing to push to the official release"):
+        upload_export(exported, "ZenMoore/RoleBench")
+
+
+def test_upload_an_existing_export(exported, tmp_path):
+    api = FolderHub(tmp_path / "remote")
+    upload_export(exported, "me/rolebench", api=api)
+    assert sorted(p.name for p in (tmp_path / "remote").iterdir()) == sorted(p.name for p in exported.iterdir())
+    with pytest.raises(FileNotFoundError, match="has no README.md: upload a folder written by export_rolebench"):
+        upload_export(tmp_path, "me/rolebench", api=api)
 
 
 def test_cli_export(mini_release, tmp_path, capsys):

@@ -110,20 +110,39 @@ def push_rolebench(
         repo_id (`str`): `"user/name"`; must not be the official release (`ZenMoore/RoleBench`).
         api (`huggingface_hub.HfApi`, *optional*): the client to use (default: `HfApi(token=token)`).
     """
+    if repo_id == HUB_REPO_ID:  # before the export, which can take a while
+        raise ValueError(f"refusing to push to the official release {HUB_REPO_ID}; pick your own repo id")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = export_rolebench(tmp, dataset, data_dir=data_dir, configs=configs, **export_kwargs)
+        return upload_export(folder, repo_id, private=private, token=token, revision=revision,
+                             commit_message=commit_message, api=api)  # fmt: skip
+
+
+def upload_export(
+    folder: str | Path,
+    repo_id: str,
+    private: bool | None = None,
+    token: str | None = None,
+    revision: str | None = None,
+    commit_message: str = "Upload RoleBench (parquet + dataset card)",
+    api=None,
+):
+    """Upload a folder written by `export_rolebench` to a Hub dataset repo in one commit (see `push_rolebench`)."""
     if repo_id == HUB_REPO_ID:
         raise ValueError(f"refusing to push to the official release {HUB_REPO_ID}; pick your own repo id")
     from huggingface_hub import HfApi
 
+    folder = Path(folder)
+    if not (folder / "README.md").is_file():
+        raise FileNotFoundError(f"{folder} has no README.md: upload a folder written by export_rolebench")
     api = api or HfApi(token=token)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = export_rolebench(tmp, dataset, data_dir=data_dir, configs=configs, **export_kwargs)
-        exported = sorted(path.name for path in folder.iterdir() if path.is_dir())
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id,
-            folder_path=str(folder),
-            repo_type="dataset",
-            revision=revision,
-            commit_message=commit_message,
-            delete_patterns=[f"{config}/*.parquet" for config in exported],
-        )
+    exported = sorted(path.name for path in folder.iterdir() if path.is_dir())
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    return api.upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        repo_type="dataset",
+        revision=revision,
+        commit_message=commit_message,
+        delete_patterns=[f"{config}/*.parquet" for config in exported],
+    )

@@ -110,16 +110,14 @@ def run_check(args) -> int:
 
 
 def run_export(args) -> int:
-    from rolellm.data.hub import export_rolebench, push_rolebench
+    from rolellm.data.hub import export_rolebench, upload_export
 
     data_dir = resolve_data_dir(args)
     folder = export_rolebench(args.output_dir, data_dir=data_dir, configs=args.configs)
     configs = sorted(path.name for path in folder.iterdir() if path.is_dir())
     print(f"wrote {len(configs)} config(s) to {folder}: {', '.join(configs)}")
     if args.push_to_hub:
-        commit = push_rolebench(
-            args.push_to_hub, data_dir=data_dir, configs=args.configs, private=args.private or None
-        )
+        commit = upload_export(folder, args.push_to_hub, private=args.private or None)
         print(f"pushed to https://huggingface.co/datasets/{args.push_to_hub} ({commit.commit_url})")
     return 0
 
