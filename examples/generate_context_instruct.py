@@ -1,0 +1,66 @@
+"""Context-Instruct and profile descriptions on a Chinese screenplay profile (华妃 of 甄嬛传).
+
+Offline by default (a tiny random local model: it writes no JSON, so every segment is re-asked and then counted
+as unparseable — the segmentation, prompts, validation and output files are the real ones). Point it at a real
+model with `--model <folder or Hub id>` (local) or `--base_url http://localhost:8000/v1 --model <served model>`.
+
+    python examples/generate_context_instruct.py --output_dir runs/example-context-instruct
+"""
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from rolellm import (
+    ContextInstruct,
+    ContextInstructConfig,
+    LocalChatClient,
+    OpenAIChatClient,
+    ProfileDescriber,
+    ProfileDescriptionConfig,
+    read_screenplay_folder,
+)
+from rolellm.generation.context_instruct import segment_profile
+from rolellm.testing import build_tiny_llama, find_rolebench_data
+
+
+def make_client(args, cache_path):
+    if args.base_url:
+        return OpenAIChatClient(args.model, base_url=args.base_url, cache_path=cache_path)
+    model = args.model or build_tiny_llama(tempfile.mkdtemp())
+    return LocalChatClient(model, chat_template=None if args.model else "chatml", cache_path=cache_path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="local model folder / Hub id, or the endpoint's model name")
+    parser.add_argument("--base_url", help="an OpenAI-compatible endpoint; the key comes from OPENAI_API_KEY")
+    parser.add_argument("--num_acts", type=int, default=3, help="use the first N acts of the script (0: all)")
+    parser.add_argument("--max_tokens", type=int, default=64, help="answer budget (the defaults are 2048 and 1024)")
+    parser.add_argument("--output_dir", default="runs/example-context-instruct")
+    args = parser.parse_args()
+
+    data = find_rolebench_data()
+    if data is None:
+        raise SystemExit("The screenplay profiles were not found: set ROLEBENCH_DATA_DIR (see the data README).")
+    profile = read_screenplay_folder(data / "roleglm-screenplay" / "profile_zhenhuan")["华妃"]
+    if args.num_acts:
+        acts = sorted({u.act_id for u in profile.dialogue})[: args.num_acts]
+        profile.dialogue = [u for u in profile.dialogue if u.act_id in acts]
+
+    config = ContextInstructConfig(max_segment_tokens=1000, num_test=2, max_tokens=args.max_tokens)
+    print(f"{len(segment_profile(profile, config.max_segment_tokens))} segments; the first prompt:")
+    generator = ContextInstruct(config)
+    print(generator.prompt(profile, segment_profile(profile, config.max_segment_tokens)[0])[0]["content"][:400])
+
+    client = make_client(args, Path(args.output_dir) / "cache.sqlite")
+    print(generator.generate(client, [profile], output_dir=Path(args.output_dir) / "context_instruct"))
+    print(generator.stats)
+
+    describer = ProfileDescriber(ProfileDescriptionConfig(max_dialogue_tokens=1000, max_tokens=args.max_tokens))
+    print(describer.generate(client, [profile], output_dir=Path(args.output_dir) / "profiles"))
+    print(describer.stats)
+
+
+if __name__ == "__main__":
+    main()
