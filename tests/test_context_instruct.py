@@ -260,3 +260,38 @@ def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_m
     assert generator.stats["usage"]["reasks"] == 6 and generator.stats["usage"]["requests"] == 9
     assert len(result["train"]) == len(result["test"]) == 0
     assert (tmp_path / "out" / "instructions-zh" / "split_info.txt").read_text("utf-8") == "华妃\t3\n"
+
+
+def test_english_profiles_from_a_dataset(tmp_path):
+    import datasets
+
+    from rolellm.profiles import Utterance
+
+    lines = [("Gibbs", "The Pearl is gone, Captain!"), ("Jack Sparrow", "Then we'll take her back, savvy?")]
+    profile = RoleProfile(
+        name="Jack Sparrow", lang="en", description="A witty pirate captain.", catchphrases=["Savvy?"],
+        source="Pirates of the Caribbean",
+        dialogue=[Utterance(act_id=0, diag_id=0, speaker=s, content=c) for s, c in lines],
+    )  # fmt: skip
+    rows = datasets.Dataset.from_list([profile.to_dict()])
+    items = [
+        {"question": "Jack Sparrow, who took the Black Pearl from you?", "type": "script_based",
+         "completeness": "High", "confidence": 0.95, "answer": "Barbossa, the mutinous dog."},
+        {"question": "Jack Sparrow, what do you value most?", "type": "script_agnostic",
+         "completeness": "High", "confidence": 0.9, "answer": "Freedom, mate. And rum."},
+    ]  # fmt: skip
+    generator = ContextInstruct(ContextInstructConfig(num_test=1))
+    with ChatCompletionsServer(lambda body: json.dumps(items)) as server:
+        client = OpenAIChatClient("test-model", base_url=server.base_url, progress=False)
+        result = generator.generate(client, rows, output_dir=tmp_path)
+        prompt = server.requests[0]["body"]["messages"][0]["content"]
+    assert prompt.startswith('You know the character "Jack Sparrow" from "Pirates of the Caribbean".')
+    assert 'Description: A witty pirate captain. Your catchphrase is: "Savvy?"' in prompt
+    assert (
+        "Script segment:\nGibbs: The Pearl is gone, Captain!\nJack Sparrow: Then we'll take her back, savvy?\n"
+        in prompt
+    )
+    assert (len(result["train"]), len(result["test"])) == (1, 1)
+    assert sorted([*result["train"]["question"], *result["test"]["question"]]) == sorted(i["question"] for i in items)
+    assert set(result["train"]["lang"]) == {"en"}
+    assert (tmp_path / "instructions-eng" / "role-specific-Jack Sparrow.jsonl").exists()
