@@ -5,7 +5,7 @@ import pytest
 from fixtures.mini_release import EXPECTED_ROWS, release_rows, write_mini_release
 
 from rolellm.data import CONFIG_NAMES, MissingFilesError, RoleBench, load_rolebench, load_rolebench_profiles
-from rolellm.data.layout import complete_configs
+from rolellm.data.layout import complete_configs, hub_patterns
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.profiles import DataFormatError, ProfileFileWarning
 
@@ -66,6 +66,14 @@ def test_profiles_join_every_row_across_spellings(mini_release, cache):
     assert frank[0]["description"] == "A flamboyant scientist in a castle."
     assert frank[0]["catchphrases"] == ["Welcome to the lab."]
     assert all(row["description"] for split in dataset.values() for row in split)
+
+
+def test_streaming_reads_the_same_rows(mini_release, cache):
+    streamed = load_rolebench("zh", data_dir=mini_release, cache_dir=cache, streaming=True, with_profile=True)
+    assert isinstance(streamed, datasets.IterableDatasetDict)
+    built = load_rolebench("zh", data_dir=mini_release, cache_dir=cache, with_profile=True)
+    for split in ("train", "test", "rolegpt_baseline"):
+        assert list(streamed[split]) == built[split].to_list()
 
 
 def test_profiles_config_rows(mini_release, cache):
@@ -129,6 +137,11 @@ def test_hub_path_reads_only_the_needed_files_from_the_hub_cache(mini_release, t
     shutil.copytree(mini_release / "rolebench-zh", snapshot / "rolebench-zh")
     shutil.copytree(mini_release / "profiles-zh", snapshot / "profiles-zh")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_cache))
+    assert hub_patterns("zh-role_specific") == [
+        "rolebench-zh/role_specific/train.jsonl",
+        "rolebench-zh/role_specific/test.jsonl",
+        "rolebench-zh/role_specific/rolegpt_baseline.jsonl",
+    ]  # what snapshot_download fetches: the config's files only
     dataset = load_rolebench("zh-role_specific", cache_dir=cache, with_profile=True)
     assert counts(dataset) == EXPECTED_ROWS["zh-role_specific"]
     assert dataset["train"][0]["catchphrases"] == ["列位看官", "且听下回分解"]

@@ -59,6 +59,22 @@ def test_mini_release_stats_and_no_leakage(mini_release):
     assert all(report.ok for report in check_release_leakage(mini_release).values())
 
 
+def test_dataset_stats_on_a_loaded_config_match_the_file_stats(mini_release, tmp_path):
+    from rolellm.data import load_rolebench
+    from rolellm.data.stats import dataset_stats
+
+    dataset = load_rolebench("zh", data_dir=mini_release, cache_dir=tmp_path / "cache")
+    from_dataset = {(r["split"], r["subset"]): r for r in dataset_stats(dataset, zh_tokenizer="chars")}
+    from_files = by_key(rolebench_stats(mini_release, zh_tokenizer="chars"))
+    for split in ("train", "test"):
+        for subset in ("general", "role_specific", "all"):
+            expected = {
+                k: v for k, v in from_files[("zh", split, subset)].items() if k not in ("part", "split", "subset")
+            }
+            assert {k: v for k, v in from_dataset[(split, subset)].items() if k not in ("split", "subset")} == expected
+    assert from_dataset[("rolegpt_baseline", "all")]["rows"] == 8
+
+
 def test_leakage_is_found_and_raises():
     train = [{"role": "Po", "question": "Who are you?"}, {"role": "Shifu", "question": "Why?"}]
     test = [{"role": "Po", "question": " Who are you? "}, {"role": "Po", "question": "Why?"}]

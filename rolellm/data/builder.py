@@ -128,6 +128,7 @@ def load_rolebench(
     revision: str | None = None,
     token: str | None = None,
     download_mode: str | None = None,
+    streaming: bool = False,
 ) -> datasets.DatasetDict:
     """Load a RoleBench config as a `DatasetDict`, from a local release folder or the Hub.
 
@@ -143,9 +144,11 @@ def load_rolebench(
         repo_id (`str`, *optional*, defaults to `"ZenMoore/RoleBench"`), revision (`str`, *optional*),
             token (`str`, *optional*): where the Hub copy is.
         download_mode (`str`, *optional*): `"force_redownload"` rebuilds the cache.
+        streaming (`bool`, *optional*, defaults to `False`): return an `IterableDatasetDict` that reads the files as
+            it is iterated, with no Arrow cache.
 
     Returns:
-        `datasets.DatasetDict` with the config's splits.
+        `datasets.DatasetDict` (`datasets.IterableDatasetDict` when streaming) with the config's splits.
 
     Raises:
         `MissingFilesError`: the folder lacks files the config needs; the message lists them and the configs that
@@ -170,8 +173,11 @@ def load_rolebench(
         fingerprint=fingerprint_files(paths),
         token=token,
     )
-    builder.download_and_prepare(download_mode=download_mode)
-    dataset = builder.as_dataset()
+    if streaming:
+        dataset = builder.as_streaming_dataset()
+    else:
+        builder.download_and_prepare(download_mode=download_mode)
+        dataset = builder.as_dataset()
     if with_profile and spec.kind == "rows":
         profiles_config = f"profiles-{spec.lang}"
         profiles_dir = (
@@ -200,18 +206,26 @@ def add_profile_columns(dataset, profiles: dict[str, RoleProfile]):
     >>> rows[0]
     {'role': 'Dr. Frank N Furter', 'description': 'A scientist.', 'catchphrases': ['Rose tint my world']}
     """
-    if isinstance(dataset, datasets.DatasetDict):
-        return datasets.DatasetDict({split: add_profile_columns(part, profiles) for split, part in dataset.items()})
+    if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+        parts = {split: add_profile_columns(part, profiles) for split, part in dataset.items()}
+        return type(dataset)(parts)
     by_key = {role_key(name): profile for name, profile in profiles.items()}
-    counts = Counter(dataset.with_format("arrow")["role"].to_pylist())
-    unmatched = {role: count for role, count in counts.items() if role_key(role) not in by_key}
-    if unmatched:
-        warnings.warn(
-            f"{len(unmatched)} role(s) have no profile (rows get an empty description): {unmatched}", stacklevel=2
-        )
+    streaming = isinstance(dataset, datasets.IterableDataset)
+    if not streaming:
+        counts = Counter(dataset.with_format("arrow")["role"].to_pylist())
+        unmatched = {role: count for role, count in counts.items() if role_key(role) not in by_key}
+        if unmatched:
+            warnings.warn(
+                f"{len(unmatched)} role(s) have no profile (rows get an empty description): {unmatched}", stacklevel=2
+            )
+
+    warned = set()
 
     def lookup(row):
         profile = by_key.get(role_key(row["role"]))
+        if profile is None and streaming and row["role"] not in warned:  # streamed rows cannot be counted up front
+            warned.add(row["role"])
+            warnings.warn(f"role {row['role']!r} has no profile (its rows get an empty description)", stacklevel=2)
         return {
             "description": profile.description if profile else "",
             "catchphrases": list(profile.catchphrases) if profile else [],
@@ -224,4 +238,6 @@ def add_profile_columns(dataset, profiles: dict[str, RoleProfile]):
             "catchphrases": datasets.List(datasets.Value("string")),
         }
     )
+    if streaming:
+        return dataset.map(lookup, features=features)
     return dataset.map(lookup, features=features, desc="Adding profile columns")

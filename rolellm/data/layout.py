@@ -139,6 +139,20 @@ def check_files(data_dir: str | Path, name: str, splits=None) -> dict[str, list[
     return {split: [(root / rel, subset) for rel, subset in files] for split, files in wanted.items()}
 
 
+def hub_patterns(name: str, splits=None) -> list[str]:
+    """The `allow_patterns` of a config: exactly its files (a profiles folder: everything in it).
+
+    >>> hub_patterns("zh-role_specific", ["test"])
+    ['rolebench-zh/role_specific/test.jsonl']
+    >>> hub_patterns("profiles-en")
+    ['profiles-eng/*']
+    """
+    spec = get_spec(name)
+    if spec.kind == "profiles":
+        return [f"{spec.release_dir}/*"]
+    return [rel for files in config_files(name, splits).values() for rel, _ in files]
+
+
 def download_release(
     name: str, splits=None, repo_id: str = HUB_REPO_ID, revision: str | None = None, cache_dir=None, token=None
 ) -> Path:
@@ -150,11 +164,7 @@ def download_release(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-    spec = get_spec(name)
-    if spec.kind == "profiles":
-        patterns = [f"{spec.release_dir}/*"]
-    else:
-        patterns = [rel for files in config_files(name, splits).values() for rel, _ in files]
+    patterns = hub_patterns(name, splits)
     try:
         folder = snapshot_download(
             repo_id, repo_type="dataset", revision=revision, allow_patterns=patterns, cache_dir=cache_dir, token=token

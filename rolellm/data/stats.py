@@ -122,6 +122,27 @@ def rolebench_stats(data_dir: str | Path, zh_tokenizer: Literal["jieba", "chars"
     return table
 
 
+def dataset_stats(dataset_dict, zh_tokenizer: Literal["jieba", "chars"] = "jieba") -> list[dict]:
+    """Table 1 statistics of any `DatasetDict` in the row schema (the release's configs, generated rows, an export
+    loaded back), per split and subset, with an `all` row per split.
+
+    >>> import datasets
+    >>> rows = [{"role": "Po", "question": "Hi?", "generated": ["Hi."], "type": [], "subset": "general", "lang": "en"}]
+    >>> [(r["split"], r["subset"], r["rows"]) for r in dataset_stats({"train": datasets.Dataset.from_list(rows)})]
+    [('train', 'general', 1)]
+    """
+    table = []
+    for split, dataset in dataset_dict.items():
+        rows = dataset.with_format("arrow")[:].to_pylist()
+        subsets = sorted({row["subset"] for row in rows})
+        for subset in subsets:
+            part = [row for row in rows if row["subset"] == subset]
+            table.append({"split": split, "subset": subset, **compute_stats(part, zh_tokenizer)})
+        if len(subsets) > 1:
+            table.append({"split": split, "subset": "all", **compute_stats(rows, zh_tokenizer)})
+    return table
+
+
 @dataclass
 class LeakageReport:
     """What a train/test pair of row sets share.
