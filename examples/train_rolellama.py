@@ -102,6 +102,8 @@ def main(script_args, training_args, model_args):
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    dataset_name = script_args.dataset_name or script_args.data_dir or "ZenMoore/RoleBench"
+    trainer.create_model_card(dataset_name=dataset_name)
     samples = trainer.role_stats["train"]["samples"]
     trainer.accelerator.print(
         f"Trained on {sum(samples.values())} samples ({samples}) of {len(trainer.role_stats['train']['roles'])} roles "
@@ -109,7 +111,6 @@ def main(script_args, training_args, model_args):
         f"saved to {training_args.output_dir}"
     )
     if training_args.push_to_hub:
-        dataset_name = script_args.dataset_name or script_args.data_dir or "ZenMoore/RoleBench"
         trainer.push_to_hub(dataset_name=dataset_name)
     trainer.end()
     return trainer
