@@ -1,0 +1,115 @@
+"""Prefix sharing inside `RoCITTrainer`: the same training as unpacked samples, in fewer tokens."""
+
+import datasets
+import pytest
+import torch
+
+from rolellm.training import RoCITConfig, RoCITTrainer
+from rolellm.training.data import load_profiles
+
+
+@pytest.fixture(scope="module")
+def chinese_rows(rolebench_dir):
+    """A fixed sample of the real Chinese RoleBench train rows: 2 general + 1 role-specific rows of 3 roles."""
+    from rolellm.data import read_rolebench_jsonl
+
+    root = rolebench_dir / "rolebench-zh"
+    rows = read_rolebench_jsonl(root / "general" / "train.jsonl", "general", "zh")
+    rows += read_rolebench_jsonl(root / "role_specific" / "train.jsonl", "role_specific", "zh")
+    picked, seen = [], {}
+    for row in rows:
+        key = (row["role"], row["subset"])
+        if row["role"] in ("孙悟空", "李白", "华妃") and seen.get(key, 0) < (2 if row["subset"] == "general" else 1):
+            seen[key] = seen.get(key, 0) + 1
+            picked.append(row)
+    return datasets.Dataset.from_list(picked)
+
+
+@pytest.fixture(scope="module")
+def profiles(rolebench_dir):
+    return load_profiles(rolebench_dir / "profiles-zh")
+
+
+def config(tmp_path, **overrides):
+    defaults = {
+        "output_dir": str(tmp_path / "out"), "use_cpu": True, "bf16": False, "activation_checkpointing": False,
+        "optim": "sgd", "learning_rate": 0.5, "max_steps": 3, "logging_steps": 1, "save_strategy": "no",
+        "report_to": "none", "disable_tqdm": True, "seed": 0, "dataset_num_proc": None, "max_length": 2048,
+    }  # fmt: skip
+    return RoCITConfig(**{**defaults, **overrides})
+
+
+def test_prefix_sharing_trains_like_unpacked_samples(tmp_path, tiny_model_path, chinese_rows, profiles):
+    """A few full-batch steps from the same seed reach the same parameters with and without prefix sharing."""
+    n = len(chinese_rows)
+    plain = RoCITTrainer(
+        str(tiny_model_path),
+        args=config(
+            tmp_path / "plain", prefix_sharing=False, per_device_train_batch_size=n, per_device_eval_batch_size=n
+        ),
+        train_dataset=chinese_rows,
+        profiles=profiles,
+    )
+    shared_args = config(
+        tmp_path / "shared", per_device_train_batch_size=1, gradient_accumulation_steps=2, per_device_eval_batch_size=2
+    )
+    shared = RoCITTrainer(str(tiny_model_path), args=shared_args, train_dataset=chinese_rows, profiles=profiles)
+    rows = shared.train_dataset
+    # 9 samples of 3 roles in 2 rows, one of them holding two roles' groups: a step accumulates both rows, as the
+    # plain step takes all 9 samples
+    assert len(plain.train_dataset) == n == 9 and len(rows) == 2
+    assert sorted(len(groups) for groups in rows["prefix_lengths"]) == [1, 2]
+    assert sum(len(lengths) for row in rows["sample_lengths"] for lengths in row) == n
+    assert sum(map(len, rows["input_ids"])) < sum(map(len, plain.train_dataset["input_ids"])) / 1.4
+
+    plain.train()
+    shared.train()
+    for (name, a), (_, b) in zip(plain.model.named_parameters(), shared.model.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+    plain_logs = [h for h in plain.state.log_history if "loss" in h]
+    shared_logs = [h for h in shared.state.log_history if "loss" in h]
+    for p, s in zip(plain_logs, shared_logs):
+        assert s["loss"] == pytest.approx(p["loss"], abs=1e-4)
+    # one evaluation batch each: the per-subset losses and the token accuracy agree too (logged train metrics are
+    # averages over micro-batches, 2 rows against 1 batch, so they are compared here instead)
+    plain_eval = plain.evaluate(chinese_rows)
+    shared_eval = shared.evaluate(chinese_rows)
+    for key in ("eval_loss", "eval_loss_general", "eval_loss_role_specific", "eval_mean_token_accuracy"):
+        assert shared_eval[key] == pytest.approx(plain_eval[key], abs=1e-4), key
+    # `num_tokens` counts the real tokens of the rows (TRL would sum the L x L mask entries)
+    assert shared_logs[-1]["num_tokens"] == 3 * sum(map(len, rows["input_ids"]))
+    assert plain_logs[-1]["num_tokens"] == 3 * sum(map(len, plain.train_dataset["input_ids"]))
+
+
+@pytest.mark.slow
+def test_prefix_sharing_with_lora_eval_and_eager(tmp_path, tiny_model_path, chinese_rows, profiles):
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, attn_implementation="eager")
+    rows = chinese_rows.filter(lambda row: row["role"] == "孙悟空")  # two general rows and one role-specific
+    args = config(tmp_path, optim="adamw_torch", learning_rate=1e-2, per_device_train_batch_size=2, max_steps=3)
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = RoCITTrainer(
+        model, args=args, train_dataset=rows, eval_dataset=rows, profiles=profiles, peft_config=lora
+    )
+    assert trainer._attention_backend == "eager"
+    assert "sample_lengths" in trainer.eval_dataset.column_names
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < before
+    assert {"eval_loss_general", "eval_loss_role_specific", "eval_mean_token_accuracy"} <= set(after)
+
+
+def test_unsupported_attention_falls_back_to_trl_packing(tmp_path, tiny_model_path, chinese_rows, profiles, caplog):
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register("rolellm_test_attention", sdpa_attention_forward)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, attn_implementation="rolellm_test_attention")
+    with caplog.at_level("WARNING", logger="rolellm.training.attention"):
+        trainer = RoCITTrainer(model, args=config(tmp_path), train_dataset=chinese_rows, profiles=profiles)
+    assert "falling back to packing=True" in caplog.text
+    assert trainer._attention_backend is None and trainer.args.packing
+    assert "seq_lengths" in trainer.train_dataset.column_names  # TRL's best-fit packing
