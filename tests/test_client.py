@@ -241,3 +241,32 @@ def test_rate_limiter_spaces_requests_by_window():
 
     starts = asyncio.run(run())
     assert starts[2] - starts[0] >= 0.2 and starts[4] - starts[2] >= 0.2
+
+
+def test_token_limiter_waits_when_the_window_is_full_but_lets_a_large_request_go_alone():
+    async def run():
+        loop = asyncio.get_running_loop()
+        limiter = RateLimiter(tokens_per_minute=100, window=0.5)
+        starts = []
+        for tokens in (60, 30, 20, 500):
+            await limiter.acquire(tokens)
+            starts.append(loop.time())
+        return starts
+
+    starts = asyncio.run(run())
+    assert starts[1] - starts[0] < 0.5 <= starts[2] - starts[0]  # 60 + 30 fit, + 20 would not
+    assert starts[3] - starts[2] >= 0.5  # 500 > limit: waits for an empty window, then goes
+
+
+def test_estimate_counts_prompt_and_completion_tokens_before_sending():
+    with ChatCompletionsServer(shout) as server:
+        client = make_client(server)
+        estimate = client.estimate([ask("Arr, matey!"), ask("俺老孙来也", params={"max_tokens": 7})])
+    # "You are Jack Sparrow." = 6 estimated tokens, "Arr, matey!" = 3, "俺老孙来也" = 5, + 4 per message
+    assert (estimate.requests, estimate.cached, estimate.prompt_tokens, estimate.completion_tokens) == (
+        2,
+        0,
+        (6 + 4) * 2 + (3 + 4) + (5 + 4),
+        512 + 7,
+    )
+    assert server.requests == [] and client.generate([]) == []

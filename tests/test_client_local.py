@@ -115,3 +115,11 @@ def test_loading_by_path_and_bad_arguments(tiny_model_path, model_and_tokenizer)
         ask("Hi").messages, chat_template=CHATML_TEMPLATE, add_generation_prompt=True, return_dict=False
     )
     assert (estimate.prompt_tokens, estimate.completion_tokens) == (2 * len(prompt), 2 + 5)
+
+
+def test_sampling_leaves_the_callers_random_state_alone(model_and_tokenizer):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    make_client(model_and_tokenizer).generate([ask("Hi", params={"temperature": 1.0})])
+    assert torch.equal(torch.rand(3), expected)

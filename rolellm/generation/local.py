@@ -131,14 +131,23 @@ class LocalChatClient(ChatClient):
         results: list[ChatResult | None] = [None] * len(requests)
         bar = self._progress(len(requests), desc)
         pending = [(i, 0) for i in range(len(requests))]  # (request index, attempt)
-        while pending:
-            answers, todo = {}, []
+
+        def settle(i, attempt, text, usage, cached, retry_later):
+            result = self._finish(requests[i], attempt, text, usage, cached, parse)
+            if result is None:
+                retry_later.append((i, attempt + 1))
+            else:
+                results[i] = result
+                self._update(bar)
+
+        while pending:  # one round per attempt: answers `parse` rejected are asked again in the next round
+            next_pending, todo = [], []
             for i, attempt in pending:
                 hit = self._cached(requests[i], attempt)
                 if hit is None:
                     todo.append((i, attempt))
                 else:
-                    answers[i] = (*hit, True)
+                    settle(i, attempt, *hit, True, next_pending)
             prompts = {i: self._render(requests[i]) for i, _ in todo}
             todo.sort(key=lambda item: -len(prompts[item[0]]))  # similar lengths share a batch: less padding
             for batch in _batches(todo, self.batch_size, key=lambda item: _generation_kwargs(requests[item[0]])):
@@ -146,17 +155,8 @@ class LocalChatClient(ChatClient):
                     self._generate_batch, [requests[i] for i, _ in batch], [prompts[i] for i, _ in batch]
                 )
                 for (i, attempt), (text, usage) in zip(batch, outputs):
-                    self._record(requests[i], attempt, text, usage)
-                    answers[i] = (text, usage, False)
-            next_pending = []
-            for i, attempt in pending:
-                text, usage, cached = answers[i]
-                result = self._finish(requests[i], attempt, text, usage, cached, parse)
-                if result is None:
-                    next_pending.append((i, attempt + 1))
-                else:
-                    results[i] = result
-                    self._update(bar)
+                    self._record(requests[i], attempt, text, usage)  # on disk before the next batch starts
+                    settle(i, attempt, text, usage, False, next_pending)
             pending = next_pending
         self._report(bar, desc)
         return results
@@ -178,10 +178,11 @@ class LocalChatClient(ChatClient):
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         kwargs = _generation_kwargs(requests[0])
         kwargs.setdefault("max_new_tokens", self.max_new_tokens)
-        if kwargs.get("do_sample"):
-            seed_text = "".join(self.key(r) for r in requests) + str(requests[0].params.get("seed", ""))
+        seed_text = "".join(self.key(r) for r in requests) + str(requests[0].params.get("seed", ""))
+        devices = [self.model.device] if self.model.device.type != "cpu" else []
+        # a private random stream: seeded per batch, and the caller's global RNG state is left as it was
+        with torch.no_grad(), torch.random.fork_rng(devices=devices, device_type=self.model.device.type):
             torch.manual_seed(int(hashlib.sha256(seed_text.encode()).hexdigest()[:8], 16))
-        with torch.no_grad():
             output = self.model.generate(
                 input_ids=input_ids.to(self.model.device),
                 attention_mask=attention_mask.to(self.model.device),
