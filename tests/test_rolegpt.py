@@ -199,7 +199,9 @@ def test_rolegpt_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path
     cache = tmp_path / "cache.sqlite"
     client = LocalChatClient(tiny_model_path, chat_template="chatml", batch_size=6, cache_path=cache, progress=False)
     rolegpt = RoleGPT(config)
-    result = rolegpt.generate(client, [zhenhuan["华妃"]], questions)
+    result = rolegpt.generate(client, [zhenhuan["华妃"]], questions, output_dir=tmp_path / "out")
+    saved = json.loads((tmp_path / "out" / "generation_config.json").read_text("utf-8"))["client"]
+    assert saved["class"] == "LocalChatClient" and saved["model"] == str(tiny_model_path)
     # the requests are the dialogue-engineering prompts of the paper: system, 3 retrieved exchanges, question
     requests = rolegpt.requests([zhenhuan["华妃"]], questions)
     assert len(requests) == 6 and [m["role"] for m in requests[0].messages] == ["system"] + [

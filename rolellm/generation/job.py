@@ -69,8 +69,8 @@ def config_to_dict(config) -> dict:
 
 
 def describe_client(client) -> dict:
-    """What identifies the answering model in a saved config: the client class and model; never credentials."""
-    return {"class": type(client).__name__, "model": str(getattr(client, "model", ""))}
+    """What identifies the answering model in a saved config: the client, its model and endpoint; never credentials."""
+    return {"class": type(client).__name__, "model": client.model_name, "repr": repr(client)}
 
 
 def write_jsonl(path: Path, records) -> Path:

@@ -21,6 +21,7 @@ from typing import Literal
 import datasets
 
 from rolellm.chat_template import build_system_instruction
+from rolellm.generation.client import ChatRequest
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.job import (
     DropCounter,
@@ -181,8 +182,6 @@ class RoleGPT:
 
     def requests(self, profiles, instructions) -> list:
         """The `ChatRequest`s of a run: `num_samples` per (role, instruction) pair, in a stable order."""
-        from rolellm.generation.client import ChatRequest
-
         config = self.config
         requests = []
         for index, (profile, question, reference) in enumerate(self.pairs(profiles, instructions)):
