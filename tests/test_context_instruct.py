@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.client import OpenAIChatClient, estimate_tokens
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig, parse_items, segment_profile
 from rolellm.profiles import RoleProfile, read_screenplay_folder
@@ -180,6 +181,9 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
     train = [json.loads(line) for line in (out / "role_specific" / "train.jsonl").read_text("utf-8").splitlines()]
     test = [json.loads(line) for line in (out / "role_specific" / "test.jsonl").read_text("utf-8").splitlines()]
     assert isinstance(train[0]["type"], str) and isinstance(test[0]["type"], list)
+    for split in ("train", "test"):  # the data layer reads both files back into the same rows
+        path = out / "role_specific" / f"{split}.jsonl"
+        assert read_rolebench_jsonl(path, "role_specific", "zh") == result[split].to_list()
     assert json.loads((out / "generation_config.json").read_text("utf-8"))["config"]["num_test"] == 3
 
 

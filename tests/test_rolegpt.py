@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.client import OpenAIChatClient
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig, address_question
@@ -178,6 +179,10 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         # the output files are the release's records, beside the config that made them
         lines = (tmp_path / "out" / "general" / "train.jsonl").read_text(encoding="utf-8").splitlines()
         assert json.loads(lines[0]) == {"role": "华妃", "question": QUESTIONS[0], "generated": rows[0]["generated"]}
+        # and the data layer reads them back into the same rows
+        assert read_rolebench_jsonl(tmp_path / "out" / "general" / "train.jsonl", "general", "zh") == rows
+        baseline = read_rolebench_jsonl(tmp_path / "out" / "general" / "rolegpt_baseline.jsonl", "general", "zh")
+        assert baseline == result["rolegpt_baseline"].to_list()
         saved = json.loads((tmp_path / "out" / "generation_config.json").read_text(encoding="utf-8"))
         assert saved["config"]["prompt_mode"] == "zero_shot" and saved["client"]["model"] == "test-model"
         assert "api_key" not in json.dumps(saved)
