@@ -20,6 +20,7 @@ every retry in `client.usage`, and sleeps outside the concurrency limit so a wai
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -219,6 +220,8 @@ class ChatClient:
         )
 
     def _update(self, bar, n: int = 1) -> None:
+        if bar.disable:
+            return
         u = self.usage
         postfix = {"sent": u.requests, "cached": u.cached, "tokens": u.total_tokens, "retries": u.retries}
         bar.set_postfix({**postfix, "failed": u.failures}, refresh=False)
@@ -323,7 +326,11 @@ class OpenAIChatClient(ChatClient):
             pools = []
             for _ in range(-(-self.max_concurrency // CONNECTIONS_PER_POOL)):
                 api = openai.AsyncOpenAI(
-                    api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    max_retries=0,
+                    timeout=self.timeout,
+                    http_client=openai.DefaultAsyncHttpxClient(verify=ssl_context()),
                 )
                 pools.append(await stack.enter_async_context(api))
             slots = Slots(pools, self.max_concurrency)
@@ -359,31 +366,33 @@ class OpenAIChatClient(ChatClient):
             if limiter is not None:
                 await limiter.acquire(self.count_prompt_tokens(request) + request.params.get("max_tokens", 0))
             wait = None
-            async with slots.take() as api:
-                try:
-                    # `post` is the openai client's documented way to send a raw body: any server-specific
-                    # parameter (vLLM's `top_k`, ...) passes through, and the JSON is read without pydantic models,
-                    # which at high concurrency costs more CPU than the rest of a request.
-                    body = {"model": self.model, "messages": request.messages, **request.params}
-                    response = await api.post("/chat/completions", cast_to=httpx2.Response, body=body)
-                    return read_completion(response.json())
-                except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as error:
-                    # Wrong key, model or URL: every request would fail the same way, so stop the run.
-                    raise RuntimeError(
-                        f"{self.base_url or 'OpenAI'} refused the request for model {self.model!r}: "
-                        f"HTTP {error.status_code} {error.message}"
-                    ) from None
-                except openai.APIStatusError as error:
-                    reason = f"HTTP {error.status_code}: {error.message}"
-                    if error.status_code not in (408, 409, 429) and error.status_code < 500:
-                        raise RequestFailed(reason) from None
-                    wait = parse_retry_after(error.response.headers)
-                except openai.APITimeoutError:
-                    reason = f"timed out after {self.timeout:g} s"
-                except openai.APIConnectionError as error:
-                    reason = f"connection error: {error}"
-                except (ValueError, MalformedResponse) as error:  # a body that is not JSON, or has no answer
-                    reason = f"malformed response: {error}"
+            api = await slots.take()
+            try:
+                # `post` is the openai client's documented way to send a raw body: any server-specific
+                # parameter (vLLM's `top_k`, ...) passes through, and the JSON is read without pydantic models,
+                # which at high concurrency costs more CPU than the rest of a request.
+                body = {"model": self.model, "messages": request.messages, **request.params}
+                response = await api.post("/chat/completions", cast_to=httpx2.Response, body=body)
+                return read_completion(response.json())
+            except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as error:
+                # Wrong key, model or URL: every request would fail the same way, so stop the run.
+                raise RuntimeError(
+                    f"{self.base_url or 'OpenAI'} refused the request for model {self.model!r}: "
+                    f"HTTP {error.status_code} {error.message}"
+                ) from None
+            except openai.APIStatusError as error:
+                reason = f"HTTP {error.status_code}: {error.message}"
+                if error.status_code not in (408, 409, 429) and error.status_code < 500:
+                    raise RequestFailed(reason) from None
+                wait = parse_retry_after(error.response.headers)
+            except openai.APITimeoutError:
+                reason = f"timed out after {self.timeout:g} s"
+            except openai.APIConnectionError as error:
+                reason = f"connection error: {error}"
+            except (ValueError, MalformedResponse) as error:  # a body that is not JSON, or has no answer
+                reason = f"malformed response: {error}"
+            finally:
+                slots.give(api)
             if retry == self.max_retries:
                 raise RequestFailed(f"gave up after {retry + 1} tries; last: {reason}")
             self.usage.retries += 1
@@ -407,13 +416,20 @@ class Slots:
         for i in range(n):
             self._free.put_nowait(pools[i % len(pools)])
 
-    @contextlib.asynccontextmanager
     async def take(self):
-        api = await self._free.get()
-        try:
-            yield api
-        finally:
-            self._free.put_nowait(api)
+        """Wait for a free slot and return its client; hand it back with `give`."""
+        return await self._free.get()
+
+    def give(self, api) -> None:
+        self._free.put_nowait(api)
+
+
+@functools.cache
+def ssl_context():
+    """One SSL context per process: loading the CA bundle takes tens of milliseconds per connection pool."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
 
 
 class RequestFailed(Exception):
