@@ -26,8 +26,8 @@ from rolellm.profiles import (
     RoleProfile,
     Utterance,
     join_catchphrases,
+    parse_description,
     role_key,
-    split_catchphrases,
 )
 
 
@@ -74,7 +74,7 @@ def read_profile_jsonl(
         names the file, the line and the field.
     """
     path = Path(path)
-    description, split_off = split_catchphrases(description, lang)
+    description, split_off, extra = parse_description(description, lang)
     dialogue = []
     with path.open(encoding="utf-8") as file:
         for line_no, line in enumerate(file, start=1):
@@ -101,6 +101,7 @@ def read_profile_jsonl(
         catchphrases=split_off + list(catchphrases or []),
         source=source,
         dialogue=dialogue,
+        extra=extra,
     )
 
 
@@ -194,8 +195,8 @@ def _assemble(descriptions: dict, scripts: dict, files: dict, lang: str) -> Prof
     by_key = {role_key(name): name for name in descriptions}
     profiles = ProfileSet()
     for name, text in descriptions.items():
-        description, catchphrases = split_catchphrases(text, lang)
-        profiles[name] = RoleProfile(name, lang, description, catchphrases, source=scripts.get(name, ""))
+        description, catchphrases, extra = parse_description(text, lang)
+        profiles[name] = RoleProfile(name, lang, description, catchphrases, source=scripts.get(name, ""), extra=extra)
     for file_role, path in files.items():
         name = by_key.get(role_key(file_role), file_role)
         profile = profiles.get(name) or RoleProfile(name, lang, source=scripts.get(file_role, ""))

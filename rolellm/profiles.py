@@ -110,7 +110,13 @@ class RoleProfile:
         'A witty pirate. Your catchphrase is: "Savvy?"'
         >>> RoleProfile("李白", "zh", "为人爽朗大方。").description_with_catchphrases()
         '为人爽朗大方。'
+
+        A text read from a file whose catchphrase sentence is worded differently (`extra["description_text"]`, set by
+        the readers) comes back as written while description and catchphrases are unchanged.
         """
+        kept = self.extra.get("description_text")
+        if kept and kept["description"] == self.description and kept["catchphrases"] == self.catchphrases:
+            return kept["text"]
         return join_catchphrases(self.description, self.catchphrases, self.lang)
 
     def to_dict(self) -> dict:
@@ -156,7 +162,7 @@ def split_catchphrases(text: str, lang: str | None = None) -> tuple[str, list[st
         items = match.group("items").strip()
         quoted = [next(group for group in groups if group) for groups in _QUOTED.findall(items)]
         if not quoted:
-            quoted = [item.strip(" .。!！") for item in _UNQUOTED_SEPARATORS.split(items)]
+            quoted = [re.sub(r"^'(.*)'$", r"\1", item.strip(" .。")) for item in _UNQUOTED_SEPARATORS.split(items)]
         return text[: match.start()].strip(), [item.strip() for item in quoted if item.strip()]
     return text.strip(), []
 
@@ -176,6 +182,22 @@ def join_catchphrases(description: str, catchphrases: list[str], lang: str) -> s
     quoted = ", ".join(f'"{phrase}"' for phrase in catchphrases)
     sentence = f"Your catchphrase is: {quoted}" if len(catchphrases) == 1 else f"Your catchphrases are: {quoted}"
     return f"{description} {sentence}" if description else sentence
+
+
+def parse_description(text: str, lang: str) -> tuple[str, list[str], dict]:
+    """`split_catchphrases` plus the `extra` that keeps `text` exact when rejoining would word it differently.
+
+    >>> parse_description('A pirate. Your catchphrase is: Savvy', "en")
+    ('A pirate.', ['Savvy'], {'description_text': {'description': 'A pirate.', 'catchphrases': ['Savvy'], 'text': 'A pirate. Your catchphrase is: Savvy'}})
+    """
+    description, catchphrases = split_catchphrases(text, lang)
+    if join_catchphrases(description, catchphrases, lang) == text:
+        return description, catchphrases, {}
+    return (
+        description,
+        catchphrases,
+        {"description_text": {"description": description, "catchphrases": list(catchphrases), "text": text}},
+    )
 
 
 def role_key(name: str) -> str:

@@ -206,3 +206,17 @@ def test_empty_desc_json_warns_and_is_counted(tmp_path):
         profiles = read_release_profiles(tmp_path, "zh")
     assert profiles.empty_files == [folder / "desc.json"]
     assert profiles["李白"].description == "" and len(profiles["李白"].dialogue) == 1
+
+
+def test_a_differently_worded_catchphrase_sentence_is_kept_as_written(tmp_path):
+    folder = tmp_path / "profiles-eng"
+    folder.mkdir()
+    text = "A lighthouse keeper. Your catchphrase is: 'The sea hears everything'."
+    (folder / "desc.json").write_text(json.dumps({"Moss Brindle": text}))
+    moss = read_release_profiles(tmp_path, "en")["Moss Brindle"]
+    assert moss.description == "A lighthouse keeper." and moss.catchphrases == ["The sea hears everything"]
+    assert moss.description_with_catchphrases() == text  # the paper's {desc} stays the release's text
+    write_release_profiles({"Moss Brindle": moss}, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "profiles-eng" / "desc.json").read_text()) == {"Moss Brindle": text}
+    moss.catchphrases = ["Steady."]  # an edit is rendered in the standard sentence
+    assert moss.description_with_catchphrases() == 'A lighthouse keeper. Your catchphrase is: "Steady."'
