@@ -57,6 +57,8 @@ def test_bare_message_lists_are_accepted_and_bad_messages_name_the_field():
         ChatRequest([{"role": "user", "content": "a"}, {"role": "pirate", "content": "b"}])
     with pytest.raises(ValueError, match=r"messages\[0\]\['content'\] must be a string"):
         ChatRequest([{"role": "user", "content": None}])
+    with pytest.raises(ValueError, match=r"params may not set \['n'\].*sample_index=0..n-1"):
+        ChatRequest([{"role": "user", "content": "a"}], params={"n": 5})
 
 
 def test_rate_limit_honours_retry_after_and_is_counted():

@@ -61,6 +61,12 @@ class ChatRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        reserved = sorted(set(self.params) & {"model", "messages", "stream", "n"})
+        if reserved:
+            raise ValueError(
+                f"ChatRequest.params may not set {reserved}: the client sets the model and messages, answers are not "
+                "streamed, and several samples of one prompt are requests with sample_index=0..n-1"
+            )
         if not isinstance(self.messages, list) or not self.messages:
             raise ValueError(f"ChatRequest.messages must be a non-empty list of dicts, got {self.messages!r}")
         for i, message in enumerate(self.messages):
