@@ -24,6 +24,7 @@ _EXPORTS = {
     "read_profile_jsonl": "rolellm.profile_files",
     "read_screenplay_folder": "rolellm.profile_files",
     "write_release_profiles": "rolellm.profile_files",
+    "write_screenplay_folder": "rolellm.profile_files",
     "read_rolebench_jsonl": "rolellm.data.readers",
     "RoleBench": "rolellm.data.builder",
     "load_rolebench": "rolellm.data.builder",

@@ -169,6 +169,21 @@ def read_screenplay_folder(folder: str | Path, lang: str = "zh") -> ProfileSet:
     return scripted
 
 
+def write_screenplay_folder(profiles: dict[str, RoleProfile], folder: str | Path) -> Path:
+    """Write profiles as a screenplay-profile folder (`desc.json` + `{source}-{role}.jsonl`), the inverse of
+    `read_screenplay_folder`; every profile needs its `source` (the script name in the file names)."""
+    folder = Path(folder)
+    missing = sorted(name for name, profile in profiles.items() if not profile.source)
+    if missing:
+        raise ValueError(f"profiles without a source script cannot be named {{source}}-{{role}}.jsonl: {missing}")
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptions = {name: profile.description_with_catchphrases() for name, profile in profiles.items()}
+    (folder / "desc.json").write_text(json.dumps(descriptions, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    for name, profile in profiles.items():
+        write_profile_jsonl(profile, folder / f"{profile.source}-{name}.jsonl")
+    return folder
+
+
 def write_release_profiles(profiles: dict[str, RoleProfile], folder: str | Path) -> Path:
     """Write profiles in the release layout under `folder/profiles-{lang}/`; returns that folder."""
     langs = {profile.lang for profile in profiles.values()}
@@ -257,4 +272,5 @@ __all__ = [
     "read_screenplay_folder",
     "write_profile_jsonl",
     "write_release_profiles",
+    "write_screenplay_folder",
 ]

@@ -215,7 +215,7 @@ def role_key(name: str) -> str:
 # `from rolellm.profiles import read_release_profiles` works as the contract names it.
 def __getattr__(name):
     if name in ("ProfileSet", "read_profile_jsonl", "read_release_profiles", "read_screenplay_folder",
-                "write_profile_jsonl", "write_release_profiles"):  # fmt: skip
+                "write_profile_jsonl", "write_release_profiles", "write_screenplay_folder"):  # fmt: skip
         from rolellm import profile_files
 
         return getattr(profile_files, name)

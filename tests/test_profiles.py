@@ -15,6 +15,7 @@ from rolellm.profiles import (
     role_key,
     split_catchphrases,
     write_release_profiles,
+    write_screenplay_folder,
 )
 
 
@@ -111,6 +112,17 @@ def test_sun_wukong_has_6254_utterances(screenplay_dir):
     assert wukong.source == "西游记"
     assert wukong.catchphrases == ["俺老孙", "我齐天大圣", "我美猴王"]
     assert wukong.dialogue[2] == Utterance(0, 0, "孙悟空", "他怎么样了?")
+
+
+def test_write_then_read_screenplay_folder_round_trips(tmp_path, screenplay_dir):
+    original = read_screenplay_folder(screenplay_dir / "profile_zhenhuan")
+    write_screenplay_folder(original, tmp_path / "copy")
+    assert sorted(path.name for path in (tmp_path / "copy").iterdir())[:2] == ["desc.json", "甄嬛传-华妃.jsonl"]
+    assert read_screenplay_folder(tmp_path / "copy") == original
+    source = (screenplay_dir / "profile_zhenhuan" / "甄嬛传-眉庄.jsonl").read_text(encoding="utf-8")
+    assert (tmp_path / "copy" / "甄嬛传-眉庄.jsonl").read_text(encoding="utf-8") == source  # the same bytes
+    with pytest.raises(ValueError, match="without a source script"):
+        write_screenplay_folder({"Po": RoleProfile("Po", "en")}, tmp_path / "bad")
 
 
 def test_write_then_read_release_profiles_round_trips(tmp_path, screenplay_dir):
