@@ -94,3 +94,18 @@ def test_cli_rejects_bad_choice(capsys):
 def test_recipe_files_are_valid_yaml():
     for path in RECIPES.glob("generate_*.yaml"):
         assert isinstance(yaml.safe_load(path.read_text("utf-8")), dict), path
+
+
+@pytest.mark.slow
+def test_cli_profile_with_local_backend(screenplay_dir, tiny_model_path, tmp_path):
+    code = main(
+        ["generate", "profile", "--profiles_dir", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
+         "--backend", "local", "--model", str(tiny_model_path), "--chat_template", "chatml",
+         "--max_dialogue_tokens", "300", "--max_tokens", "8"]
+    )  # fmt: skip
+    assert code == 0
+    stats = json.loads((tmp_path / "generation_stats.json").read_text("utf-8"))
+    # the random tiny model writes no JSON: asked three times, then counted; nothing is written as a description
+    assert stats["failed"] == {"unparseable": 1} and stats["usage"]["requests"] == 3 and stats["described"] == []
+    assert json.loads((tmp_path / "generation_config.json").read_text("utf-8"))["client"]["class"] == "LocalChatClient"
+    assert (tmp_path / "cache.sqlite").exists() and not (tmp_path / "profiles-zh").exists()
