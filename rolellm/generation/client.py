@@ -404,7 +404,7 @@ class OpenAIChatClient(ChatClient):
             self.usage.retries += 1
             if wait is None:
                 wait = min(self.max_backoff, self.initial_backoff * 2**retry) * random.uniform(0.5, 1.0)
-            logger.debug("retrying in %.2f s (%s)", wait, reason)
+            (logger.warning if wait > 60 else logger.debug)("retrying in %.2f s (%s)", wait, reason)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
