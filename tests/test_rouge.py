@@ -7,6 +7,7 @@ import random
 import pytest
 from rouge import Rouge
 
+from rolellm.evaluation.lcs import _encode_in_python, encode_texts
 from rolellm.evaluation.rouge import (
     detect_language,
     rouge_l,
@@ -46,17 +47,33 @@ def assert_same_as_rouge(predictions, references):
 def random_text(rng, vocabulary, max_words):
     # few distinct words, runs of dots and spaces: many LCS ties, empty and whitespace-only sentences
     pieces = [rng.choice(vocabulary) for _ in range(rng.randint(1, max_words))]
-    return "".join(piece if piece in (".", " ", "  ", "\t") else " " + piece for piece in pieces)
+    return "".join(piece if not piece.strip(".") or piece.isspace() else " " + piece for piece in pieces)
 
 
 @pytest.mark.parametrize("max_words,count", [(12, 3000), (40, 600), (260, 40)])
 def test_identical_to_rouge_on_random_texts(max_words, count):
     # up to 260 words per sentence: LCS bit vectors span several 64-bit words
     rng = random.Random(max_words)
-    vocabulary = ["a", "b", "c", "d", "é", "x", ".", ".", " ", "  ", "\t"]
+    vocabulary = ["a", "b", "c", "d", "é", "x", ".", ".", " ", "  ", "\t", "\u3000", "\x1f"]
     pairs = [(random_text(rng, vocabulary, max_words), random_text(rng, vocabulary, max_words)) for _ in range(count)]
     pairs = [pair for pair in pairs if split_sentences(pair[0]) and split_sentences(pair[1])]
     assert assert_same_as_rouge(*zip(*pairs)) > 0.9 * count
+
+
+def test_arrow_splitting_equals_python_splitting():
+    # every character Python's str.split() splits on, dots, and a lone surrogate (Arrow cannot hold it)
+    spaces = [chr(c) for c in range(0x3001) if chr(c).isspace()]
+    rng = random.Random(0)
+    texts = [
+        "".join(rng.choice(["a", "bé", ".", "", *spaces]) for _ in range(rng.randint(0, 20))) for _ in range(3000)
+    ]
+    for batch in (texts, [*texts[:50], "lone \ud800 surrogate."]):
+        arrow, python = encode_texts(batch), _encode_in_python(batch)
+        for got, expected in zip(arrow[1:], python[1:]):
+            assert got.tolist() == expected.tolist()
+        # the same partition of words into ids (the numbering itself may differ)
+        assert len(set(zip(arrow[0].tolist(), python[0].tolist()))) == len(set(python[0].tolist()))
+        assert len(set(arrow[0].tolist())) == len(set(python[0].tolist()))
 
 
 def test_sentence_splitting_matches_rouge_preprocessing():

@@ -39,6 +39,8 @@ from typing import Literal
 
 import numpy as np
 
+from rolellm.evaluation.lcs import encode_texts, union_lcs_words
+
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,6 @@ Language = Literal["en", "zh"]
 PAPER_TOKENIZERS: dict[str, Tokenizer] = {"en": "whitespace", "zh": "char"}
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
-_MAX_CELLS = 8_000_000  # (pair, row, column) match cells compared per NumPy batch
 
 
 def detect_language(text: str) -> Language:
@@ -98,119 +99,10 @@ def split_sentences(text: str) -> list[list[str]]:
     return [" ".join(piece.split()).split(" ") for piece in text.split(".") if piece]
 
 
-def _encode(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Word ids of the texts' sentences: `(word_ids, sentence_lengths, text_first_sentence, text_sentence_count)`."""
-    words: list[str] = []
-    sentence_lengths: list[int] = []
-    sentence_counts = np.zeros(len(texts), dtype=np.int64)
-    for index, text in enumerate(texts):
-        pieces = [piece for piece in text.split(".") if piece]
-        sentence_counts[index] = len(pieces)
-        for piece in pieces:
-            sentence = piece.split() or [""]  # == split_sentences(text), inlined for speed
-            words.extend(sentence)
-            sentence_lengths.append(len(sentence))
-    vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
-    word_ids = np.fromiter(map(vocab.__getitem__, words), dtype=np.int64, count=len(words))
-    first_sentence = np.cumsum(sentence_counts) - sentence_counts
-    return word_ids, np.asarray(sentence_lengths, dtype=np.int64), first_sentence, sentence_counts
-
-
 def _unique(keys: np.ndarray) -> np.ndarray:
     # sort-based: several times faster than `np.unique`'s hash table on these keys
     keys = np.sort(keys)
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) else keys
-
-
-def _pad(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, fill: int) -> np.ndarray:
-    positions = np.arange(width)
-    inside = positions < lengths[:, None]
-    return np.where(inside, flat[np.minimum(starts[:, None] + positions, len(flat) - 1)], fill)
-
-
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-_ONE = np.uint64(1)
-
-
-def _highest_bit(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Position of the highest set bit of each row of a `(batch, words)` uint64 array, and whether one is set."""
-    smeared = bits.copy()
-    for shift in (1, 2, 4, 8, 16, 32):
-        smeared |= smeared >> np.uint64(shift)
-    top = np.bitwise_count(smeared).astype(np.int64) - 1  # -1 for an all-zero word
-    nonzero = top >= 0
-    word = bits.shape[1] - 1 - np.argmax(nonzero[:, ::-1], axis=1)
-    return 64 * word + np.take_along_axis(top, word[:, None], axis=1)[:, 0], nonzero.any(axis=1)
-
-
-def _test_bit(bits: np.ndarray, position: np.ndarray) -> np.ndarray:
-    word = np.take_along_axis(bits, (position // 64)[:, None], axis=1)[:, 0]
-    return ((word >> (position % 64).astype(np.uint64)) & _ONE).astype(bool)
-
-
-def _trace_lcs(x: np.ndarray, y: np.ndarray, len_x: np.ndarray, len_y: np.ndarray) -> np.ndarray:
-    """Mark the words of `x` on the LCS that `rouge._recon_lcs` traces, for a batch of padded sequence pairs.
-
-    The LCS table is kept as bit vectors (Hyyrö's bit-parallel LCS): bit `j - 1` of `v[i]` is 0 exactly when
-    `table[i][j] = table[i][j - 1] + 1`. `rouge` walks back from `(len_x, len_y)`: a match when the words are equal,
-    else left when that keeps the length, else up. Along one row it goes left until the first column that is a
-    match or would lose length, so each row is one step: the highest bit of `match | ~v` below the column.
-    """
-    size, rows = x.shape
-    words = y.shape[1] // 64
-    # match[b, i, w]: bit k set when y[b, 64 * w + k] == x[b, i]
-    match = np.packbits(x[:, :, None] == y[:, None, :], axis=-1, bitorder="little").view("<u8")
-    v = np.empty((rows + 1, size, words), dtype=np.uint64)
-    v[0] = _ALL
-    for i in range(rows):
-        row = v[i]
-        u = row & match[:, i]
-        if words == 1:
-            v[i + 1] = (row + u) | (row ^ u)
-            continue
-        carry = np.zeros(size, dtype=np.uint64)
-        for w in range(words):  # the addition carries across 64-bit words
-            total = row[:, w] + u[:, w]
-            carried = total + carry
-            carry = ((total < row[:, w]) | (carried < total)).astype(np.uint64)
-            v[i + 1, :, w] = carried | (row[:, w] ^ u[:, w])
-    j = len_y.copy()
-    word_start = 64 * np.arange(words)
-    matched = np.zeros((size, rows), dtype=bool)
-    for i in range(rows, 0, -1):
-        active = (len_x >= i) & (j > 0)
-        shift = np.clip(j[:, None] - word_start, 0, 64)
-        below = np.where(shift >= 64, _ALL, (_ONE << np.minimum(shift, 63).astype(np.uint64)) - _ONE)
-        stop, found = _highest_bit((match[:, i - 1] | ~v[i]) & below)
-        is_match = found & _test_bit(match[:, i - 1], np.maximum(stop, 0))
-        matched[:, i - 1] = active & is_match
-        j = np.where(active, np.where(found, stop + ~is_match, 0), j)
-    return matched
-
-
-def _union_lcs_words(word_ids, sentence_lengths, x_sentences, y_sentences) -> tuple[np.ndarray, np.ndarray]:
-    """`(sentence_pair, word_id)` for every word of `rouge`'s traced LCS of each (x, y) sentence pair."""
-    sentence_starts = np.cumsum(sentence_lengths) - sentence_lengths
-    len_x, len_y = sentence_lengths[x_sentences], sentence_lengths[y_sentences]
-    words = (len_y + 63) // 64
-    order = np.lexsort((len_x, words))
-    pairs, hits = [], []
-    begin = 0
-    while begin < len(order):
-        # one batch: pairs of the same word count, sorted by length, within the cell budget
-        end = min(len(order), begin + 65536)
-        width = int(words[order[begin]]) * 64
-        end = begin + int(np.searchsorted(words[order[begin:end]], width // 64, side="right"))
-        while end - begin > 1 and (end - begin) * int(len_x[order[end - 1]]) * width > _MAX_CELLS:
-            end = begin + (end - begin) // 2
-        batch, begin = order[begin:end], end
-        rows = int(len_x[batch[-1]])
-        x = _pad(word_ids, sentence_starts[x_sentences[batch]], len_x[batch], rows, -1)
-        y = _pad(word_ids, sentence_starts[y_sentences[batch]], len_y[batch], width, -2)
-        hit_pair, hit_position = np.nonzero(_trace_lcs(x, y, len_x[batch], len_y[batch]))
-        pairs.append(batch[hit_pair])
-        hits.append(x[hit_pair, hit_position])
-    return np.concatenate(pairs), np.concatenate(hits)
 
 
 def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict[str, np.ndarray]:
@@ -234,7 +126,7 @@ def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict
         raise ValueError(f"Got {len(predictions)} predictions but {len(references)} references: pass one each.")
     texts = list(dict.fromkeys([*predictions, *references]))
     text_index = {text: i for i, text in enumerate(texts)}
-    word_ids, sentence_lengths, first_sentence, sentence_counts = _encode(texts)
+    word_ids, sentence_lengths, first_sentence, sentence_counts = encode_texts(texts)
     hyp = np.fromiter(map(text_index.__getitem__, predictions), dtype=np.int64, count=len(predictions))
     ref = np.fromiter(map(text_index.__getitem__, references), dtype=np.int64, count=len(references))
     if (sentence_counts[ref] == 0).any():
@@ -255,7 +147,7 @@ def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict
     y_sentences = first_sentence[hyp][owner] + local % sentence_counts[hyp][owner]
     overlap = np.zeros(len(ref), dtype=np.int64)
     if len(owner):
-        sentence_pair, word = _union_lcs_words(word_ids, sentence_lengths, x_sentences, y_sentences)
+        sentence_pair, word = union_lcs_words(word_ids, sentence_lengths, x_sentences, y_sentences)
         union = _unique(owner[sentence_pair] * vocab_size + word)
         overlap = np.bincount(union // vocab_size, minlength=len(ref))
     empty = sentence_counts[hyp] == 0

@@ -1,0 +1,116 @@
+"""ROUGE-L speed: rolellm vs the `rouge` package (the paper's metric) vs `rouge_score`, on the same release pairs.
+
+Pairs are the RoleGPT baseline answers against their test references (English SPE, Chinese SPE, Chinese CUS), as
+`rouge` sees them (Chinese split into characters). rolellm scores every pair; `rouge` and `rouge_score` score
+the first pairs for a time budget each, and the script checks that rolellm's scores are identical to `rouge`'s on
+those. Times are CPU seconds of this process (`time.process_time`), so other load on the machine counts less.
+
+    python bench/bench_rouge.py [--data_dir ../shared/data] [--budget 15]
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rouge import Rouge
+from rouge_score.rouge_scorer import RougeScorer
+
+from rolellm.evaluation.rouge import rouge_l_pairs, to_rouge_text
+from rolellm.testing import find_rolebench_data
+
+
+PARTS = {
+    "English SPE": ("rolebench-eng/instruction-generalization/role_specific", "whitespace"),
+    "Chinese SPE": ("rolebench-zh/role_specific", "char"),
+    "Chinese CUS": ("rolebench-zh/general", "char"),
+}
+
+
+class WhitespaceTokenizer:
+    """For `rouge_score` on text that is already split (its default tokenizer drops every non-ASCII character)."""
+
+    def tokenize(self, text):
+        return text.split()
+
+
+def read_pairs(folder, tokenizer):
+    def read(name):
+        with open(folder / name, encoding="utf-8") as file:
+            return [json.loads(line) for line in file]
+
+    baseline = {(row["role"], row["question"]): row["generated"][0] for row in read("rolegpt_baseline.jsonl")}
+    predictions, references = [], []
+    for row in read("test.jsonl"):
+        prediction = to_rouge_text(baseline[row["role"], row["question"]], tokenizer)
+        for reference in row["generated"]:
+            predictions.append(prediction)
+            references.append(to_rouge_text(reference, tokenizer))
+    return predictions, references
+
+
+def timed(function, *args):
+    start = time.process_time()
+    result = function(*args)
+    return time.process_time() - start, result
+
+
+def run_for(budget, score_one, predictions, references):
+    """Score pairs one by one until `budget` CPU seconds are spent; return (seconds, scores)."""
+    scores, start = [], time.process_time()
+    for prediction, reference in zip(predictions, references):
+        scores.append(score_one(prediction, reference))
+        if time.process_time() - start > budget:
+            break
+    return time.process_time() - start, scores
+
+
+def main(args):
+    data_dir = Path(args.data_dir) if args.data_dir else find_rolebench_data()
+    if data_dir is None or not (data_dir / "rolebench").is_dir():
+        print("RoleBench release files not found: pass --data_dir or set ROLEBENCH_DATA_DIR")
+        return 1
+    rouge = Rouge(metrics=["rouge-l"])
+    scorer = RougeScorer(["rougeL"], tokenizer=WhitespaceTokenizer())
+    totals = {"rolellm": [0.0, 0], "rouge": [0.0, 0], "rouge_score": [0.0, 0]}
+    print(f"{'pairs':<12} {'count':>6} {'rolellm/s':>10} {'rouge/s':>8} {'rouge_score/s':>13} {'vs rouge':>9} {'vs rouge_score':>14}")  # fmt: skip
+    for name, (folder, tokenizer) in PARTS.items():
+        predictions, references = read_pairs(data_dir / "rolebench" / folder, tokenizer)
+        ours = min((timed(rouge_l_pairs, predictions, references) for _ in range(3)), key=lambda run: run[0])
+        reference_time, expected = run_for(
+            args.budget, lambda p, r: rouge.get_scores(p, r)[0]["rouge-l"], predictions, references
+        )
+        score_time, _ = run_for(args.budget, lambda p, r: scorer.score(r, p)["rougeL"], predictions, references)
+        mismatches = sum(
+            (scores["r"], scores["p"], scores["f"]) != (ours[1]["recall"][i], ours[1]["precision"][i], ours[1]["f"][i])
+            for i, scores in enumerate(expected)
+        )
+        if mismatches:
+            print(f"{name}: {mismatches} of {len(expected)} pairs differ from rouge")
+            return 1
+        rates = [len(predictions) / ours[0], len(expected) / reference_time, len(expected) / score_time]
+        print(
+            f"{name:<12} {len(predictions):>6} {rates[0]:>10.0f} {rates[1]:>8.0f} {rates[2]:>13.0f} "
+            f"{rates[0] / rates[1]:>8.0f}x {rates[0] / rates[2]:>13.1f}x"
+        )
+        for tool, seconds, count in zip(totals, (ours[0], reference_time, score_time), rates):
+            totals[tool][0] += seconds
+            totals[tool][1] += round(seconds * count)
+    rates = {tool: count / seconds for tool, (seconds, count) in totals.items()}
+    print(
+        f"{'all':<12} {totals['rolellm'][1]:>6} {rates['rolellm']:>10.0f} {rates['rouge']:>8.0f} "
+        f"{rates['rouge_score']:>13.0f} {rates['rolellm'] / rates['rouge']:>8.0f}x "
+        f"{rates['rolellm'] / rates['rouge_score']:>13.1f}x"
+    )
+    print("rolellm scores every pair and equals rouge exactly on every pair rouge scored.")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default=None, help="folder holding rolebench/ (default: ../shared/data)")
+    parser.add_argument(
+        "--budget", type=float, default=15.0, help="CPU seconds for rouge and for rouge_score per part"
+    )
+    sys.exit(main(parser.parse_args()))
