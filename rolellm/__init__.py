@@ -57,6 +57,8 @@ _EXPORTS = {
     "set_role_chat_template": "rolellm.chat_template",
     "rouge_l": "rolellm.evaluation.rouge",
     "rouge_l_scores": "rolellm.evaluation.rouge",
+    "judge_win_rate": "rolellm.evaluation.judge",
+    "WinRateResult": "rolellm.evaluation.judge",
     "EvaluateConfig": "rolellm.evaluation.config",
     "run_benchmark": "rolellm.evaluation.runner",
     "score_predictions": "rolellm.evaluation.scoring",
