@@ -26,6 +26,12 @@ def ask(text, **kwargs):
     )
 
 
+@pytest.fixture(params=["aiohttp", "httpx"])
+def backend(request):
+    """The fault tests run on both HTTP transports of the `openai` client."""
+    return request.param
+
+
 def make_client(server, tmp_path=None, **kwargs):
     kwargs.setdefault("progress", False)
     kwargs.setdefault("initial_backoff", 0.01)
@@ -59,12 +65,14 @@ def test_bare_message_lists_are_accepted_and_bad_messages_name_the_field():
         ChatRequest([{"role": "user", "content": None}])
     with pytest.raises(ValueError, match=r"params may not set \['n'\].*sample_index=0..n-1"):
         ChatRequest([{"role": "user", "content": "a"}], params={"n": 5})
+    with pytest.raises(ValueError, match="http_backend must be 'aiohttp' or 'httpx', got 'curl'"):
+        OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", http_backend="curl")
 
 
-def test_rate_limit_honours_retry_after_and_is_counted():
+def test_rate_limit_honours_retry_after_and_is_counted(backend):
     with ChatCompletionsServer(shout) as server:
         server.add_faults(Fault("rate_limit", retry_after=0.3), Fault("rate_limit", retry_after=0.2))
-        client = make_client(server, max_concurrency=1)
+        client = make_client(server, max_concurrency=1, http_backend=backend)
         [result] = client.generate([ask("hello")])
     assert result.text == "HELLO" and result.ok
     assert [r["status"] for r in server.requests] == [429, 429, 200]
@@ -74,20 +82,20 @@ def test_rate_limit_honours_retry_after_and_is_counted():
 
 
 @pytest.mark.parametrize("kind", ["server_error", "garbled", "empty"])
-def test_transient_faults_are_retried(kind):
+def test_transient_faults_are_retried(kind, backend):
     with ChatCompletionsServer(shout) as server:
         server.add_faults(Fault(kind), Fault(kind))
-        client = make_client(server, max_concurrency=1)
+        client = make_client(server, max_concurrency=1, http_backend=backend)
         results = client.generate([ask("one"), ask("two")])
     assert [r.text for r in results] == ["ONE", "TWO"]
     assert client.usage.retries == 2 and client.usage.failures == 0
     assert len(server.requests) == 4
 
 
-def test_timeouts_are_retried():
+def test_timeouts_are_retried(backend):
     with ChatCompletionsServer(shout) as server:
         server.add_faults(Fault("slow", delay=1.5))
-        client = make_client(server, timeout=0.3)
+        client = make_client(server, timeout=0.3, http_backend=backend)
         [result] = client.generate([ask("patience")])
     assert result.text == "PATIENCE"
     assert client.usage.retries == 1 and client.usage.requests == 1
@@ -105,7 +113,7 @@ def test_persistent_failures_are_counted_and_the_rest_completes():
     assert client.usage.failures == 1 and client.usage.retries == 2 and client.usage.requests == 2
 
 
-def test_client_errors_fail_one_request_without_retry_and_bad_credentials_stop_the_run():
+def test_client_errors_fail_one_request_without_retry_and_bad_credentials_stop_the_run(backend):
     def responder(body):
         content = body["messages"][-1]["content"]
         if content == "too long":
@@ -113,7 +121,7 @@ def test_client_errors_fail_one_request_without_retry_and_bad_credentials_stop_t
         return Fault("server_error", status=401) if content == "bad key" else shout(body)
 
     with ChatCompletionsServer(responder) as server:
-        client = make_client(server)
+        client = make_client(server, http_backend=backend)
         results = client.generate([ask("too long"), ask("ok")])
         assert results[0].error.startswith("HTTP 400") and results[1].text == "OK"
         assert client.usage.retries == 0 and client.usage.failures == 1

@@ -21,13 +21,14 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import random
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
@@ -274,6 +275,9 @@ class OpenAIChatClient(ChatClient):
 
         cache_path (`str`, *optional*): a SQLite file caching answers by request content; `None` disables it.
         progress (`bool`, *optional*, defaults to `True`): show a progress bar with requests, tokens and failures.
+        http_backend (`Literal["aiohttp", "httpx"]`, *optional*): the `openai` client's HTTP transport:
+            `openai.DefaultAioHttpClient` (the default when `aiohttp` is installed: about a third less CPU per
+            request) or `openai.DefaultAsyncHttpxClient`.
     """
 
     def __init__(
@@ -292,9 +296,15 @@ class OpenAIChatClient(ChatClient):
         max_parse_attempts: int = 3,
         cache_path: str | os.PathLike | None = None,
         progress: bool = True,
+        http_backend: Literal["aiohttp", "httpx"] | None = None,
     ):
         super().__init__(model, cache_path, max_parse_attempts, progress)
         self.model = model
+        if http_backend is None:
+            http_backend = "aiohttp" if importlib.util.find_spec("aiohttp") is not None else "httpx"
+        if http_backend not in ("aiohttp", "httpx"):
+            raise ValueError(f"http_backend must be 'aiohttp' or 'httpx', got {http_backend!r}")
+        self.http_backend = http_backend
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -318,6 +328,14 @@ class OpenAIChatClient(ChatClient):
             f"max_concurrency={self.max_concurrency}, cache={self.cache!r})"
         )
 
+    def _http_client(self):
+        """The `openai` client's own HTTP client for the chosen backend, with the process's shared SSL context."""
+        import openai
+
+        if self.http_backend == "aiohttp":
+            return openai.DefaultAioHttpClient(verify=ssl_context())
+        return openai.DefaultAsyncHttpxClient(verify=ssl_context())
+
     async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
         """The async form of `generate` (same arguments): await it inside your own event loop."""
         import openai
@@ -336,7 +354,7 @@ class OpenAIChatClient(ChatClient):
                     base_url=self.base_url,
                     max_retries=0,
                     timeout=self.timeout,
-                    http_client=openai.DefaultAsyncHttpxClient(verify=ssl_context()),
+                    http_client=self._http_client(),
                 )
                 pools.append(await stack.enter_async_context(api))
             slots = Slots(pools, self.max_concurrency)
