@@ -180,3 +180,38 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
                 for r in specific]  # fmt: skip
     assert results["metrics"]["SPE"] == pytest.approx(sum(expected) / len(expected), abs=1e-12)
     assert results["model"] == tiny_model_path.name and results["mode"] == "zero-shot"
+
+
+def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path):
+    marker = "俺老孙来也"
+
+    def judge(body):  # ranks first whichever answer carries the marker, in either position
+        shown = body["messages"][-1]["content"]
+        first_is_model = shown.index(marker) < shown.index("model_b") if marker in shown else False
+        ranks = (1, 2) if first_is_model else (2, 1)
+        return str(
+            [
+                {"model": "model_a", "reason": "", "rank": ranks[0]},
+                {"model": "model_b", "reason": "", "rank": ranks[1]},
+            ]
+        )
+
+    with ChatCompletionsServer(lambda body: marker + "！") as model, ChatCompletionsServer(judge) as judge_server:
+        config = EvaluateConfig(
+            model_name_or_path="served-model", base_url=model.base_url, dataset_name="zh", data_dir=str(rolebench_dir),
+            roles=["孙悟空"], max_samples_per_role=2, judge_model="judge", judge_base_url=judge_server.base_url,
+            output_dir=str(tmp_path),
+        )  # fmt: skip
+        results = run_benchmark(config)
+        assert len(judge_server.requests) == 8  # 4 rows, both orders
+        again = run_benchmark(config)
+        assert len(judge_server.requests) == 8 and again["win_rate"]["cached"] == 8
+        assert again["win_rate"]["outcomes"] == results["win_rate"]["outcomes"] == ["win"] * 4
+    judged = results["win_rate"]
+    assert (judged["wins"], judged["ties"], judged["losses"], judged["failed"]) == (4, 0, 0, 0)
+    assert results["metrics"]["win_rate"] == judged["win_rate"] == 1.0 and judged["average_rank"] == 1.0
+    assert "win_rate" not in results["unavailable"]
+    assert "| served-model | system | " in (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert (tmp_path / "results.md").read_text(encoding="utf-8").split("\n")[4].endswith("| 100.00 |")
+    with pytest.raises(ValueError, match="drop judge_model"):
+        EvaluateConfig(model_name_or_path="rolegpt", output_dir="o", judge_model="judge")

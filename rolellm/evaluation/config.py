@@ -64,6 +64,14 @@ class EvaluateConfig:
             go.
         compare_with (`list[str]`, *optional*): `results.json` files of other runs to put in the same table and plot.
         model_card (`str`, *optional*): a model card (`README.md`) whose `model-index` receives the scores.
+
+    > Parameters that control the GPT-judge win rate
+
+        judge_model (`str`, *optional*): also judge the answers against RoleGPT's (the release's `rolegpt_baseline`)
+            with this model, the paper's win rate (`rolellm.evaluation.judge`); not set: no win rate.
+        judge_base_url (`str`, *optional*): the judge's OpenAI-compatible endpoint (defaults to `$OPENAI_BASE_URL`,
+            else OpenAI; the key is read from `OPENAI_API_KEY`).
+        judge_max_concurrency (`int`, *optional*, defaults to 8): judge requests in flight.
         overwrite_output_dir (`bool`, *optional*, defaults to `False`): discard the generations of a different run
             in `output_dir` instead of stopping.
     """
@@ -95,11 +103,16 @@ class EvaluateConfig:
     save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
     compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})
     model_card: str | None = field(default=None, metadata={"help": "Model card whose model-index gets the scores."})
+    judge_model: str | None = field(default=None, metadata={"help": "Judge model for the win rate vs RoleGPT."})
+    judge_base_url: str | None = field(default=None, metadata={"help": "Judge's OpenAI-compatible endpoint."})
+    judge_max_concurrency: int = field(default=8, metadata={"help": "Judge requests in flight."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Discard another run's generations."})
 
     def __post_init__(self):
         if self.is_rolegpt_baseline and self.base_url is not None:
             raise ValueError("model_name_or_path='rolegpt' scores the release's answers: drop base_url")
+        if self.is_rolegpt_baseline and self.judge_model is not None:
+            raise ValueError("the win rate judges a model against RoleGPT: drop judge_model for model 'rolegpt'")
         if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
             raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
         if self.model_label is None:

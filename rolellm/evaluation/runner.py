@@ -274,6 +274,33 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline, profiles) -> dict:
+    """The paper's GPT-judge win rate of `predictions` against the release's RoleGPT answers to the same rows.
+
+    Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
+    re-run sends nothing already judged. A failed generation is judged as an empty answer.
+
+    Returns:
+        `dict`: `WinRateResult.to_dict()`: `win_rate`, `ci_low`, `ci_high`, `average_rank`, counts, `outcomes`.
+    """
+    from rolellm.evaluation.judge import judge_win_rate
+    from rolellm.generation.client import OpenAIChatClient
+    from rolellm.profiles import role_key
+
+    client = OpenAIChatClient(
+        config.judge_model,
+        base_url=config.judge_base_url,
+        max_concurrency=config.judge_max_concurrency,
+        cache_path=os.path.join(config.output_dir, "judge_cache.sqlite"),
+    )
+    descriptions = {row["role"]: profiles[role_key(row["role"])].description_with_catchphrases() for row in rows}
+    answers = ["" if p is None else p for p in predictions]
+    result = judge_win_rate(
+        rows, answers, rolegpt_predictions(rows, baseline), descriptions, client, lang=rows[0]["lang"]
+    )
+    return result.to_dict()
+
+
 def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     """Answer a RoleBench config with a model (or take RoleGPT's answers), score it and write the report.
 
@@ -284,12 +311,14 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
 
     Returns:
         `dict`: the content of `results.json`: `model`, `dataset_name`, `split`, `mode`, `lang`, `metrics` (`CUS`,
-        `RAW`, `SPE`, `avg`, `win_rate`), `unavailable`, `counts`, `per_role`, `per_type` and `config`.
+        `RAW`, `SPE`, `avg`, `win_rate`), `unavailable`, `counts`, `per_role`, `per_type`, `win_rate` (the judge's
+        full result, when `judge_model` is set) and `config`.
     """
     from rolellm.data import load_rolebench
     from rolellm.evaluation.report import update_model_card, write_report
 
-    splits = [config.split, "rolegpt_baseline"] if config.is_rolegpt_baseline else [config.split]
+    needs_baseline = config.is_rolegpt_baseline or config.judge_model is not None
+    splits = [config.split, "rolegpt_baseline"] if needs_baseline else [config.split]
     # keep_raw: references are scored as released (see `rolellm.evaluation.scoring.references_as_released`)
     dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits, keep_raw=True)
     rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
@@ -306,7 +335,12 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     raw_path = find_raw_targets(config, lang)
     scores = score_predictions(rows, predictions, read_raw_targets(raw_path) if raw_path else None)
     scores["metrics"]["win_rate"] = None
-    scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
+    if config.judge_model is None:
+        scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
+    else:
+        judged = judge_against_rolegpt(config, rows, predictions, dataset["rolegpt_baseline"], profiles)
+        scores["metrics"]["win_rate"] = judged["win_rate"]
+        scores["win_rate"] = judged
     results = {
         "model": config.model_label,
         "dataset_name": config.dataset_name,
