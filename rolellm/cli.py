@@ -17,6 +17,7 @@ COMMANDS = {
     "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "data": ("rolellm.scripts.data", "RoleBench statistics (paper Table 1), leakage checks, export/push to the Hub."),
     "generate": ("rolellm.scripts.generate", "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions."),
+    "push-metric": ("rolellm.scripts.push_metric", "Push a rolellm evaluate module (RoleBench ROUGE-L) as a Hub Space."),
 }
 
 

@@ -1,0 +1,1 @@
+from rolellm.metrics.rolebench_rouge.rolebench_rouge import RolebenchRouge
