@@ -5,7 +5,8 @@ process as a remote server would be, every answer delayed by 100 ms):
 
 - a plain loop over the synchronous `openai.OpenAI` client (what a script would otherwise do);
 - `OpenAIChatClient` at `max_concurrency=1` and `max_concurrency=64` (the limit of the speed-up is 64x; the target
-  is at least 40x), without and with the on-disk cache (one SQLite commit per answer);
+  is at least 40x); at 64 also with the on-disk cache (one SQLite commit per answer) and on the `openai` client's
+  httpx transport instead of its aiohttp one;
 - a bare `asyncio.gather` over `openai.AsyncOpenAI` behind a 64-slot semaphore (no cache, retries or progress bar),
   to show the client's own overhead.
 
@@ -68,7 +69,7 @@ def openai_gather(base_url: str, n: int, concurrency: int) -> float:
     return time.perf_counter() - start
 
 
-def rolellm_client(base_url: str, n: int, concurrency: int, cache: bool, offset: int) -> float:
+def rolellm_client(base_url: str, n: int, concurrency: int, cache: bool, offset: int, backend=None) -> float:
     from rolellm.generation import ChatRequest, OpenAIChatClient
 
     with tempfile.TemporaryDirectory() as folder:
@@ -79,6 +80,7 @@ def rolellm_client(base_url: str, n: int, concurrency: int, cache: bool, offset:
             max_concurrency=concurrency,
             cache_path=Path(folder) / "cache.sqlite" if cache else None,
             progress=False,
+            http_backend=backend,
         )
         requests = [ChatRequest(messages(offset + i)) for i in range(n)]
         start = time.perf_counter()
@@ -103,15 +105,19 @@ def main():
         openai_gather(base_url, 64, 64)  # warm-up: imports and connections
         seconds = best_of(REPEATS, lambda r: openai_loop(base_url, SEQUENTIAL_REQUESTS))
         rows.append(("openai.OpenAI, sequential loop", SEQUENTIAL_REQUESTS, seconds))
-        for concurrency, n in ((1, SEQUENTIAL_REQUESTS), (64, CONCURRENT_REQUESTS)):
-            for cache in (False, True):
-                offset = len(rows) * 100_000  # fresh contents: every request is really sent
+        setups = [
+            ("rolellm OpenAIChatClient, concurrency 1", SEQUENTIAL_REQUESTS, 1, False, None),
+            ("rolellm OpenAIChatClient, concurrency 64", CONCURRENT_REQUESTS, 64, False, None),
+            ("rolellm OpenAIChatClient, concurrency 64, SQLite cache", CONCURRENT_REQUESTS, 64, True, None),
+            ("rolellm OpenAIChatClient, concurrency 64, httpx transport", CONCURRENT_REQUESTS, 64, False, "httpx"),
+        ]
+        for label, n, concurrency, cache, backend in setups:
+            offset = len(rows) * 100_000  # fresh contents: every request is really sent
 
-                def run(r, n=n, concurrency=concurrency, cache=cache, offset=offset):
-                    return rolellm_client(base_url, n, concurrency, cache, offset=offset + r * 10_000)
+            def run(r, n=n, concurrency=concurrency, cache=cache, offset=offset, backend=backend):
+                return rolellm_client(base_url, n, concurrency, cache, offset + r * 10_000, backend)
 
-                label = f"rolellm OpenAIChatClient, concurrency {concurrency}" + (", SQLite cache" if cache else "")
-                rows.append((label, n, best_of(REPEATS, run)))
+            rows.append((label, n, best_of(REPEATS, run)))
         seconds = best_of(REPEATS, lambda r: openai_gather(base_url, CONCURRENT_REQUESTS, 64))
         rows.append(("bare AsyncOpenAI + gather, concurrency 64", CONCURRENT_REQUESTS, seconds))
     finally:
@@ -123,9 +129,9 @@ def main():
     print(
         f"server latency {LATENCY * 1000:.0f} ms per answer; best of {REPEATS} runs; limit at concurrency 64 = 64x\n"
     )
-    print(f"{'setup':<55} {'requests':>8} {'seconds':>8} {'req/s':>8} {'vs rolellm c=1':>15}")
+    print(f"{'setup':<58} {'requests':>8} {'seconds':>8} {'req/s':>8} {'vs rolellm c=1':>15}")
     for label, n, seconds in rows:
-        print(f"{label:<55} {n:>8} {seconds:>8.2f} {rate[label]:>8.1f} {rate[label] / base:>14.1f}x")
+        print(f"{label:<58} {n:>8} {seconds:>8.2f} {rate[label]:>8.1f} {rate[label] / base:>14.1f}x")
     speedup = rate["rolellm OpenAIChatClient, concurrency 64"] / base
     cached = rate["rolellm OpenAIChatClient, concurrency 64, SQLite cache"] / base
     overhead = rate["rolellm OpenAIChatClient, concurrency 64"] / rate["bare AsyncOpenAI + gather, concurrency 64"]
