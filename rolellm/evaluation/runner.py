@@ -263,14 +263,24 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
 
 
 def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
-    """`config.raw_targets_file`, else the release's `instructions-{eng,zh}/instructions-general.jsonl` if present."""
+    """`config.raw_targets_file`, else the release's `instructions-{eng,zh}/instructions-general.jsonl` if present
+    (in `data_dir`, or on the Hub when `data_dir` is not set)."""
     if config.raw_targets_file is not None:
         if not Path(config.raw_targets_file).is_file():
             raise FileNotFoundError(f"raw_targets_file={config.raw_targets_file!r} does not exist")
         return Path(config.raw_targets_file)
-    if config.data_dir is None:
-        return None
-    path = Path(config.data_dir) / f"instructions-{'eng' if lang == 'en' else lang}" / "instructions-general.jsonl"
+    relative = f"instructions-{'eng' if lang == 'en' else lang}/instructions-general.jsonl"
+    if config.data_dir is None:  # the release on the Hub
+        from huggingface_hub import hf_hub_download
+
+        from rolellm.data.layout import HUB_REPO_ID
+
+        try:
+            return Path(hf_hub_download(HUB_REPO_ID, relative, repo_type="dataset"))
+        except Exception as error:  # offline, or a repository without the file: RAW is reported unavailable
+            logger.warning("RAW unavailable: could not fetch %s from %s (%s)", relative, HUB_REPO_ID, error)
+            return None
+    path = Path(config.data_dir) / relative
     return path if path.is_file() else None
 
 

@@ -90,6 +90,13 @@ def main(args=None):
     values = {k: v for k, v in vars(args).items() if k in EvaluateConfig.__dataclass_fields__}
     results = run_benchmark(EvaluateConfig(**values))
     print(format_table([results]))
+    if "win_rate" in results:
+        judged = results["win_rate"]
+        print(
+            f"Win rate vs RoleGPT: {judged['win_rate']:.2%} (95% CI {judged['ci_low']:.2%}-{judged['ci_high']:.2%}), "
+            f"average rank {judged['average_rank']:.2f}; wins {judged['wins']}, ties {judged['ties']}, "
+            f"losses {judged['losses']}, failed {judged['failed']}"
+        )
     for metric, reason in results["unavailable"].items():
         print(f"{metric}: unavailable ({reason})")
     print(f"Wrote results.json, results.md, per_role.png and comparison.png to {args.output_dir}")
