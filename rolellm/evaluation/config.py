@@ -55,6 +55,8 @@ class EvaluateConfig:
         chat_template (`str`, *optional*): local models: a Jinja chat template, or `"chatml"`, for a tokenizer
             without one (defaults to the tokenizer's own).
         dtype (`str`, *optional*): local models: the `dtype` to load the weights in (`"bfloat16"`, ...).
+        device (`str`, *optional*): local models: where to run (`"cuda"`, `"cuda:1"`, `"cpu"`); defaults to the first
+            GPU when there is one, else the CPU.
         max_concurrency (`int`, *optional*, defaults to 8): endpoints: requests in flight.
         save_every (`int`, *optional*, defaults to 256): generations are written to disk after every this many.
 
@@ -99,6 +101,7 @@ class EvaluateConfig:
         default=None, metadata={"help": "Local models: Jinja chat template or 'chatml' (default: the tokenizer's)."}
     )
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
+    device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
     max_concurrency: int = field(default=8, metadata={"help": "Endpoints: requests in flight."})
     save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
     compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})

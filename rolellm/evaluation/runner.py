@@ -114,8 +114,12 @@ def make_client(config: EvaluateConfig):
             max_concurrency=config.max_concurrency,
             cache_path=cache_path,
         )
+    import torch
+
+    device = config.device or ("cuda" if torch.cuda.is_available() else None)
     return LocalChatClient(
         config.model_name_or_path,
+        device=device,
         batch_size=config.batch_size,
         max_new_tokens=config.max_new_tokens,
         chat_template=config.chat_template,
