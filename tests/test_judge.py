@@ -1,6 +1,9 @@
 """The GPT-judge win rate against a real chat-completions server on 127.0.0.1 that reads the prompts it is sent."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,3 +206,15 @@ def test_bad_inputs_are_named():
         judge_win_rate(rows, predictions, [], DESCRIPTIONS, client=None)
     with pytest.raises(ValueError, match=r"No description for roles \['Jack Sparrow'\]"):
         judge_win_rate(rows, predictions, baseline, {}, client=None)
+
+
+@pytest.mark.slow
+def test_example_reproduces_spe_and_judges(rolebench_dir):
+    script = Path(__file__).resolve().parents[1] / "examples" / "rouge_and_judge.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--data_dir", str(rolebench_dir.parent)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert "English SPE (Table 3): ROUGE-L recall 0.3229" in run.stdout
+    assert "Chinese SPE (Table 4): ROUGE-L recall 0.2478" in run.stdout
+    assert "re-run: 40 of 40 judge requests answered from the cache" in run.stdout
