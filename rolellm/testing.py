@@ -209,6 +209,8 @@ class ChatCompletionsServer:
         self.answered: list[dict] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._handling = 0  # requests being handled right now
         self._httpd = None
         self._thread = None
 
@@ -222,9 +224,14 @@ class ChatCompletionsServer:
         with self._lock:
             self._faults.extend(faults)
 
-    def answered_counts(self) -> Counter:
-        """How many times each request content (see `content_key`) got a complete answer."""
-        with self._lock:
+    def answered_counts(self, timeout: float = 10.0) -> Counter:
+        """How many times each request content (see `content_key`) got a complete answer.
+
+        Waits (up to `timeout` seconds) for requests still being handled: a client can read an answer a moment
+        before the server has recorded it as answered.
+        """
+        with self._idle:
+            self._idle.wait_for(lambda: self._handling == 0, timeout=timeout)
             return Counter(content_key(body) for body in self.answered)
 
     def start(self) -> "ChatCompletionsServer":
@@ -238,6 +245,16 @@ class ChatCompletionsServer:
                 pass
 
             def do_POST(self):
+                with server._lock:
+                    server._handling += 1
+                try:
+                    self._handle()
+                finally:
+                    with server._idle:
+                        server._handling -= 1
+                        server._idle.notify_all()
+
+            def _handle(self):
                 self.received = time.monotonic()
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if self.path.rstrip("/") != "/v1/chat/completions":

@@ -34,7 +34,7 @@ def test_answer_depends_on_the_request_and_has_the_protocol_shape():
         {"index": 0, "message": {"role": "assistant", "content": "one-two-three-four"}, "finish_reason": "stop"}
     ]
     assert payload["usage"] == {"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5}
-    assert [r["body"] for r in server.requests] == [BODY] and server.answered == [BODY]
+    assert [r["body"] for r in server.requests] == [BODY] and server.answered_counts() == {content_key(BODY): 1}
 
 
 def test_dict_answers_are_sent_as_they_are_and_unknown_paths_are_404():
@@ -66,7 +66,7 @@ def test_queued_faults_apply_in_order_then_answers_resume():
         "empty",
         None,
     ]
-    assert server.answered == [BODY]  # faults are not answers
+    assert server.answered_counts() == {content_key(BODY): 1}  # faults are not answers
 
 
 def test_truncated_and_slow_answers_are_answers():
