@@ -3,8 +3,11 @@
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -280,3 +283,12 @@ def test_estimate_counts_prompt_and_completion_tokens_before_sending():
         512 + 7,
     )
     assert server.requests == [] and client.generate([]) == []
+
+
+@pytest.mark.slow
+def test_example_script_runs_offline():
+    example = Path(__file__).resolve().parents[1] / "examples" / "chat_clients.py"
+    output = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "requests received by the server: 9 (3 faults retried)" in output.stdout
+    assert "re-run: 6 answers from the cache, 0 sent" in output.stdout
+    assert "local usage: requests=6, cached=0" in output.stdout
