@@ -179,7 +179,7 @@ class LocalChatClient(ChatClient):
         kwargs = _generation_kwargs(requests[0])
         kwargs.setdefault("max_new_tokens", self.max_new_tokens)
         seed_text = "".join(self.key(r) for r in requests) + str(requests[0].params.get("seed", ""))
-        devices = [self.model.device] if self.model.device.type != "cpu" else []
+        devices = [self.model.device.index or 0] if self.model.device.type != "cpu" else []
         # a private random stream: seeded per batch, and the caller's global RNG state is left as it was
         with torch.no_grad(), torch.random.fork_rng(devices=devices, device_type=self.model.device.type):
             torch.manual_seed(int(hashlib.sha256(seed_text.encode()).hexdigest()[:8], 16))
