@@ -123,3 +123,15 @@ def test_sampling_leaves_the_callers_random_state_alone(model_and_tokenizer):
     torch.manual_seed(123)
     make_client(model_and_tokenizer).generate([ask("Hi", params={"temperature": 1.0})])
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_every_configured_end_token_stops_generation(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    end_tokens = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|pad|>")]
+    model.generation_config.eos_token_id = list(end_tokens)
+    try:
+        client = make_client(model_and_tokenizer)
+    finally:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert client._stop_ids == [*end_tokens, im_end]

@@ -103,9 +103,14 @@ class LocalChatClient(ChatClient):
             raise ValueError(
                 f"the tokenizer of {name!r} has no chat template: pass chat_template='chatml' or a Jinja template"
             )
-        self._stop_ids = [tokenizer.eos_token_id]
+        # stop at any end token the model's generation config knows (Llama 3 has several), the tokenizer's, and
+        # ChatML's end of turn when that template is used
+        configured = self.model.generation_config.eos_token_id
+        stops = list(configured) if isinstance(configured, list) else [configured]
+        stops.append(tokenizer.eos_token_id)
         if self.chat_template is CHATML_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
-            self._stop_ids.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+            stops.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        self._stop_ids = list(dict.fromkeys(t for t in stops if t is not None))
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def __repr__(self) -> str:
