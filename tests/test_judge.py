@@ -144,11 +144,13 @@ def test_faults_are_retried_and_garbled_rankings_reasked():
         return content_judge(body)
 
     with ChatCompletionsServer(flaky_judge) as server:
-        server.add_faults(Fault("rate_limit"), Fault("server_error"), Fault("garbled"), Fault("slow", delay=1.0))
-        client = client_for(server, timeout=0.5, max_concurrency=1)
+        server.add_faults(Fault("rate_limit"), Fault("server_error"), Fault("garbled"), Fault("slow", delay=2.0))
+        client = client_for(server, timeout=1.0, max_concurrency=1)
         result = judge_win_rate(rows, predictions, baseline, DESCRIPTIONS, client, verbose=False)
     assert result.outcomes == ["win", "loss", "win"] and result.failed == 0
-    assert client.usage.retries == 4 and client.usage.reasks == 1
+    # one retry per fault (more only if this machine is so loaded that an ordinary answer takes over a second)
+    assert client.usage.retries >= 4 and client.usage.reasks == 1
+    assert [entry["status"] for entry in server.requests[:3]] == [429, 500, 200]
     assert asked[rows[1]["question"], baseline[1]] >= 2  # 3 when the slow fault (answered late) fell on it
 
 

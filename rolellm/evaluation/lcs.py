@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-_MAX_WORDS = 4_000_000  # (pair, row, 64-bit word) LCS bit vectors per NumPy batch
-_MAX_COMPARISONS = 16_000_000  # (pair, row, column) word comparisons held at once
+# batch sizes: large enough that NumPy's per-call cost is small, small enough to stay in the CPU caches
+_MAX_WORDS = 250_000  # (pair, row, 64-bit word) LCS bit vectors per batch
+_MAX_COMPARISONS = 2_000_000  # (pair, row, column) word comparisons held at once
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _ONE = np.uint64(1)
 
@@ -66,22 +67,24 @@ def _encode_in_python(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.
     return word_ids, np.asarray(sentence_lengths, dtype=np.int64), np.cumsum(counts) - counts, counts
 
 
-def _pad(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, fill: int) -> np.ndarray:
-    positions = np.arange(width)
-    inside = positions < lengths[:, None]
-    return np.where(inside, flat[np.minimum(starts[:, None] + positions, len(flat) - 1)], fill)
+def _pad(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
+    """Rows of `flat[start : start + length]`, padded to `width` with `flat[-1]` (a fill value, not a word)."""
+    positions = np.arange(width, dtype=np.int64)
+    index = starts[:, None] + positions
+    index[positions >= lengths[:, None]] = len(flat) - 1
+    return flat[index]
 
 
 def _match_bits(x: np.ndarray, y: np.ndarray, words: int) -> np.ndarray:
     """`match[i, w, b]`: bit k set when `y[b, 64 * w + k] == x[b, i]`."""
     size, rows = x.shape
-    match = np.zeros((rows, words * 8, size), dtype=np.uint8)
+    match = np.zeros((rows, size, words * 8), dtype=np.uint8)
     step = max(1, _MAX_COMPARISONS // max(1, size * y.shape[1]))
     for start in range(0, rows, step):  # rows in chunks: the comparison matrix is the big intermediate
         equal = x[:, start : start + step, None] == y[:, None, :]  # (size, chunk, columns)
         packed = np.packbits(equal, axis=-1, bitorder="little")
-        match[start : start + step, : packed.shape[2]] = packed.transpose(1, 2, 0)
-    return match.transpose(0, 2, 1).copy().view("<u8").transpose(0, 2, 1).copy()
+        match[start : start + step, :, : packed.shape[2]] = packed.transpose(1, 0, 2)
+    return np.ascontiguousarray(match.view("<u8").transpose(0, 2, 1))
 
 
 def _lcs_rows(match: np.ndarray) -> np.ndarray:
@@ -175,6 +178,7 @@ def union_lcs_words(
     True
     """
     sentence_starts = np.cumsum(sentence_lengths) - sentence_lengths
+    x_ids, y_ids = np.append(word_ids, -1), np.append(word_ids, -2)  # different fills: padding never matches
     len_x, len_y = sentence_lengths[x_sentences], sentence_lengths[y_sentences]
     words = (len_y + 63) // 64
     # batches: one word count and x lengths within 25% (rows), sorted by y length (columns) inside, as many pairs as
@@ -190,8 +194,8 @@ def union_lcs_words(
         end = begin + max(1, int(np.searchsorted(cells, _MAX_WORDS, side="right")))
         batch, begin = order[begin:end], end
         rows, columns = int(len_x[batch].max()), -(-int(len_y[batch[-1]]) // 8) * 8
-        x = _pad(word_ids, sentence_starts[x_sentences[batch]], len_x[batch], rows, -1)
-        y = _pad(word_ids, sentence_starts[y_sentences[batch]], len_y[batch], columns, -2)
+        x = _pad(x_ids, sentence_starts[x_sentences[batch]], len_x[batch], rows)
+        y = _pad(y_ids, sentence_starts[y_sentences[batch]], len_y[batch], columns)
         match = _match_bits(x, y, int(words[batch[0]]))
         shared = np.flatnonzero(match.any(axis=(0, 1)))  # pairs without a common word have an empty LCS
         batch, x, match = batch[shared], x[shared], np.ascontiguousarray(match[:, :, shared])
