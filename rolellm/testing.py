@@ -165,12 +165,20 @@ class Fault:
         retry_after (`float`, *optional*, defaults to 0.05): the `Retry-After` value of a 429, in seconds.
         delay (`float`, *optional*, defaults to 1.0): the wait of a `"slow"` answer, in seconds.
         status (`int`, *optional*, defaults to 500): the status code of a `"server_error"`.
+        answer (`str`, *optional*): the text a `"slow"` or `"truncated"` fault answers with; defaults to the
+            responder's answer (so a responder that returns such a fault must give it).
     """
 
     kind: Literal["rate_limit", "server_error", "slow", "garbled", "truncated", "empty"]
     retry_after: float = 0.05
     delay: float = 1.0
     status: int = 500
+    answer: str | None = None
+
+    def __post_init__(self):
+        kinds = ("rate_limit", "server_error", "slow", "garbled", "truncated", "empty")
+        if self.kind not in kinds:
+            raise ValueError(f"Fault kind must be one of {kinds}, got {self.kind!r}")
 
 
 def content_key(body: dict) -> str:
@@ -269,7 +277,9 @@ class ChatCompletionsServer:
                 if fault is None or fault.kind in ("slow", "truncated"):
                     if fault is not None:  # a slow or truncated fault still answers
                         time.sleep(fault.delay if fault.kind == "slow" else 0)
-                        answer = server.responder(body)
+                        answer = fault.answer if fault.answer is not None else server.responder(body)
+                        if isinstance(answer, Fault):
+                            raise ValueError(f"{fault} returned by the responder needs answer='...'")
                     truncated = fault is not None and fault.kind == "truncated"
                     return self._send(200, _completion(body, answer, truncated=truncated), body, fault)
                 if fault.kind == "rate_limit":

@@ -88,3 +88,14 @@ def test_responder_can_fail_chosen_requests():
         assert post(server, cursed)[0] == 429
         assert post(server)[0] == 200
     assert server.answered_counts() == {content_key(BODY): 1}
+
+
+def test_responder_faults_that_still_answer_carry_their_text():
+    def responder(body):
+        return Fault("truncated", answer="abcdefgh")
+
+    with ChatCompletionsServer(responder) as server:
+        payload = json.loads(post(server)[2])
+    assert payload["choices"][0]["message"]["content"] == "abcd"
+    with pytest.raises(ValueError, match="Fault kind must be one of"):
+        Fault("teapot")
