@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 # batch sizes: large enough that NumPy's per-call cost is small, small enough to stay in the CPU caches
 _MAX_WORDS = 250_000  # (pair, row, 64-bit word) LCS bit vectors per batch
 _MAX_COMPARISONS = 2_000_000  # (pair, row, column) word comparisons held at once
+_MIN_PAIRS = 1024  # long sentences: fewer, larger batches, as the Python loops run once per row of a batch
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _ONE = np.uint64(1)
 
@@ -191,7 +192,7 @@ def union_lcs_words(
     while begin < len(order):
         end = begin + int(np.searchsorted(group[order[begin:]], group[order[begin]], side="right"))
         cells = np.arange(1, end - begin + 1) * np.maximum.accumulate(len_x[order[begin:end]]) * words[order[begin]]
-        end = begin + max(1, int(np.searchsorted(cells, _MAX_WORDS, side="right")))
+        end = min(end, begin + max(_MIN_PAIRS, int(np.searchsorted(cells, _MAX_WORDS, side="right"))))
         batch, begin = order[begin:end], end
         rows, columns = int(len_x[batch].max()), -(-int(len_y[batch[-1]]) // 8) * 8
         x = _pad(x_ids, sentence_starts[x_sentences[batch]], len_x[batch], rows)
