@@ -292,3 +292,15 @@ def test_example_script_runs_offline():
     assert "requests received by the server: 9 (3 faults retried)" in output.stdout
     assert "re-run: 6 answers from the cache, 0 sent" in output.stdout
     assert "local usage: requests=6, cached=0" in output.stdout
+
+
+def test_a_storm_of_mixed_faults_under_concurrency_loses_nothing(tmp_path, backend):
+    kinds = ["rate_limit", "server_error", "garbled", "empty"]
+    with ChatCompletionsServer(shout) as server:
+        server.add_faults(*(Fault(kind, retry_after=0.01) for kind in kinds * 5))
+        client = make_client(server, tmp_path, max_concurrency=8, max_retries=20, http_backend=backend)
+        results = client.generate([ask(f"question {i}") for i in range(30)])
+        assert [r.text for r in results] == [f"QUESTION {i}" for i in range(30)]
+        assert (client.usage.requests, client.usage.retries, client.usage.failures) == (30, 20, 0)
+        assert len(server.requests) == 50 and set(server.answered_counts().values()) == {1}
+    assert len(client.cache) == 30
