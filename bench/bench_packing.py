@@ -121,6 +121,10 @@ def main(args):
         "b": "trl.SFTTrainer packing=True",
         "c": f"RoCITTrainer prefix sharing ({layouts['c']._attention_backend})",
     }
+    for key, trainer in layouts.items():
+        data = trainer.train_dataset
+        groups = f" ({sum(map(len, data['prefix_lengths']))} prefix groups)" if key == "c" else ""
+        print(f"({key}) {len(data)} dataset items{groups}, {sum(map(len, data['input_ids']))} tokens before padding")
     loaders, totals = {}, {}
     for key, trainer in layouts.items():
         trainer.create_optimizer_and_scheduler(num_training_steps=args.rounds + 2)

@@ -113,3 +113,49 @@ def test_unsupported_attention_falls_back_to_trl_packing(tmp_path, tiny_model_pa
     assert "falling back to packing=True" in caplog.text
     assert trainer._attention_backend is None and trainer.args.packing
     assert "seq_lengths" in trainer.train_dataset.column_names  # TRL's best-fit packing
+
+
+DDP_SCRIPT = """
+import json, sys, datasets, torch
+from rolellm.training import RoCITConfig, RoCITTrainer
+from rolellm.training.data import load_profiles
+model_path, rows_path, profiles_path, out = sys.argv[1:5]
+args = RoCITConfig(out, use_cpu=True, bf16=False, activation_checkpointing=False, optim="sgd", learning_rate=0.5,
+                   max_steps=3, save_strategy="no", report_to="none", disable_tqdm=True, seed=0, max_length=2048,
+                   per_device_train_batch_size=1, average_tokens_across_devices=True, dataset_num_proc=None)
+rows = datasets.Dataset.from_list(json.loads(open(rows_path).read()))
+trainer = RoCITTrainer(model_path, args=args, train_dataset=rows, profiles=load_profiles(profiles_path))
+assert len(trainer.train_dataset) == 2 and trainer.accelerator.num_processes == 2
+trainer.train()
+if trainer.accelerator.is_main_process:
+    torch.save({k: v.detach() for k, v in trainer.model.named_parameters()}, out + "/params.pt")
+"""
+
+
+@pytest.mark.slow
+def test_ddp_ranks_take_whole_rows_and_match_one_process(
+    tmp_path, tiny_model_path, rolebench_dir, chinese_rows, profiles
+):
+    """Two CPU processes, one packed row each per step, reach the parameters of one process taking both rows."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
+    (tmp_path / "rows.json").write_text(json.dumps(chinese_rows.to_list(), ensure_ascii=False))
+    profiles_path = str(rolebench_dir / "profiles-zh")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(tmp_path / "ddp.py"),
+               str(tiny_model_path), str(tmp_path / "rows.json"), profiles_path, str(tmp_path / "ddp")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ddp = torch.load(tmp_path / "ddp" / "params.pt")
+
+    single = RoCITTrainer(
+        str(tiny_model_path),
+        args=config(tmp_path / "single", per_device_train_batch_size=2),
+        train_dataset=chinese_rows,
+        profiles=profiles,
+    )
+    single.train()
+    for name, p in single.model.named_parameters():
+        torch.testing.assert_close(ddp[name], p.detach(), rtol=1e-4, atol=1e-6, msg=name)

@@ -79,9 +79,10 @@ def choose_attention_backend(model, device: torch.device | str | None = None) ->
 
     The choice is logged. `model` may be wrapped by PEFT.
     """
+    from accelerate.utils import is_peft_model
     from transformers.utils import is_torch_flex_attn_available
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if is_peft_model(model) else model
     current = base.config._attn_implementation
     device = torch.device(device) if device is not None else next(base.parameters()).device
     chosen = current

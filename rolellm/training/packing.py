@@ -185,8 +185,7 @@ def pack_with_shared_prefix(
 
     Args:
         dataset (`datasets.Dataset`): tokenized samples with `input_ids`, `labels` and `group_column`.
-        max_length (`int`): the most tokens in a packed row. Rows of ~1024 tokens are usually fastest: attention
-            cost grows with the square of the row.
+        max_length (`int`): the most tokens in a packed row (attention cost grows with the square of the row).
         group_column (`str`, *optional*, defaults to `"role"`): samples with the same value are candidates to share
             a prefix; the prefix actually shared is computed from the tokens (`shared_prefix_length`). `None` puts
             all samples in one group (they share only what all of them start with).
