@@ -55,6 +55,8 @@ _EXPORTS = {
     "to_role_messages": "rolellm.chat_template",
     "encode_chat": "rolellm.chat_template",
     "set_role_chat_template": "rolellm.chat_template",
+    "RoCITConfig": "rolellm.training.config",
+    "RoCITTrainer": "rolellm.training.trainer",
     "rouge_l": "rolellm.evaluation.rouge",
     "rouge_l_scores": "rolellm.evaluation.rouge",
     "judge_win_rate": "rolellm.evaluation.judge",
