@@ -304,3 +304,17 @@ def test_a_storm_of_mixed_faults_under_concurrency_loses_nothing(tmp_path, backe
         assert (client.usage.requests, client.usage.retries, client.usage.failures) == (30, 20, 0)
         assert len(server.requests) == 50 and set(server.answered_counts().values()) == {1}
     assert len(client.cache) == 30
+
+
+def test_each_run_reports_its_own_totals_and_usage_keeps_running(caplog):
+    with ChatCompletionsServer(shout) as server:
+        server.add_faults(Fault("server_error", status=400))
+        client = make_client(server)
+        with caplog.at_level(logging.INFO, logger="rolellm.generation.client"):
+            client.generate([ask("a"), ask("b")], desc="first")
+            client.generate([ask("c")], desc="second")
+    assert "first: requests=1, cached=0, retries=0, reasks=0, failures=1," in caplog.text
+    assert "first: 1 requests failed" in caplog.text
+    assert "second: requests=1, cached=0, retries=0, reasks=0, failures=0," in caplog.text
+    assert "second: 1 requests failed" not in caplog.text
+    assert (client.usage.requests, client.usage.failures) == (2, 1)

@@ -27,7 +27,7 @@ import os
 import random
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from tqdm.auto import tqdm
@@ -122,6 +122,10 @@ class Usage:
 
     def __str__(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items()) + f", total_tokens={self.total_tokens}"
+
+    def __sub__(self, other: "Usage") -> "Usage":
+        """The totals of one run: the usage after it minus the usage before it."""
+        return Usage(**{k: v - getattr(other, k) for k, v in asdict(self).items()})
 
 
 def as_request(request: "ChatRequest | list[dict]") -> ChatRequest:
@@ -222,27 +226,28 @@ class ChatClient:
             return result
 
     def _progress(self, total: int, desc: str | None):
-        return tqdm(
+        bar = tqdm(
             total=total, desc=desc or self.model_name, unit="req", disable=not self.progress, dynamic_ncols=True
         )
+        bar.usage_before = replace(self.usage)  # the bar and the summary show this run's totals
+        return bar
 
     def _update(self, bar, n: int = 1) -> None:
         if bar.disable:
             return
-        u = self.usage
+        u = self.usage - bar.usage_before
         postfix = {"sent": u.requests, "cached": u.cached, "tokens": u.total_tokens, "retries": u.retries}
         bar.set_postfix({**postfix, "failed": u.failures}, refresh=False)
         bar.update(n)
 
     def _report(self, bar, desc: str | None) -> None:
         bar.close()
-        logger.info("%s: %s", desc or self.model_name, self.usage)
+        run = self.usage - bar.usage_before
+        logger.info("%s: %s", desc or self.model_name, run)
         if self.progress:
-            tqdm.write(f"{desc or self.model_name}: {self.usage}", file=sys.stderr)
-        if self.usage.failures:
-            logger.warning(
-                "%s: %d requests failed; see ChatResult.error", desc or self.model_name, self.usage.failures
-            )
+            tqdm.write(f"{desc or self.model_name}: {run}", file=sys.stderr)
+        if run.failures:
+            logger.warning("%s: %d requests failed; see ChatResult.error", desc or self.model_name, run.failures)
 
 
 class OpenAIChatClient(ChatClient):
