@@ -147,7 +147,11 @@ class RoCITTrainer(SFTTrainer):
             init_kwargs = dict(args.model_init_kwargs or {})
             if quantization_config is not None:
                 init_kwargs["quantization_config"] = quantization_config
+            if args.distributed_state.distributed_type in ("MULTI_GPU", "DEEPSPEED"):
+                init_kwargs["device_map"] = None  # one full copy per process, as `SFTTrainer` loads it
+            init_kwargs.setdefault("trust_remote_code", args.trust_remote_code)
             model = create_model_from_path(model, **init_kwargs)
+            quantization_config = None  # applied: `SFTTrainer` would warn that it ignores it
         self._attention_backend = resolve_prefix_sharing(model, args)
         if processing_class.chat_template is None:
             added = set_role_chat_template(processing_class, model)
@@ -167,6 +171,8 @@ class RoCITTrainer(SFTTrainer):
         prefix_spans = args.assistant_only_loss and not has_generation_markers(processing_class.chat_template)
         args.assistant_only_loss = not prefix_spans and args.assistant_only_loss
         self._train_on_assistant_only = args.assistant_only_loss or prefix_spans
+        # The model was loaded above with `model_init_kwargs`; `SFTTrainer` would warn that it ignores them.
+        model_init_kwargs, args.model_init_kwargs = args.model_init_kwargs, None
         try:
             super().__init__(
                 model,
@@ -180,6 +186,7 @@ class RoCITTrainer(SFTTrainer):
             )
         finally:
             args.assistant_only_loss = self._train_on_assistant_only
+            args.model_init_kwargs = model_init_kwargs
         if args.packing or args.padding_free:
             # With a cache in the forward, transformers stops reading sample boundaries from `position_ids`.
             self.model.config.use_cache = False
