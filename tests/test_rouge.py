@@ -113,6 +113,10 @@ def test_bad_arguments_are_named():
         rouge_l(["a", "b"], ["a"])
     with pytest.raises(ValueError, match="tokenizer='bpe'"):
         rouge_l(["a"], ["a"], tokenizer="bpe")
+    with pytest.raises(ValueError, match="Sample 1: predictions and references must be strings, got None"):
+        rouge_l(["a", None], ["a", "b"])
+    with pytest.raises(ValueError, match="must be strings"):
+        rouge_l_pairs(["a"], [3])
 
 
 def test_max_over_references_mean_over_samples():

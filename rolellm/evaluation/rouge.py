@@ -125,6 +125,10 @@ def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict
     if len(predictions) != len(references):
         raise ValueError(f"Got {len(predictions)} predictions but {len(references)} references: pass one each.")
     texts = list(dict.fromkeys([*predictions, *references]))
+    if not all(isinstance(text, str) for text in texts):
+        raise ValueError(
+            f"predictions and references must be strings, got {[t for t in texts if not isinstance(t, str)][:3]}"
+        )
     text_index = {text: i for i, text in enumerate(texts)}
     word_ids, sentence_lengths, first_sentence, sentence_counts = encode_texts(texts)
     hyp = np.fromiter(map(text_index.__getitem__, predictions), dtype=np.int64, count=len(predictions))
@@ -198,6 +202,11 @@ def rouge_l_scores(
             sample_references = [sample_references]
         if not sample_references:
             raise ValueError(f"Sample {index} has no reference: every prediction needs at least one.")
+        if not isinstance(prediction, str) or not all(isinstance(r, str) for r in sample_references):
+            raise ValueError(
+                f"Sample {index}: predictions and references must be strings, got {prediction!r} and "
+                f"{sample_references!r} (score a failed generation as an empty string)."
+            )
         sample_lang = lang or detect_language(" ".join(sample_references))
         sample_tokenizer = tokenizer or PAPER_TOKENIZERS[sample_lang]
         rouge_prediction = to_rouge_text(prediction, sample_tokenizer)
