@@ -159,3 +159,45 @@ def test_ddp_ranks_take_whole_rows_and_match_one_process(
     single.train()
     for name, p in single.model.named_parameters():
         torch.testing.assert_close(ddp[name], p.detach(), rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_resume_from_checkpoint_with_prefix_sharing(tmp_path, tiny_model_path, chinese_rows, profiles):
+    rows = chinese_rows.filter(lambda row: row["role"] != "华妃")  # 6 samples of two roles
+
+    def trainer(folder):
+        args = config(
+            folder, max_steps=4, save_strategy="steps", save_steps=2, per_device_train_batch_size=1, max_length=1024
+        )
+        return RoCITTrainer(str(tiny_model_path), args=args, train_dataset=rows, profiles=profiles)
+
+    full = trainer(tmp_path / "full")
+    assert len(full.train_dataset) >= 2  # one packed row per step, the data order restored on resume
+    full.train()
+    resumed = trainer(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "out" / "checkpoint-2"))
+    assert resumed.state.global_step == 4
+    for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_qlora_4bit_with_prefix_sharing(tmp_path, tiny_model_path, chinese_rows, profiles):
+    import bitsandbytes as bnb
+    from peft import LoraConfig
+    from transformers import BitsAndBytesConfig
+
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+    )
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    rows = chinese_rows.filter(lambda row: row["role"] == "李白")
+    args = config(tmp_path, optim="adamw_torch", learning_rate=1e-2, max_steps=2, per_device_train_batch_size=1)
+    trainer = RoCITTrainer(
+        str(tiny_model_path), args=args, train_dataset=rows, profiles=profiles, peft_config=lora,
+        quantization_config=quantization,
+    )  # fmt: skip
+    assert trainer._attention_backend == "sdpa"
+    assert any(isinstance(m, bnb.nn.Linear4bit) for m in trainer.model.modules())
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    assert all(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters() if n in before)
