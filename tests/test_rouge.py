@@ -4,10 +4,11 @@ import json
 import logging
 import random
 
+import numpy as np
 import pytest
 from rouge import Rouge
 
-from rolellm.evaluation.lcs import _encode_in_python, encode_texts
+from rolellm.evaluation.lcs import _encode_in_python, encode_texts, union_lcs_words
 from rolellm.evaluation.rouge import (
     detect_language,
     rouge_l,
@@ -74,6 +75,20 @@ def test_arrow_splitting_equals_python_splitting():
         # the same partition of words into ids (the numbering itself may differ)
         assert len(set(zip(arrow[0].tolist(), python[0].tolist()))) == len(set(python[0].tolist()))
         assert len(set(arrow[0].tolist())) == len(set(python[0].tolist()))
+
+
+def test_wide_word_ids_give_the_same_lcs():
+    # more than 65,534 distinct words switch the LCS batches from 16-bit to 64-bit ids
+    rng = random.Random(3)
+    texts = [random_text(rng, ["a", "b", "c", ".", " "], 30) for _ in range(400)]
+    word_ids, lengths, _, _ = encode_texts(texts)
+    x, y = np.arange(len(lengths)), np.roll(np.arange(len(lengths)), 1)
+    narrow_pairs, narrow_words = union_lcs_words(word_ids, lengths, x, y)
+    wide_pairs, wide_words = union_lcs_words(word_ids + 100_000, lengths, x, y)
+    assert len(narrow_pairs) > 100 and wide_words.dtype == np.int64
+    assert sorted(zip(wide_pairs.tolist(), (wide_words - 100_000).tolist())) == sorted(
+        zip(narrow_pairs.tolist(), narrow_words.tolist())
+    )
 
 
 def test_sentence_splitting_matches_rouge_preprocessing():

@@ -179,7 +179,11 @@ def union_lcs_words(
     True
     """
     sentence_starts = np.cumsum(sentence_lengths) - sentence_lengths
-    x_ids, y_ids = np.append(word_ids, -1), np.append(word_ids, -2)  # different fills: padding never matches
+    # two different fill values, so padding never matches; 16-bit ids when they fit halve the bytes compared
+    small = len(word_ids) == 0 or int(word_ids.max()) < np.iinfo(np.uint16).max - 1
+    dtype, fills = (np.uint16, (65535, 65534)) if small else (np.int64, (-1, -2))
+    ids = word_ids.astype(dtype)
+    x_ids, y_ids = np.append(ids, dtype(fills[0])), np.append(ids, dtype(fills[1]))
     len_x, len_y = sentence_lengths[x_sentences], sentence_lengths[y_sentences]
     words = (len_y + 63) // 64
     # batches: one word count and x lengths within 25% (rows), sorted by y length (columns) inside, as many pairs as
@@ -187,10 +191,11 @@ def union_lcs_words(
     rows_bucket = np.maximum(8, 1 << np.maximum(np.log2(np.maximum(len_x, 1)).astype(np.int64) - 2, 0))
     group = words * (1 << 40) + np.where(words == 1, -(-len_x // rows_bucket) * rows_bucket, 0)
     order = np.lexsort((len_y, group))
-    pairs, hits = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int32)]
+    sorted_group = group[order]
+    pairs, hits = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=ids.dtype)]
     begin = 0
     while begin < len(order):
-        end = begin + int(np.searchsorted(group[order[begin:]], group[order[begin]], side="right"))
+        end = begin + int(np.searchsorted(sorted_group[begin:], sorted_group[begin], side="right"))
         cells = np.arange(1, end - begin + 1) * np.maximum.accumulate(len_x[order[begin:end]]) * words[order[begin]]
         end = min(end, begin + max(_MIN_PAIRS, int(np.searchsorted(cells, _MAX_WORDS, side="right"))))
         batch, begin = order[begin:end], end
