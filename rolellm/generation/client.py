@@ -2,8 +2,9 @@
 
 `OpenAIChatClient` talks to any OpenAI-compatible endpoint (OpenAI, vLLM, TGI, llama.cpp, Ollama) through
 `openai.AsyncOpenAI`; `LocalChatClient` (in `rolellm.generation.local`) runs a `transformers` model in-process.
-Both share what lives here: the request and result types, the on-disk cache (a re-run costs nothing, a crash loses
-nothing), the `parse` re-ask loop, usage totals and the progress bar.
+Both build on `rolellm.generation.chat` (the request and result types, the `parse` re-ask loop, usage totals and the
+progress bar) and `rolellm.generation.cache` (a re-run costs nothing, a crash loses nothing); their names are
+importable from here too.
 
 Retries are rolellm's own loop rather than the `openai` client's (`max_retries=0` is passed to it): the loop
 honours `Retry-After` without the `openai` client's 60-second cap, retries garbled and empty answers too, counts
@@ -18,236 +19,34 @@ every retry in `client.usage`, and sleeps outside the concurrency limit so a wai
 """
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import importlib.util
 import logging
 import os
 import random
-import sys
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
-
-from tqdm.auto import tqdm
+from typing import Literal
 
 from rolellm.generation.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
-from rolellm.generation.cache import ChatCache, request_key
+from rolellm.generation.chat import ChatClient, ChatRequest, ChatResult, Usage, as_request
+
+
+__all__ = [
+    "ChatClient",
+    "ChatRequest",
+    "ChatResult",
+    "OpenAIChatClient",
+    "RateLimiter",
+    "RunEstimate",
+    "Usage",
+    "as_request",
+    "estimate_tokens",
+]
 
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("system", "user", "assistant")
 CONNECTIONS_PER_POOL = 8
-
-
-@dataclass
-class ChatRequest:
-    """One chat completion to make.
-
-    Args:
-        messages (`list[dict[str, str]]`): `{"role": "system" | "user" | "assistant", "content": str}` turns.
-        params (`dict`, *optional*): sampling parameters in the chat-completions names (`temperature`, `top_p`,
-            `max_tokens`, `seed`, ...); part of the cache key.
-        sample_index (`int`, *optional*, defaults to 0): which of several samples of the same prompt; part of the
-            cache key, so `n` samples of one prompt are `n` requests with indices `0..n-1`.
-        metadata (`dict`, *optional*): anything to carry through to the result (row ids, role names); not sent,
-            not part of the cache key.
-    """
-
-    messages: list[dict[str, str]]
-    params: dict[str, Any] = field(default_factory=dict)
-    sample_index: int = 0
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        reserved = sorted(set(self.params) & {"model", "messages", "stream", "n"})
-        if reserved:
-            raise ValueError(
-                f"ChatRequest.params may not set {reserved}: the client sets the model and messages, answers are not "
-                "streamed, and several samples of one prompt are requests with sample_index=0..n-1"
-            )
-        if not isinstance(self.messages, list) or not self.messages:
-            raise ValueError(f"ChatRequest.messages must be a non-empty list of dicts, got {self.messages!r}")
-        for i, message in enumerate(self.messages):
-            if not isinstance(message, dict) or message.get("role") not in ROLES:
-                raise ValueError(f"ChatRequest.messages[{i}] needs a 'role' in {ROLES}, got {message!r}")
-            if not isinstance(message.get("content"), str):
-                raise ValueError(f"ChatRequest.messages[{i}]['content'] must be a string, got {message!r}")
-
-
-@dataclass
-class ChatResult:
-    """The outcome of one `ChatRequest`.
-
-    Args:
-        request (`ChatRequest`): the request answered.
-        text (`str` or `None`): the answer's text; for an answer that never parsed, the last raw text.
-        error (`str` or `None`): why the request failed (after all retries or re-asks); `None` on success.
-        parsed (`Any`): what `parse(text)` returned, when a `parse` callable was given.
-        usage (`dict`): `prompt_tokens` and `completion_tokens` of the answer.
-        cached (`bool`): whether the answer came from the cache (no request sent).
-        attempts (`int`): how many answers were asked for (1 + re-asks after unparseable answers).
-    """
-
-    request: ChatRequest
-    text: str | None = None
-    error: str | None = None
-    parsed: Any = None
-    usage: dict[str, int] = field(default_factory=dict)
-    cached: bool = False
-    attempts: int = 1
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass
-class Usage:
-    """Running totals of a client: what was sent, served from the cache, retried, failed, and the tokens spent."""
-
-    requests: int = 0  # answers received from the backend (billable calls)
-    cached: int = 0  # answers served from the cache
-    retries: int = 0  # re-sent requests after a 429, 5xx, time-out or garbled answer
-    reasks: int = 0  # new attempts after an answer `parse` rejected
-    failures: int = 0  # results with an error
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __str__(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in asdict(self).items()) + f", total_tokens={self.total_tokens}"
-
-    def __sub__(self, other: "Usage") -> "Usage":
-        """The totals of one run: the usage after it minus the usage before it."""
-        return Usage(**{k: v - getattr(other, k) for k, v in asdict(self).items()})
-
-
-def as_request(request: "ChatRequest | list[dict]") -> ChatRequest:
-    """Accept a `ChatRequest` or a bare list of messages."""
-    return request if isinstance(request, ChatRequest) else ChatRequest(messages=request)
-
-
-class ChatClient:
-    """What every chat client shares: cache, `parse` re-asks, usage totals, `generate()` over `agenerate()`.
-
-    Subclasses implement `agenerate`; `model_name` names the answering model in the cache key.
-    """
-
-    def __init__(self, model_name: str, cache_path=None, max_parse_attempts: int = 3, progress: bool = True):
-        if max_parse_attempts < 1:
-            raise ValueError(f"max_parse_attempts must be at least 1, got {max_parse_attempts}")
-        self.model_name = model_name
-        self.cache = ChatCache(cache_path) if cache_path is not None else None
-        self.max_parse_attempts = max_parse_attempts
-        self.progress = progress
-        self.usage = Usage()
-        self.default_max_tokens = 512
-
-    def generate(self, requests: Sequence, parse: Callable[[str], Any] | None = None, desc: str | None = None):
-        """Answer `requests` and return one `ChatResult` per request, in order.
-
-        Runs `agenerate` on a fresh event loop; inside a running loop (a Jupyter notebook) it runs that loop in a
-        worker thread, so the call works the same everywhere.
-
-        Args:
-            requests (`Sequence[ChatRequest | list[dict]]`): the requests (a bare list of messages is accepted).
-            parse (`Callable[[str], Any]`, *optional*): turns an answer's text into `ChatResult.parsed`; raising
-                `ValueError` rejects the answer, which is asked again (a new attempt, its own cache entry) up to
-                `max_parse_attempts` times, then counted as a failure with the last text kept.
-            desc (`str`, *optional*): the progress bar's label.
-        """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.agenerate(requests, parse=parse, desc=desc))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self.agenerate(requests, parse=parse, desc=desc)).result()
-
-    async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
-        raise NotImplementedError
-
-    def estimate(self, requests: Sequence, max_tokens: int | None = None) -> RunEstimate:
-        """Count the requests a run would send and estimate their tokens, before sending anything.
-
-        Args:
-            requests (`Sequence[ChatRequest | list[dict]]`): the requests of the run.
-            max_tokens (`int`, *optional*): the completion budget of a request whose `params` set no
-                `max_tokens`; defaults to the client's (512 for an endpoint, `max_new_tokens` for a local model).
-        """
-        requests = [as_request(r) for r in requests]
-        todo = [r for r in requests if self.cache is None or self.key(r) not in self.cache]
-        budget = max_tokens if max_tokens is not None else self.default_max_tokens
-        prompt = sum(self.count_prompt_tokens(r) for r in todo)
-        completion = sum(r.params.get("max_tokens", budget) for r in todo)
-        return RunEstimate(len(requests), len(requests) - len(todo), prompt, completion)
-
-    def count_prompt_tokens(self, request: ChatRequest) -> int:
-        """Estimated prompt tokens of a request: its messages plus a few formatting tokens per message."""
-        return sum(estimate_tokens(m["content"]) + 4 for m in request.messages)
-
-    def key(self, request: ChatRequest, attempt: int = 0) -> str:
-        return request_key(self.model_name, request.messages, request.params, request.sample_index, attempt)
-
-    def _cached(self, request: ChatRequest, attempt: int) -> tuple[str, dict] | None:
-        hit = self.cache.get(self.key(request, attempt)) if self.cache is not None else None
-        if hit is not None:
-            self.usage.cached += 1
-        return hit
-
-    def _record(self, request: ChatRequest, attempt: int, text: str, usage: dict) -> None:
-        """Count a fresh answer and write it to the cache at once (a crash after this line loses nothing)."""
-        self.usage.requests += 1
-        self.usage.prompt_tokens += usage.get("prompt_tokens", 0)
-        self.usage.completion_tokens += usage.get("completion_tokens", 0)
-        if self.cache is not None:
-            self.cache.put(self.key(request, attempt), self.model_name, text, usage)
-
-    def _finish(self, request, attempt, text, usage, cached, parse) -> ChatResult | None:
-        """The result of an answer, or `None` when `parse` rejected it and another attempt is allowed."""
-        result = ChatResult(request, text, usage=usage, cached=cached, attempts=attempt + 1)
-        if parse is None:
-            return result
-        try:
-            result.parsed = parse(text)
-            return result
-        except ValueError as error:
-            if attempt + 1 < self.max_parse_attempts:
-                self.usage.reasks += 1
-                logger.debug("answer rejected by parse (attempt %d): %s", attempt + 1, error)
-                return None
-            result.error = f"unparseable answer after {attempt + 1} attempts: {error}"
-            self.usage.failures += 1
-            return result
-
-    def _progress(self, total: int, desc: str | None):
-        bar = tqdm(
-            total=total, desc=desc or self.model_name, unit="req", disable=not self.progress, dynamic_ncols=True
-        )
-        bar.usage_before = replace(self.usage)  # the bar and the summary show this run's totals
-        return bar
-
-    def _update(self, bar, n: int = 1) -> None:
-        if bar.disable:
-            return
-        u = self.usage - bar.usage_before
-        postfix = {"sent": u.requests, "cached": u.cached, "tokens": u.total_tokens, "retries": u.retries}
-        bar.set_postfix({**postfix, "failed": u.failures}, refresh=False)
-        bar.update(n)
-
-    def _report(self, bar, desc: str | None) -> None:
-        bar.close()
-        run = self.usage - bar.usage_before
-        logger.info("%s: %s", desc or self.model_name, run)
-        if self.progress:
-            tqdm.write(f"{desc or self.model_name}: {run}", file=sys.stderr)
-        if run.failures:
-            logger.warning("%s: %d requests failed; see ChatResult.error", desc or self.model_name, run.failures)
 
 
 class OpenAIChatClient(ChatClient):

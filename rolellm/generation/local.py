@@ -19,7 +19,7 @@ import logging
 import os
 from typing import Any
 
-from rolellm.generation.client import ChatClient, ChatRequest, ChatResult, as_request
+from rolellm.generation.chat import ChatClient, ChatRequest, ChatResult, as_request
 
 
 logger = logging.getLogger(__name__)
