@@ -45,10 +45,10 @@ def openai_loop(base_url: str, n: int) -> float:
     import openai
 
     client = openai.OpenAI(api_key="bench", base_url=base_url, max_retries=0)
-    start = time.perf_counter()
-    for i in range(n):
-        client.chat.completions.create(model="bench", messages=messages(i))
-    return time.perf_counter() - start
+    with Timer() as timer:
+        for i in range(n):
+            client.chat.completions.create(model="bench", messages=messages(i))
+    return timer.times
 
 
 def openai_gather(base_url: str, n: int, concurrency: int) -> float:
@@ -64,9 +64,9 @@ def openai_gather(base_url: str, n: int, concurrency: int) -> float:
 
             await asyncio.gather(*(one(i) for i in range(n)))
 
-    start = time.perf_counter()
-    asyncio.run(run())
-    return time.perf_counter() - start
+    with Timer() as timer:
+        asyncio.run(run())
+    return timer.times
 
 
 def rolellm_client(base_url: str, n: int, concurrency: int, cache: bool, offset: int, backend=None) -> float:
@@ -83,16 +83,26 @@ def rolellm_client(base_url: str, n: int, concurrency: int, cache: bool, offset:
             http_backend=backend,
         )
         requests = [ChatRequest(messages(offset + i)) for i in range(n)]
-        start = time.perf_counter()
-        results = client.generate(requests)
-        elapsed = time.perf_counter() - start
+        with Timer() as timer:
+            results = client.generate(requests)
     assert all(r.ok for r in results) and client.usage.requests == n, client.usage
-    return elapsed
+    return timer.times
 
 
-def best_of(repeats: int, run) -> float:
-    """The fastest of `repeats` runs: the machine's other load only ever slows a run down."""
-    return min(run(r) for r in range(repeats))
+class Timer:
+    """Wall-clock seconds and this process's CPU seconds of a block, as `timer.times`."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.times = (time.perf_counter() - self.wall, time.process_time() - self.cpu)
+
+
+def best_of(repeats: int, run) -> tuple[float, float]:
+    """`(wall, cpu)` of the fastest of `repeats` runs: the machine's other load only ever slows a run down."""
+    return min((run(r) for r in range(repeats)), key=lambda times: times[0])
 
 
 def main():
@@ -124,19 +134,21 @@ def main():
         parent.send("stop")
         server.join(timeout=5)
 
-    rate = {label: n / seconds for label, n, seconds in rows}
+    rate = {label: n / seconds for label, n, (seconds, _) in rows}
     base = rate["rolellm OpenAIChatClient, concurrency 1"]
     print(
         f"server latency {LATENCY * 1000:.0f} ms per answer; best of {REPEATS} runs; limit at concurrency 64 = 64x\n"
     )
-    print(f"{'setup':<58} {'requests':>8} {'seconds':>8} {'req/s':>8} {'vs rolellm c=1':>15}")
-    for label, n, seconds in rows:
-        print(f"{label:<58} {n:>8} {seconds:>8.2f} {rate[label]:>8.1f} {rate[label] / base:>14.1f}x")
+    print(f"{'setup':<58} {'requests':>8} {'seconds':>8} {'req/s':>8} {'vs rolellm c=1':>15} {'CPU ms/req':>11}")
+    for label, n, (seconds, cpu) in rows:
+        ratio = rate[label] / base
+        print(f"{label:<58} {n:>8} {seconds:>8.2f} {rate[label]:>8.1f} {ratio:>14.1f}x {cpu / n * 1000:>11.2f}")
     speedup = rate["rolellm OpenAIChatClient, concurrency 64"] / base
     cached = rate["rolellm OpenAIChatClient, concurrency 64, SQLite cache"] / base
     overhead = rate["rolellm OpenAIChatClient, concurrency 64"] / rate["bare AsyncOpenAI + gather, concurrency 64"]
     print(f"\nspeed-up at concurrency 64: {speedup:.1f}x without cache, {cached:.1f}x with cache (target >= 40x)")
     print(f"rolellm client / bare AsyncOpenAI gather at concurrency 64: {overhead:.2f}x the requests per second")
+    print("CPU ms/req: the client process's CPU time per request (the server runs in another process)")
 
 
 if __name__ == "__main__":
