@@ -46,8 +46,8 @@ class LocalChatClient(ChatClient):
     """A chat client on a local `transformers` causal LM, with the same `generate()` as `OpenAIChatClient`.
 
     Greedy decoding unless a request's `params` set `temperature > 0` (or `do_sample=True`); sampled batches are
-    seeded from the batch's request keys (which include `sample_index`), so a re-run reproduces them and the `n`
-    samples of one prompt differ.
+    seeded from the batch's request keys (which include `sample_index`), so the same batch gives the same samples
+    and the `n` samples of one prompt differ.
 
     Args:
         model_name_or_path (`str` or `os.PathLike`, *optional*): a Hub id or local folder loaded with
