@@ -143,7 +143,8 @@ class RoCITTrainer(SFTTrainer):
         if processing_class is None:
             processing_class = AutoTokenizer.from_pretrained(model_id, trust_remote_code=args.trust_remote_code)
         # Prefix sharing picks its attention backend from the model, so a model given by name is loaded here.
-        if isinstance(model, str) and (processing_class.chat_template is None or args.prefix_sharing):
+        loaded_here = isinstance(model, str) and (processing_class.chat_template is None or args.prefix_sharing)
+        if loaded_here:
             init_kwargs = dict(args.model_init_kwargs or {})
             if quantization_config is not None:
                 init_kwargs["quantization_config"] = quantization_config
@@ -171,8 +172,10 @@ class RoCITTrainer(SFTTrainer):
         prefix_spans = args.assistant_only_loss and not has_generation_markers(processing_class.chat_template)
         args.assistant_only_loss = not prefix_spans and args.assistant_only_loss
         self._train_on_assistant_only = args.assistant_only_loss or prefix_spans
-        # The model was loaded above with `model_init_kwargs`; `SFTTrainer` would warn that it ignores them.
-        model_init_kwargs, args.model_init_kwargs = args.model_init_kwargs, None
+        # A model loaded above used `model_init_kwargs`; `SFTTrainer` would warn that it ignores them.
+        model_init_kwargs = args.model_init_kwargs
+        if loaded_here:
+            args.model_init_kwargs = None
         try:
             super().__init__(
                 model,
