@@ -79,12 +79,13 @@ def _pad(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) 
 def _match_bits(x: np.ndarray, y: np.ndarray, words: int) -> np.ndarray:
     """`match[i, w, b]`: bit k set when `y[b, 64 * w + k] == x[b, i]`."""
     size, rows = x.shape
+    x_rows = np.ascontiguousarray(x.T)
     match = np.zeros((rows, size, words * 8), dtype=np.uint8)
     step = max(1, _MAX_COMPARISONS // max(1, size * y.shape[1]))
     for start in range(0, rows, step):  # rows in chunks: the comparison matrix is the big intermediate
-        equal = x[:, start : start + step, None] == y[:, None, :]  # (size, chunk, columns)
+        equal = x_rows[start : start + step, :, None] == y  # (chunk, size, columns)
         packed = np.packbits(equal, axis=-1, bitorder="little")
-        match[start : start + step, :, : packed.shape[2]] = packed.transpose(1, 0, 2)
+        match[start : start + step, :, : packed.shape[2]] = packed
     return np.ascontiguousarray(match.view("<u8").transpose(0, 2, 1))
 
 
@@ -197,7 +198,10 @@ def union_lcs_words(
     while begin < len(order):
         end = begin + int(np.searchsorted(sorted_group[begin:], sorted_group[begin], side="right"))
         cells = np.arange(1, end - begin + 1) * np.maximum.accumulate(len_x[order[begin:end]]) * words[order[begin]]
-        end = min(end, begin + max(_MIN_PAIRS, int(np.searchsorted(cells, _MAX_WORDS, side="right"))))
+        fits = int(np.searchsorted(cells, _MAX_WORDS, side="right"))
+        # y lengths grow along the group: cut where they pass 1.5 times the first (padding is compared too)
+        narrow = int(np.searchsorted(len_y[order[begin:end]], 1.5 * len_y[order[begin]] + 8, side="right"))
+        end = min(end, begin + max(_MIN_PAIRS, min(fits, narrow)))
         batch, begin = order[begin:end], end
         rows, columns = int(len_x[batch].max()), -(-int(len_y[batch[-1]]) // 8) * 8
         x = _pad(x_ids, sentence_starts[x_sentences[batch]], len_x[batch], rows)
