@@ -33,7 +33,7 @@ def main():
     requests = [
         ChatRequest(
             [{"role": "system", "content": "You are Jack Sparrow."}, {"role": "user", "content": question}],
-            params={"temperature": 0.7, "max_tokens": 32},
+            params={"temperature": 0.7, "max_tokens": 16},
             sample_index=sample,
             metadata={"question_id": i},
         )
