@@ -37,6 +37,7 @@ import jinja2
 import numpy as np
 
 from rolellm.evaluation.rouge import detect_language
+from rolellm.generation.client import ChatRequest
 
 
 logger = logging.getLogger(__name__)
@@ -219,11 +220,8 @@ def judge_win_rate(
         for position in orders:  # position of the judged model's answer
             answers = [prediction, other] if position == 0 else [other, prediction]
             messages = build_judge_messages(row["role"], descriptions[row["role"]], row["question"], answers, lang)
-            requests.append(
-                _request(
-                    messages, {"temperature": 0.0, "max_tokens": max_tokens}, {"index": index, "position": position}
-                )
-            )
+            params = {"temperature": 0.0, "max_tokens": max_tokens}
+            requests.append(ChatRequest(messages, params=params, metadata={"index": index, "position": position}))
     estimate = client.estimate(requests)
     if verbose:
         print(f"GPT judge ({client.model_name}): {estimate}")
@@ -259,9 +257,3 @@ def judge_win_rate(
         requests=estimate.requests,
         cached=estimate.cached,
     )
-
-
-def _request(messages, params, metadata):
-    from rolellm.generation.client import ChatRequest
-
-    return ChatRequest(messages=messages, params=params, metadata=metadata)
