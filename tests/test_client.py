@@ -318,3 +318,10 @@ def test_each_run_reports_its_own_totals_and_usage_keeps_running(caplog):
     assert "second: requests=1, cached=0, retries=0, reasks=0, failures=0," in caplog.text
     assert "second: 1 requests failed" not in caplog.text
     assert (client.usage.requests, client.usage.failures) == (2, 1)
+
+
+def test_a_client_with_rate_limits_answers_everything_within_them():
+    with ChatCompletionsServer(shout) as server:
+        client = make_client(server, max_concurrency=4, requests_per_minute=10, tokens_per_minute=10_000)
+        results = client.generate([ask(f"q{i}", params={"max_tokens": 100}) for i in range(10)])
+    assert [r.text for r in results] == [f"Q{i}" for i in range(10)] and len(server.requests) == 10
