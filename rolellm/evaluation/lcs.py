@@ -16,11 +16,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm.auto import tqdm
 
 
 # batch sizes: large enough that NumPy's per-call cost is small, small enough to stay in the CPU caches
 _MAX_WORDS = 250_000  # (pair, row, 64-bit word) LCS bit vectors per batch
 _MAX_COMPARISONS = 2_000_000  # (pair, row, column) word comparisons held at once
+_PROGRESS_FROM = 500_000  # sentence pairs (about 25,000 English answer pairs): show a progress bar
 _MIN_PAIRS = 1024  # long sentences: fewer, larger batches, as the Python loops run once per row of a batch
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _ONE = np.uint64(1)
@@ -195,6 +197,7 @@ def union_lcs_words(
     sorted_group = group[order]
     pairs, hits = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=ids.dtype)]
     begin = 0
+    progress = tqdm(total=len(order), desc="ROUGE-L", unit="sentence pair", disable=len(order) < _PROGRESS_FROM)
     while begin < len(order):
         end = begin + int(np.searchsorted(sorted_group[begin:], sorted_group[begin], side="right"))
         cells = np.arange(1, end - begin + 1) * np.maximum.accumulate(len_x[order[begin:end]]) * words[order[begin]]
@@ -202,7 +205,7 @@ def union_lcs_words(
         # y lengths grow along the group: cut where they pass 1.5 times the first (padding is compared too)
         narrow = int(np.searchsorted(len_y[order[begin:end]], 1.5 * len_y[order[begin]] + 8, side="right"))
         end = min(end, begin + max(_MIN_PAIRS, min(fits, narrow)))
-        batch, begin = order[begin:end], end
+        batch, begin_of_batch, begin = order[begin:end], begin, end
         rows, columns = int(len_x[batch].max()), -(-int(len_y[batch[-1]]) // 8) * 8
         x = _pad(x_ids, sentence_starts[x_sentences[batch]], len_x[batch], rows)
         y = _pad(y_ids, sentence_starts[y_sentences[batch]], len_y[batch], columns)
@@ -213,4 +216,6 @@ def union_lcs_words(
         hit_position, hit_pair = np.nonzero(matched)
         pairs.append(batch[hit_pair])
         hits.append(x[hit_pair, hit_position])
+        progress.update(end - begin_of_batch)
+    progress.close()
     return np.concatenate(pairs), np.concatenate(hits)
