@@ -5,6 +5,7 @@
    English and two Chinese roles) with the tiny CPU recipe (`examples/recipes/tiny-cpu.yaml`).
 3. Ask every role a question it was trained on and one it was not, with the role's system instruction, and print the
    answers.
+4. Evaluate: the benchmark runner answers the sample's test splits and scores CUS and SPE (the paper's ROUGE-L).
 """
 
 import sys
@@ -92,8 +93,27 @@ def main():
         test_answers = ask_every_role(trainer, splits["test"])
         print_answers("Held-out questions (test split):", test_answers)
 
-        # Evaluation: score `test_answers` (rows with `prediction`, `generated` references, `subset`, `lang`) with
-        # the paper's ROUGE-L here (CUS on general rows, SPE on role-specific rows).
+        # ---- 4. Evaluation ---------------------------------------------------------------------------------------
+        from rolellm.evaluation.report import format_table
+        from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
+
+        print("\n4. Evaluation: the benchmark runner answers the test splits with the trained model and scores them")
+        print("   with the paper's ROUGE-L (CUS: general rows vs RoleGPT references; SPE: role-specific rows)")
+        results = [
+            run_benchmark(
+                EvaluateConfig(
+                    model_name_or_path=str(Path(folder) / "rocit"),  # the model and tokenizer saved by step 2
+                    model_label="tiny RoCIT",
+                    dataset_name=name,
+                    data_dir=str(DEMO_DATA),
+                    mode="system",
+                    max_new_tokens=48,
+                    output_dir=str(Path(folder) / f"evaluate-{name}"),
+                )
+            )
+            for name in ("en-instruction", "zh")
+        ]
+        print(format_table(results))
 
 
 if __name__ == "__main__":
