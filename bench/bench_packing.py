@@ -5,7 +5,8 @@ fixed sample of the Chinese RoleBench train rows (general + role-specific) with 
 
 - (a) `trl.SFTTrainer` with its defaults (padded batches), `assistant_only_loss=True`;
 - (b) `trl.SFTTrainer` with `packing=True` (best-fit packing, padding-free rows);
-- (c) `rolellm.RoCITTrainer` with `prefix_sharing=True` (its default): same-role samples share one system prompt.
+- (c) `rolellm.RoCITTrainer` with `prefix_sharing=True` (its default): same-role samples share one system prompt;
+- (c') the same rows with TRL's fused LM head as the loss instead of the compact path (which (c) uses on CPU).
 
 All three get the same conversations, tokenizer, chat template, initial weights and `max_length`, and run through
 their own dataset preparation, collator and `training_step` (forward, backward) plus an optimizer step. Steps of the
@@ -16,6 +17,7 @@ processed per sample and the ratios of (c) to (a) and (b).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -35,7 +37,7 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 from rolellm.chat_template import set_role_chat_template  # noqa: E402
 from rolellm.data import read_rolebench_jsonl  # noqa: E402
 from rolellm.testing import build_tiny_llama, find_rolebench_data, train_tiny_tokenizer  # noqa: E402
-from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations  # noqa: E402
+from rolellm.training import RoCITConfig, RoCITTrainer, attention, load_profiles, rolebench_to_conversations  # noqa: E402
 
 
 def make_parser():
@@ -63,7 +65,7 @@ def load_sample(data_dir: Path, rows: int):
 def count(batch, layout):
     """(samples, trained tokens, processed tokens) of one collated batch."""
     trained = int((batch["labels"][:, 1:] != -100).sum())
-    if layout == "c":
+    if layout.startswith("c"):
         own = (batch["segment_ids"] != batch["prefix_segment_ids"]) & (batch["segment_ids"] >= 0)
         samples = sum(len(torch.unique(row[mask])) for row, mask in zip(batch["segment_ids"], own))
     elif layout == "b":  # padding-free: one flattened row, each sample's positions start at 0
@@ -71,6 +73,18 @@ def count(batch, layout):
     else:
         samples = batch["input_ids"].shape[0]
     return samples, trained, batch["input_ids"].numel()
+
+
+@contextlib.contextmanager
+def trl_fused_head(enabled: bool):
+    """Make prefix-shared batches use TRL's fused LM head (what the trainer picks on GPUs with Triton)."""
+    original = attention._use_fused_lm_head
+    if enabled:
+        attention._use_fused_lm_head = lambda device: True
+    try:
+        yield
+    finally:
+        attention._use_fused_lm_head = original
 
 
 def main(args):
@@ -108,22 +122,26 @@ def main(args):
             train_dataset=conversations,
             processing_class=tokenizer,
         ),
-        "c": RoCITTrainer(
-            str(path),
-            args=RoCITConfig(str(tmp / "c"), per_device_train_batch_size=args.rows_per_step, **common),
-            train_dataset=rows,
-            processing_class=tokenizer,
-            profiles=profiles,
-        ),
+        **{
+            key: RoCITTrainer(
+                str(path),
+                args=RoCITConfig(str(tmp / key), per_device_train_batch_size=args.rows_per_step, **common),
+                train_dataset=rows,
+                processing_class=tokenizer,
+                profiles=profiles,
+            )
+            for key in ("c", "c'")
+        },
     }
     names = {
         "a": "trl.SFTTrainer (padding)",
         "b": "trl.SFTTrainer packing=True",
         "c": f"RoCITTrainer prefix sharing ({layouts['c']._attention_backend})",
+        "c'": "(c) with TRL's fused LM head as the loss",
     }
     for key, trainer in layouts.items():
         data = trainer.train_dataset
-        groups = f" ({sum(map(len, data['prefix_lengths']))} prefix groups)" if key == "c" else ""
+        groups = f" ({sum(map(len, data['prefix_lengths']))} prefix groups)" if key.startswith("c") else ""
         print(f"({key}) {len(data)} dataset items{groups}, {sum(map(len, data['input_ids']))} tokens before padding")
     loaders, totals = {}, {}
     for key, trainer in layouts.items():
@@ -137,7 +155,8 @@ def main(args):
         start = time.perf_counter()
         batch = trainer._prepare_inputs(next(loaders[key]))
         samples, trained, processed = count(batch, key)
-        trainer.training_step(trainer.model, batch, torch.tensor(trained))
+        with trl_fused_head(key == "c'"):
+            trainer.training_step(trainer.model, batch, torch.tensor(trained))
         trainer.optimizer.step()
         trainer.optimizer.zero_grad()
         if timed:
@@ -164,6 +183,8 @@ def main(args):
             f"{results['c']['trained_tokens_per_s'] / results[base]['trained_tokens_per_s']:.2f}x trained tokens/s, "
             f"{results[base]['tokens_per_sample'] / results['c']['tokens_per_sample']:.2f}x fewer tokens per sample"
         )
+    loss_gain = results["c"]["samples_per_s"] / results["c'"]["samples_per_s"]
+    print(f"(c) vs (c'): {loss_gain:.2f}x samples/s from the compact loss path alone (same rows)")
     print(json.dumps({"max_length": args.max_length, "rounds": args.rounds, **results}))
     return results
 
