@@ -87,3 +87,11 @@ def test_model_card_model_index(tmp_path):
     assert [e.metric_value for e in entries if e.dataset_config == "en-instruction" and "SPE" in e.metric_name] == [
         0.4
     ]
+
+
+def test_model_card_created_when_missing(tmp_path):
+    path = update_model_card(tmp_path / "new-model" / "README.md", _result("new-model", raw=None, win_rate=0.5582))
+    card = ModelCard.load(path)
+    assert card.data.model_name == "new-model"
+    assert {e.metric_name: e.metric_value for e in card.data.eval_results}["Win rate vs RoleGPT [system]"] == 0.5582
+    assert "model-index:" in path.read_text(encoding="utf-8")
