@@ -144,6 +144,24 @@ def test_plan_rows_places_every_sample_once_within_max_length():
         plan_rows({"a": (50, [30])}, max_length=64)
 
 
+def test_plan_rows_on_random_groups_is_complete_and_tight():
+    import random
+
+    rng = random.Random(0)
+    groups = {
+        f"role{g}": (rng.randint(60, 200), [rng.randint(20, 300) for _ in range(rng.randint(1, 60))])
+        for g in range(12)
+    }
+    rows = plan_rows(groups, max_length=1024)
+    placed = sorted((key, i) for row in rows for key, ids in row for i in ids)
+    assert placed == sorted((key, i) for key, (_, lengths) in groups.items() for i in range(len(lengths)))
+    sizes = [sum(groups[key][0] + sum(groups[key][1][i] for i in ids) for key, ids in row) for row in rows]
+    assert max(sizes) <= 1024
+    # every role's prefix appears once per row it is in, and the rows are nearly full
+    assert all(len({key for key, _ in row}) == len(row) for row in rows)
+    assert sum(sizes) / (len(rows) * 1024) > 0.95
+
+
 def test_collator_pads_and_restarts_positions():
     row = pack_samples(
         [
