@@ -32,15 +32,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from tqdm.auto import tqdm
+
 
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
-
-
-def _first_target(labels: Sequence[int]) -> int:
-    """Index of the first label the causal-LM loss trains on (the loss never predicts position 0)."""
-    return next((j for j in range(1, len(labels)) if labels[j] != IGNORE_INDEX), len(labels))
 
 
 def shared_prefix_length(samples: Sequence[dict]) -> int:
@@ -52,7 +50,8 @@ def shared_prefix_length(samples: Sequence[dict]) -> int:
     least one token of its own.
 
     Args:
-        samples (`Sequence[dict]`): tokenized samples with `input_ids` and `labels` (`-100` where not trained).
+        samples (`Sequence[dict]`): tokenized samples with `input_ids` and `labels` (`-100` where not trained),
+            lists or 1D arrays.
 
     Returns:
         `int`: the prefix length `P` (0 when nothing can be shared).
@@ -60,14 +59,16 @@ def shared_prefix_length(samples: Sequence[dict]) -> int:
     >>> shared_prefix_length([{"input_ids": [5, 6, 7], "labels": [5, 6, 7]}])  # full-sequence loss: nothing shared
     0
     """
-    first = samples[0]["input_ids"]
+    first = np.asarray(samples[0]["input_ids"])
     length = min(len(sample["input_ids"]) for sample in samples) - 1
     for sample in samples[1:]:
-        ids = sample["input_ids"]
-        common = next((j for j in range(min(len(first), len(ids))) if first[j] != ids[j]), min(len(first), len(ids)))
-        length = min(length, common)
+        span = min(length, len(first))
+        differ = np.flatnonzero(first[:span] != np.asarray(sample["input_ids"])[:span])
+        length = int(differ[0]) if len(differ) else span
     for sample in samples:
-        length = min(length, _first_target(sample["labels"]) - 1)
+        # the loss never predicts position 0: the first target is the first trained label after it
+        trained = np.flatnonzero(np.asarray(sample["labels"])[1:] != IGNORE_INDEX)
+        length = min(length, int(trained[0]) if len(trained) else len(sample["labels"]) - 1)
     return max(length, 0)
 
 
@@ -123,6 +124,28 @@ def plan_rows(
     return rows
 
 
+def _layout_row(groups: Sequence[tuple[int, Sequence[dict]]], token_columns: Sequence[str]) -> dict:
+    """`pack_samples` with 1D arrays for the per-token columns."""
+    pieces = {name: [] for name in ("input_ids", "labels", *token_columns)}
+    prefix_lengths, sample_lengths = [], []
+    for prefix_length, samples in groups:
+        pieces["input_ids"].append(np.asarray(samples[0]["input_ids"][:prefix_length]))
+        pieces["labels"].append(np.full(prefix_length, IGNORE_INDEX))
+        for name in token_columns:
+            pieces[name].append(np.full(prefix_length, -1))
+        for sample in samples:
+            pieces["input_ids"].append(np.asarray(sample["input_ids"][prefix_length:]))
+            labels = np.array(sample["labels"][prefix_length:])
+            labels[0] = IGNORE_INDEX  # predicted from whatever precedes the sample in the row: never trained here
+            pieces["labels"].append(labels)
+            for name in token_columns:
+                pieces[name].append(np.asarray(sample[name][prefix_length:]))
+        prefix_lengths.append(prefix_length)
+        sample_lengths.append([len(sample["input_ids"]) - prefix_length for sample in samples])
+    row = {name: np.concatenate(arrays).astype(np.int64) for name, arrays in pieces.items()}
+    return {**row, "prefix_lengths": prefix_lengths, "sample_lengths": sample_lengths}
+
+
 def pack_samples(groups: Sequence[tuple[int, Sequence[dict]]], token_columns: Sequence[str] = ()) -> dict[str, list]:
     """Lay out one packed row from `(prefix_length, samples)` groups.
 
@@ -131,23 +154,7 @@ def pack_samples(groups: Sequence[tuple[int, Sequence[dict]]], token_columns: Se
     sample after the prefix), from which `DataCollatorForPrefixSharing` builds positions and segments. Per-token
     `token_columns` (for example `subset_ids`) follow the tokens, `-1` on shared prefixes.
     """
-    row = {name: [] for name in ("input_ids", "labels", "prefix_lengths", "sample_lengths", *token_columns)}
-    for prefix_length, samples in groups:
-        row["input_ids"] += samples[0]["input_ids"][:prefix_length]
-        row["labels"] += [IGNORE_INDEX] * prefix_length
-        for name in token_columns:
-            row[name] += [-1] * prefix_length
-        lengths = []
-        for sample in samples:
-            row["input_ids"] += sample["input_ids"][prefix_length:]
-            # The sample's first own token is predicted from whatever precedes it in the row, never trained here.
-            row["labels"] += [IGNORE_INDEX, *sample["labels"][prefix_length + 1 :]]
-            for name in token_columns:
-                row[name] += sample[name][prefix_length:]
-            lengths.append(len(sample["input_ids"]) - prefix_length)
-        row["prefix_lengths"].append(prefix_length)
-        row["sample_lengths"].append(lengths)
-    return row
+    return {name: value.tolist() if isinstance(value, np.ndarray) else value for name, value in _layout_row(groups, token_columns).items()}  # fmt: skip
 
 
 @dataclass
@@ -198,7 +205,9 @@ def pack_with_shared_prefix(
         `tuple[datasets.Dataset, PackingStats]`: the rows (`input_ids`, `labels`, `prefix_lengths`,
         `sample_lengths`, and the `sample_columns`), and what the packing did.
     """
+    import pyarrow as pa
     from datasets import Dataset
+    from datasets.table import InMemoryTable
 
     needed = ["input_ids", "labels", *([group_column] if group_column else []), *sample_columns, *token_columns]
     missing = sorted(set(needed) - set(dataset.column_names))
@@ -207,33 +216,52 @@ def pack_with_shared_prefix(
             f"prefix-shared packing needs the columns {missing}, the dataset has {dataset.column_names}: "
             f"tokenize it with labels first and keep the {group_column!r} column"
         )
-    columns = dataset.select_columns(needed).to_dict()
+    # Arrow buffers viewed as numpy: no Python list per token, so the English release (140k samples) fits too.
+    table = dataset.select_columns(needed).with_format("arrow")[:]
+    flat = {}
+    for name in ("input_ids", "labels", *token_columns):
+        array = table.column(name).combine_chunks()
+        offsets = array.offsets.to_numpy()
+        flat[name] = (array.flatten().to_numpy(), offsets - offsets[0])
     samples = [
-        {name: columns[name][i] for name in ("input_ids", "labels", *token_columns)} for i in range(len(dataset))
+        {name: values[offsets[i] : offsets[i + 1]] for name, (values, offsets) in flat.items()}
+        for i in range(len(table))
     ]
     members = defaultdict(list)
-    for index, key in enumerate(columns[group_column] if group_column else [None] * len(samples)):
+    for index, key in enumerate(table.column(group_column).to_pylist() if group_column else [None] * len(samples)):
         members[key].append(index)
     prefix = {key: shared_prefix_length([samples[i] for i in ids]) for key, ids in members.items()}
     groups = {
         key: (prefix[key], [len(samples[i]["input_ids"]) - prefix[key] for i in ids]) for key, ids in members.items()
     }
-    rows = []
-    for planned in plan_rows(groups, max_length):
+    per_sample = {name: table.column(name).to_pylist() for name in sample_columns}
+    rows = {name: [] for name in ("input_ids", "labels", *token_columns, "prefix_lengths", "sample_lengths")}
+    rows.update({name: [] for name in sample_columns})
+    for planned in tqdm(plan_rows(groups, max_length), desc="Packing rows with shared prefixes", disable=len(samples) < 10_000):  # fmt: skip
         picked = [(key, [members[key][i] for i in ids]) for key, ids in planned]
-        row = pack_samples([(prefix[key], [samples[i] for i in ids]) for key, ids in picked], token_columns)
-        for column in sample_columns:
-            row[column] = [columns[column][i] for _, ids in picked for i in ids]
-        rows.append(row)
+        for name, value in _layout_row([(prefix[key], [samples[i] for i in ids]) for key, ids in picked], token_columns).items():  # fmt: skip
+            rows[name].append(value)
+        for name in sample_columns:
+            rows[name].append([per_sample[name][i] for _, ids in picked for i in ids])
+    lengths = np.array([len(row) for row in rows["input_ids"]])
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    columns = {
+        name: pa.ListArray.from_arrays(
+            offsets, pa.array(np.concatenate(rows[name]) if len(lengths) else [], pa.int64())
+        )
+        if name in ("input_ids", "labels", *token_columns)
+        else pa.array(rows[name])
+        for name in rows
+    }
     stats = PackingStats(
         num_samples=len(samples),
-        num_rows=len(rows),
-        num_groups=sum(len(row["prefix_lengths"]) for row in rows),
-        sample_tokens=sum(len(sample["input_ids"]) for sample in samples),
-        row_tokens=sum(len(row["input_ids"]) for row in rows),
+        num_rows=len(lengths),
+        num_groups=sum(map(len, rows["prefix_lengths"])),
+        sample_tokens=int(len(flat["input_ids"][0])),
+        row_tokens=int(lengths.sum()),
         max_length=max_length,
     )
-    return Dataset.from_list(rows), stats
+    return Dataset(InMemoryTable(pa.table(columns))), stats
 
 
 @dataclass
