@@ -96,17 +96,19 @@ def _lcs_rows(match: np.ndarray) -> np.ndarray:
     rows, words, size = match.shape
     v = np.empty((rows + 1, words, size), dtype=np.uint64)
     v[0] = _ALL
+    word_index = np.arange(words)[:, None]
     for i in range(rows):
         row, u = v[i], v[i] & match[i]
-        if words == 1:
-            v[i + 1] = (row + u) | (row ^ u)
-            continue
-        carry = np.zeros(size, dtype=np.uint64)
-        for w in range(words):  # the addition carries across 64-bit words
-            total = row[w] + u[w]
-            carried = total + carry
-            carry = ((total < row[w]) | (carried < total)).astype(np.uint64)
-            v[i + 1, w] = carried | (row[w] ^ u[w])
+        total = row + u  # (words, size), each word wrapping
+        if words > 1:
+            # the carry into word w is the overflow of the last word before w that is not all ones (a word of all
+            # ones passes a carry on), found with a running maximum instead of a loop over the words
+            stops = np.maximum.accumulate(np.where(total != _ALL, word_index, -1), axis=0)
+            last = np.concatenate((np.full((1, size), -1), stops[:-1]))
+            overflow = total < row
+            carry = (last >= 0) & np.take_along_axis(overflow, np.maximum(last, 0), axis=0)
+            total += carry.astype(np.uint64)
+        v[i + 1] = total | (row ^ u)
     return v
 
 
