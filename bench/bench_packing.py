@@ -37,7 +37,8 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 from rolellm.chat_template import set_role_chat_template  # noqa: E402
 from rolellm.data import read_rolebench_jsonl  # noqa: E402
 from rolellm.testing import build_tiny_llama, find_rolebench_data, train_tiny_tokenizer  # noqa: E402
-from rolellm.training import RoCITConfig, RoCITTrainer, attention, load_profiles, rolebench_to_conversations  # noqa: E402
+from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations  # noqa: E402
+from rolellm.training import attention as rolellm_attention  # noqa: E402
 
 
 def make_parser():
@@ -78,13 +79,13 @@ def count(batch, layout):
 @contextlib.contextmanager
 def trl_fused_head(enabled: bool):
     """Make prefix-shared batches use TRL's fused LM head (what the trainer picks on GPUs with Triton)."""
-    original = attention._use_fused_lm_head
+    original = rolellm_attention._use_fused_lm_head
     if enabled:
-        attention._use_fused_lm_head = lambda device: True
+        rolellm_attention._use_fused_lm_head = lambda device: True
     try:
         yield
     finally:
-        attention._use_fused_lm_head = original
+        rolellm_attention._use_fused_lm_head = original
 
 
 def main(args):
@@ -160,7 +161,10 @@ def main(args):
         trainer.optimizer.step()
         trainer.optimizer.zero_grad()
         if timed:
-            for name, value in zip(("seconds", "samples", "trained", "processed"), (time.perf_counter() - start, samples, trained, processed)):  # fmt: skip
+            elapsed = time.perf_counter() - start
+            for name, value in zip(
+                ("seconds", "samples", "trained", "processed"), (elapsed, samples, trained, processed)
+            ):
                 totals[key][name] += value
 
     for round_index in range(args.rounds + 2):
@@ -176,7 +180,8 @@ def main(args):
             "tokens_per_sample": total["processed"] / total["samples"],
         }
         r = results[key]
-        print(f"({key}) {names[key]:40s} {r['samples_per_s']:10.1f} {r['trained_tokens_per_s']:14.0f} {r['tokens_per_sample']:14.1f}")  # fmt: skip
+        figures = f"{r['samples_per_s']:10.1f} {r['trained_tokens_per_s']:14.0f} {r['tokens_per_sample']:14.1f}"
+        print(f"({key}) {names[key]:40s} {figures}")
     for base in ("a", "b"):
         print(
             f"(c) vs ({base}): {results['c']['samples_per_s'] / results[base]['samples_per_s']:.2f}x samples/s, "

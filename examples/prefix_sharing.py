@@ -55,7 +55,8 @@ def draw_mask(batch, output: Path):
     ax.set_xticks(np.arange(-0.5, length), minor=True)
     ax.set_yticks(np.arange(-0.5, length), minor=True)
     ax.grid(which="minor", color="white", linewidth=0.6)
-    handles = [matplotlib.patches.Patch(color=c, label=t) for c, t in zip(colors.colors[1:3], ["shared prefix", "own sample"])]  # fmt: skip
+    names = ["shared prefix", "own sample"]
+    handles = [matplotlib.patches.Patch(color=c, label=t) for c, t in zip(colors.colors[1:3], names)]
     ax.legend(handles=handles, loc="upper right", fontsize=7)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -154,7 +154,8 @@ def pack_samples(groups: Sequence[tuple[int, Sequence[dict]]], token_columns: Se
     sample after the prefix), from which `DataCollatorForPrefixSharing` builds positions and segments. Per-token
     `token_columns` (for example `subset_ids`) follow the tokens, `-1` on shared prefixes.
     """
-    return {name: value.tolist() if isinstance(value, np.ndarray) else value for name, value in _layout_row(groups, token_columns).items()}  # fmt: skip
+    row = _layout_row(groups, token_columns)
+    return {name: value.tolist() if isinstance(value, np.ndarray) else value for name, value in row.items()}
 
 
 @dataclass
@@ -237,9 +238,11 @@ def pack_with_shared_prefix(
     per_sample = {name: table.column(name).to_pylist() for name in sample_columns}
     rows = {name: [] for name in ("input_ids", "labels", *token_columns, "prefix_lengths", "sample_lengths")}
     rows.update({name: [] for name in sample_columns})
-    for planned in tqdm(plan_rows(groups, max_length), desc="Packing rows with shared prefixes", disable=len(samples) < 10_000):  # fmt: skip
+    planned_rows = plan_rows(groups, max_length)
+    for planned in tqdm(planned_rows, desc="Packing rows with shared prefixes", disable=len(samples) < 10_000):
         picked = [(key, [members[key][i] for i in ids]) for key, ids in planned]
-        for name, value in _layout_row([(prefix[key], [samples[i] for i in ids]) for key, ids in picked], token_columns).items():  # fmt: skip
+        row = _layout_row([(prefix[key], [samples[i] for i in ids]) for key, ids in picked], token_columns)
+        for name, value in row.items():
             rows[name].append(value)
         for name in sample_columns:
             rows[name].append([per_sample[name][i] for _, ids in picked for i in ids])
