@@ -8,7 +8,6 @@
 4. Evaluate: the benchmark runner answers the sample's test splits and scores CUS and SPE (the paper's ROUGE-L).
 """
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,13 +21,11 @@ RECIPE = EXAMPLES / "recipes" / "tiny-cpu.yaml"
 
 def train_tiny_rocit(model_path: Path, output_dir: Path):
     """Train the tiny model with the tiny CPU recipe on the bundled sample; returns the `RoCITTrainer`."""
-    sys.path.insert(0, str(EXAMPLES))
-    from train_rolellama import main as train
-    from train_rolellama import make_parser
+    from rolellm.scripts.train import make_parser, train  # the script of examples/train_rolellama.py
 
     args = ["--config", str(RECIPE), "--model_name_or_path", str(model_path), "--output_dir", str(output_dir),
             "--data_dir", str(DEMO_DATA)]  # fmt: skip
-    return train(*make_parser().parse_args_and_config(args))
+    return train(*make_parser().parse_args(args))
 
 
 def answer(model, tokenizer, messages: list[dict], max_new_tokens: int = 48) -> str:

@@ -18,6 +18,7 @@ COMMANDS = {
     "data": ("rolellm.scripts.data", "RoleBench statistics (paper Table 1), leakage checks, export/push to the Hub."),
     "generate": ("rolellm.scripts.generate", "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions."),
     "push-metric": ("rolellm.scripts.push_metric", "Push a rolellm evaluate module (RoleBench ROUGE-L) as a Hub Space."),
+    "train": ("rolellm.scripts.train", "Train a role-playing model with RoCIT on RoleBench (LoRA, QLoRA, full)."),
 }
 
 

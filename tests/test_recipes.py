@@ -40,12 +40,25 @@ def test_recipe_parses_into_the_script_dataclasses(make_parser, recipe):
 
 def test_recipes_cover_the_paper_models():
     lora = yaml.safe_load((EXAMPLES / "recipes" / "rolellama-7b-lora.yaml").read_text())
-    assert lora["use_peft"] and lora["dataset_configs"] == ["en-instruction"] and "llama-7b" in lora["model_name_or_path"]
+    assert (
+        lora["use_peft"] and lora["dataset_configs"] == ["en-instruction"] and "llama-7b" in lora["model_name_or_path"]
+    )
     chinese = yaml.safe_load((EXAMPLES / "recipes" / "roleglm-qwen2.5-7b-lora.yaml").read_text())
     assert chinese["dataset_configs"] == ["zh"] and chinese["system_lang"] == "zh"
     qlora = yaml.safe_load((EXAMPLES / "recipes" / "rolellama-7b-qlora.yaml").read_text())
     assert qlora["load_in_4bit"] and qlora["use_peft"]
     assert "use_peft" not in yaml.safe_load((EXAMPLES / "recipes" / "rolellama-7b-full.yaml").read_text())
+
+
+def test_rolellm_train_command_parses_a_recipe_with_overrides():
+    from rolellm.cli import COMMANDS
+    from rolellm.scripts.train import make_parser
+
+    assert COMMANDS["train"][0] == "rolellm.scripts.train"
+    recipe = str(EXAMPLES / "recipes" / "tiny-cpu.yaml")
+    script_args, training_args, model_args = make_parser().parse_args(["--config", recipe, "--max_steps", "7"])
+    assert script_args.dataset_configs == ["en-instruction", "zh"] and training_args.reference == "all"
+    assert training_args.max_steps == 7 and model_args.model_name_or_path == "tiny-llama"
 
 
 @pytest.mark.parametrize("name", ACCELERATE_CONFIGS)

@@ -1,10 +1,11 @@
-"""Train a role-playing model with RoCIT (RoleLLM stage 4): RoleBench rows + role profiles -> RoCITTrainer.
+"""`rolellm train`: train a role-playing model with RoCIT (RoleLLM stage 4) on RoleBench rows + role profiles.
 
-The RoleLLaMA recipe of the paper (LLaMA-7B, English, LoRA) and the other recipes live in `examples/recipes/`:
+The same script runs as `rolellm train ...`, `python examples/train_rolellama.py ...` and under `accelerate launch`
+or `torchrun`. The RoleLLaMA recipe of the paper (LLaMA-7B, English, LoRA) and the others are in `examples/recipes/`:
 
 ```bash
 # one process (GPU or CPU)
-python examples/train_rolellama.py --config examples/recipes/rolellama-7b-lora.yaml
+rolellm train --config examples/recipes/rolellama-7b-lora.yaml
 # several GPUs: DDP, FSDP2 or DeepSpeed ZeRO-3 through an accelerate config
 accelerate launch --config_file examples/accelerate_configs/multi_gpu.yaml examples/train_rolellama.py \
     --config examples/recipes/rolellama-7b-lora.yaml
@@ -75,7 +76,8 @@ def load_profiles_for(script_args, training_args):
     return {name: p for lang in langs for name, p in load_rolebench_profiles(lang).items()}
 
 
-def main(script_args, training_args, model_args):
+def train(script_args, training_args, model_args):
+    """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from trl import get_peft_config, get_quantization_config
 
     from rolellm.training import RoCITTrainer
@@ -116,16 +118,29 @@ def main(script_args, training_args, model_args):
     return trainer
 
 
+def main(args):
+    """The `rolellm train` entry point: `args` is the tuple of dataclasses of `make_parser().parse_args()`."""
+    train(*args)
+
+
 def make_parser(subparsers: argparse._SubParsersAction | None = None):
+    """`TrlParser` over (`RoleBenchArguments`, `RoCITConfig`, `trl.ModelConfig`) with `--config recipe.yaml`.
+
+    Its `parse_args` returns the three dataclasses (flags override the recipe), which `main` takes.
+    """
     from trl import ModelConfig, TrlParser
 
     from rolellm.training import RoCITConfig
 
+    class TrainParser(TrlParser):
+        def parse_args(self, args=None, namespace=None):
+            return self.parse_args_and_config(args)
+
     dataclass_types = (RoleBenchArguments, RoCITConfig, ModelConfig)
     if subparsers is not None:
         return subparsers.add_parser("train", help="Train with RoCIT on RoleBench", dataclass_types=dataclass_types)
-    return TrlParser(dataclass_types)
+    return TrainParser(dataclass_types, prog="rolellm train")
 
 
 if __name__ == "__main__":
-    main(*make_parser().parse_args_and_config())
+    main(make_parser().parse_args())
