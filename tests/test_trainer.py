@@ -180,3 +180,25 @@ def test_a_model_object_and_messages_dataset_are_accepted(tmp_path, tiny_model_p
     trainer = RoCITTrainer(model, args=config(tmp_path, max_steps=1), train_dataset=messages,
                            processing_class=tokenizer)  # fmt: skip
     assert trainer.train().global_step == 1
+
+
+def test_samples_truncated_to_no_answer_are_counted(tmp_path, tiny_model_path, caplog):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    tokenizer.chat_template = ROLE_CHAT_TEMPLATE
+    from rolellm import to_role_messages
+
+    prompts = [
+        len(
+            encode_chat(tokenizer, to_role_messages(row, PROFILES[row["role"]])[0][:2], add_generation_prompt=True)[
+                "input_ids"
+            ]
+        )
+        for row in ROWS
+    ]
+    max_length = sorted(prompts)[1] + 2  # the two longest prompts leave no room for their answers
+    with caplog.at_level("WARNING", logger="rolellm.training.trainer"):
+        trainer = RoCITTrainer(str(tiny_model_path), args=config(tmp_path, max_length=max_length),
+                               train_dataset=rows(), profiles=PROFILES)  # fmt: skip
+    dropped = sum(p >= max_length for p in prompts)
+    assert dropped == 2 and len(trainer.train_dataset) == 2
+    assert f"{dropped} of 4 train samples were dropped" in caplog.text

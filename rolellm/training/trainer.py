@@ -246,7 +246,13 @@ class RoCITTrainer(SFTTrainer):
             if self._attention_backend is not None:
                 dataset = dataset.add_column(PREFIX_GROUP_COLUMN, prefix_groups(conversations["messages"]))
         # TRL builds the labels from `assistant_masks`, truncates and drops samples left without a trained token.
+        num_samples = len(dataset) if isinstance(dataset, datasets.Dataset) else None
         dataset = super()._prepare_dataset(dataset, processing_class, args, False, formatting_func, dataset_name)
+        if num_samples is not None and len(dataset) < num_samples:
+            logger.warning(
+                "%d of %d %s samples were dropped: truncated to max_length=%s they kept no answer token; raise "
+                "max_length to train on them", num_samples - len(dataset), num_samples, dataset_name, args.max_length,
+            )  # fmt: skip
         if self._attention_backend is not None:
             return prepare_prefix_shared_dataset(dataset, args, dataset_name)
         return self._pack_dataset(dataset, args, dataset_name) if packing else dataset
