@@ -155,7 +155,6 @@ def test_model_card_names_roles_data_template_and_paper(tmp_path, tiny_model_pat
     assert "library_name: peft" in card and "adapter: LORA, r=8" in card
 
 
-@pytest.mark.slow
 def test_qlora_4bit_on_cpu(tmp_path, tiny_model_path):
     from transformers import BitsAndBytesConfig
 
