@@ -208,6 +208,17 @@ def test_packed_log_probs_equal_alone(request, tiny_model_path, tiny_tokenizer, 
     assert (packed - alone).abs().max().item() < 1e-5
 
 
+def test_full_sequence_loss_packs_without_sharing_and_stays_exact(tiny_model_path, tiny_tokenizer, english_samples):
+    """Every token trained (`assistant_only_loss=False`): nothing is shared, the rows are block-diagonal packing."""
+    samples = [{**s, "labels": list(s["input_ids"])} for s in english_samples]
+    model = LlamaForCausalLM.from_pretrained(tiny_model_path).eval()
+    batch, order, stats = packed_batch(samples, 1024, "sdpa", tiny_tokenizer.pad_token_id)
+    assert stats.row_tokens == stats.sample_tokens  # no prefix shared
+    with torch.no_grad():
+        packed, alone = trained_log_probs(model, batch), alone_log_probs(model, order)
+    assert packed.shape == alone.shape and (packed - alone).abs().max().item() < 1e-5
+
+
 def test_eager_attention_needs_the_additive_mask(tiny_model_path, tiny_tokenizer, english_samples):
     """Eager attention adds a boolean mask to the scores as 0/1: the samples would see each other."""
     model = LlamaForCausalLM.from_pretrained(tiny_model_path, attn_implementation="eager").eval()
