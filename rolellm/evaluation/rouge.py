@@ -43,6 +43,7 @@ from rolellm.evaluation.lcs import encode_texts, union_lcs_words
 
 
 logger = logging.getLogger(__name__)
+_KERNELS = None  # the compiled kernels module once loaded, False when numba is missing
 
 Tokenizer = Literal["whitespace", "char", "rouge_score", "jieba"]
 Measure = Literal["recall", "precision", "f"]
@@ -105,6 +106,42 @@ def _unique(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) else keys
 
 
+def _compiled_kernels():
+    """The `numba` kernels of [`rolellm.evaluation.lcs_numba`], or `None` (NumPy) when `numba` is not installed."""
+    global _KERNELS
+    if _KERNELS is None:
+        try:
+            from rolellm.evaluation import lcs_numba
+
+            _KERNELS = lcs_numba
+        except ImportError:
+            logger.info("numba is not installed: ROUGE-L runs in NumPy (pip install 'rolellm[eval]' for speed).")
+            _KERNELS = False
+    return _KERNELS or None
+
+
+def _overlaps_numpy(word_ids, sentence_lengths, first_sentence, sentence_counts, ref, hyp):
+    """`(distinct words per text, overlap per pair)` with the NumPy LCS of [`union_lcs_words`]."""
+    vocab_size = int(word_ids.max(initial=0)) + 1
+    texts = len(sentence_counts)
+    # m and n: distinct words per text (rouge compares word sets)
+    sentence_text = np.repeat(np.arange(texts), sentence_counts)
+    word_text = np.repeat(sentence_text, sentence_lengths)
+    distinct = np.bincount(_unique(word_text * vocab_size + word_ids) // vocab_size, minlength=texts)
+    # every (reference sentence, prediction sentence) pair of every scored pair
+    per_pair = sentence_counts[ref] * sentence_counts[hyp]
+    owner = np.repeat(np.arange(len(ref)), per_pair)
+    local = np.arange(len(owner)) - np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
+    x_sentences = first_sentence[ref][owner] + local // sentence_counts[hyp][owner]
+    y_sentences = first_sentence[hyp][owner] + local % sentence_counts[hyp][owner]
+    overlap = np.zeros(len(ref), dtype=np.int64)
+    if len(owner):
+        sentence_pair, word = union_lcs_words(word_ids, sentence_lengths, x_sentences, y_sentences)
+        union = _unique(owner[sentence_pair] * vocab_size + word)
+        overlap = np.bincount(union // vocab_size, minlength=len(ref))
+    return distinct, overlap
+
+
 def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict[str, np.ndarray]:
     """Score aligned (prediction, reference) `rouge` input strings pair by pair, as `rouge.Rouge` 1.0.1 does.
 
@@ -137,23 +174,15 @@ def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict
         index = int(np.flatnonzero(sentence_counts[ref] == 0)[0])
         raise ValueError(f"Reference {index} ({references[index]!r}) has no sentence to score against.")
     vocab_size = int(word_ids.max(initial=0)) + 1
-
-    # m and n: distinct words per text (rouge compares word sets)
-    sentence_text = np.repeat(np.arange(len(texts)), sentence_counts)
-    word_text = np.repeat(sentence_text, sentence_lengths)
-    distinct = np.bincount(_unique(word_text * vocab_size + word_ids) // vocab_size, minlength=len(texts))
-
-    # every (reference sentence, prediction sentence) pair of every scored pair
-    per_pair = sentence_counts[ref] * sentence_counts[hyp]
-    owner = np.repeat(np.arange(len(ref)), per_pair)
-    local = np.arange(len(owner)) - np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
-    x_sentences = first_sentence[ref][owner] + local // sentence_counts[hyp][owner]
-    y_sentences = first_sentence[hyp][owner] + local % sentence_counts[hyp][owner]
-    overlap = np.zeros(len(ref), dtype=np.int64)
-    if len(owner):
-        sentence_pair, word = union_lcs_words(word_ids, sentence_lengths, x_sentences, y_sentences)
-        union = _unique(owner[sentence_pair] * vocab_size + word)
-        overlap = np.bincount(union // vocab_size, minlength=len(ref))
+    kernels = _compiled_kernels()
+    if kernels is not None:
+        word_ids = word_ids.astype(np.int64, copy=False)
+        distinct = kernels.distinct_word_counts(word_ids, sentence_lengths, sentence_counts, vocab_size)
+        overlap = kernels.union_lcs_overlaps(
+            word_ids, sentence_lengths, first_sentence, sentence_counts, ref, hyp, vocab_size
+        )
+    else:
+        distinct, overlap = _overlaps_numpy(word_ids, sentence_lengths, first_sentence, sentence_counts, ref, hyp)
     empty = sentence_counts[hyp] == 0
     m, n = distinct[ref], np.maximum(distinct[hyp], 1)
     recall, precision = overlap / m, overlap / n
