@@ -11,6 +11,10 @@ What it adds to `SFTTrainer`, each at one override point:
 - `compute_loss`: refuses batches whose packed samples could attend to each other and logs the loss of `general`
   and `role_specific` samples separately.
 - `create_model_card`: a card naming the roles, the data, the chat template and the paper.
+
+With `prefix_sharing=True` (the default) the same override points pack samples of one role into rows sharing one
+copy of the role's system prompt (`rolellm.training.packing`), collate them with `DataCollatorForPrefixSharing`, and
+compute the loss with the rows' own attention mask and a compact output layer (`rolellm.training.attention`).
 """
 
 import dataclasses
