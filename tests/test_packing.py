@@ -280,3 +280,42 @@ def test_choose_attention_backend_on_cpu(tiny_model_path, caplog):
     flex = LlamaForCausalLM.from_pretrained(tiny_model_path, attn_implementation="flex_attention")
     assert choose_attention_backend(flex, "cpu") == "sdpa"  # no FlexAttention backward on CPU
     assert flex.config._attn_implementation == "sdpa"
+
+
+def test_choose_attention_backend_prefers_flex_attention_for_cuda(tiny_model_path, caplog):
+    """The choice for a CUDA device (the model itself may still be on the CPU when the trainer decides)."""
+    model = LlamaForCausalLM.from_pretrained(tiny_model_path, attn_implementation="sdpa")
+    with caplog.at_level("INFO", logger="rolellm.training.attention"):
+        assert choose_attention_backend(model, "cuda") == "flex_attention"
+    assert model.config._attn_implementation == "flex_attention"
+    assert "flex_attention attention with a block mask on cuda, switched from sdpa" in caplog.text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_flex_attention_on_gpu_gives_the_gradients_of_samples_alone(tiny_model_path, tiny_tokenizer, english_samples):
+    from datasets import Dataset
+
+    model = LlamaForCausalLM.from_pretrained(tiny_model_path).cuda()
+    assert choose_attention_backend(model, "cuda") == "flex_attention"
+    rows, _ = pack_with_shared_prefix(Dataset.from_list(english_samples), 1024)
+    batch = DataCollatorForPrefixSharing(tiny_tokenizer.pad_token_id, pad_to_multiple_of=128)(list(rows))
+    batch = {k: v.cuda() for k, v in batch.items()}
+    batch["attention_mask"] = build_attention_mask(
+        batch.pop("segment_ids"), batch.pop("prefix_segment_ids"), "flex_attention"
+    )
+    loss, stats = causal_lm_loss(model, batch)
+    loss.backward()
+    packed = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    total = stats["num_trained"].item()
+    alone = sum(
+        -trained_log_probs(
+            model, {"input_ids": torch.tensor([s["input_ids"]]).cuda(), "labels": torch.tensor([s["labels"]]).cuda()}
+        ).sum()
+        for s in english_samples
+    )
+    (alone / total).backward()
+    assert loss.item() == pytest.approx((alone / total).item(), abs=1e-4)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(packed[name], p.grad, atol=1e-5, rtol=1e-3, msg=name)
