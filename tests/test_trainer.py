@@ -201,3 +201,25 @@ def test_samples_truncated_to_no_answer_are_counted(tmp_path, tiny_model_path, c
     dropped = sum(p >= max_length for p in prompts)
     assert dropped == 2 and len(trainer.train_dataset) == 2
     assert f"{dropped} of 4 train samples were dropped" in caplog.text
+
+
+def test_base_tokenizer_without_chatml_tokens_gets_them_trained_with_lora(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from rolellm.testing import build_tiny_llama
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_tokens(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="~", pad_token="!")
+    path = build_tiny_llama(tmp_path / "base", tokenizer=tokenizer)  # a base model: no chat template, no ChatML
+    trainer = RoCITTrainer(str(path), args=config(tmp_path, max_steps=2, per_device_train_batch_size=2),
+                           train_dataset=rows(), profiles=PROFILES, peft_config=lora())  # fmt: skip
+    added = trainer.processing_class.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+    assert added == [len(tokenizer), len(tokenizer) + 1]
+    assert trainer.model.get_base_model().config.vocab_size == len(tokenizer) + 2  # embeddings resized
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert any("trainable_tokens_delta" in n for n in trainable) and any("lm_head" in n for n in trainable)
+    assert trainer.train().global_step == 2
