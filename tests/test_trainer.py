@@ -153,6 +153,7 @@ def test_model_card_names_roles_data_template_and_paper(tmp_path, tiny_model_pat
     assert ROLE_CHAT_TEMPLATE.strip() in card
     assert "arXiv:2310.00746" in card and "@article{wang2023rolellm" in card
     assert "library_name: peft" in card and "adapter: LORA, r=8" in card
+    assert 'AutoPeftModelForCausalLM.from_pretrained("someone/rolellama-tiny")' in card
 
 
 def test_qlora_4bit_on_cpu(tmp_path, tiny_model_path):

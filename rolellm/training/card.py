@@ -109,7 +109,26 @@ def build_model_card(
             f"- adapter: {peft_config.peft_type.value}, r={getattr(peft_config, 'r', None)}, "
             f"alpha={getattr(peft_config, 'lora_alpha', None)}, target modules {sorted(peft_config.target_modules or [])}"
         )
+    repo = hub_model_id or model_name
+    auto_class = "AutoPeftModelForCausalLM" if peft_config is not None else "AutoModelForCausalLM"
+    auto_module = "peft" if peft_config is not None else "transformers"
     lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from rolellm import RoleProfile, build_system_instruction",
+        "from transformers import AutoTokenizer",
+        f"from {auto_module} import {auto_class}",
+        "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo}")',
+        f'model = {auto_class}.from_pretrained("{repo}")',
+        'profile = RoleProfile(name="...", lang="en", description="...", catchphrases=["..."])',
+        'messages = [{"role": "system", "content": build_system_instruction(profile)},',
+        '            {"role": "user", "content": "Who are you?"}]',
+        'inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)',
+        'print(tokenizer.decode(model.generate(**inputs, max_new_tokens=128)[0, inputs["input_ids"].shape[1]:]))',
+        "```",
         "",
         "## Chat template",
         "",

@@ -348,7 +348,7 @@ class RoCITTrainer(SFTTrainer):
         card = build_model_card(
             model_name=model_name or Path(self.args.output_dir).name,
             base_model=self._base_model_id(),
-            hub_model_id=self.hub_model_id,
+            hub_model_id=self.args.hub_model_id,
             role_stats=self.role_stats,
             dataset_name=dataset_name,
             chat_template=self._tokenizer.chat_template,
