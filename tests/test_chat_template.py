@@ -79,3 +79,16 @@ def test_bad_inputs_raise_clear_errors():
         build_system_instruction(profile, template="{% if %}")
     with pytest.raises(ValueError, match="lang='fr'"):
         build_system_instruction(profile, lang="fr")
+
+
+def test_example_script_runs(capsys):
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(
+        str(Path(__file__).resolve().parents[1] / "examples" / "role_chat_template.py"), run_name="__main__"
+    )
+    out = capsys.readouterr().out
+    assert "'如意金箍棒！<|im_end|>'" in out
+    assert "Inference prompt is the trained prefix: True" in out
+    assert "control tokens with the injected question: 3 (the template's own: 3)" in out
