@@ -1,6 +1,7 @@
 """ROUGE-L backends: the compiled `numba` kernels (the default) and the NumPy fallback both equal `rouge` 1.0.1."""
 
 import logging
+import os
 import random
 import subprocess
 import sys
@@ -88,3 +89,13 @@ def test_numba_is_imported_on_the_first_rouge_call_only():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "True"]
+
+
+def test_numba_without_a_cache_folder_falls_back_to_numpy():
+    # no cache locator fits (as when neither the package folder nor the user's cache folder is writable)
+    code = "import rolellm.evaluation.rouge as r; print(r.rouge_l_pairs(['a b c'], ['a c'])['recall'].tolist())"
+    environment = {**os.environ, "NUMBA_CACHE_LOCATOR_CLASSES": "ZipCacheLocator"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment)
+    assert result.stdout.split() == ["[1.0]"]
+    assert "ROUGE-L runs in NumPy, as numba failed: cannot cache function" in result.stderr
+    assert "set NUMBA_CACHE_DIR to a writable folder" in result.stderr

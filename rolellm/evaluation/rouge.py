@@ -117,6 +117,11 @@ def _compiled_kernels():
         except ImportError:
             logger.info("numba is not installed: ROUGE-L runs in NumPy (pip install 'rolellm[eval]' for speed).")
             _KERNELS = False
+        except RuntimeError as error:  # numba found no writable folder for its cache of compiled kernels
+            logger.warning(
+                f"ROUGE-L runs in NumPy, as numba failed: {error} (set NUMBA_CACHE_DIR to a writable folder)."
+            )
+            _KERNELS = False
     return _KERNELS or None
 
 
