@@ -11,8 +11,9 @@ import pytest
 from test_rouge import WORDS, assert_same_as_rouge, random_text
 
 import rolellm.evaluation
+from rolellm.evaluation import lcs_numba
 from rolellm.evaluation import rouge as rouge_module
-from rolellm.evaluation.lcs import encode_texts
+from rolellm.evaluation.lcs import _encode_in_python, encode_texts
 from rolellm.evaluation.lcs_numba import distinct_word_counts, union_lcs_overlaps
 from rolellm.evaluation.rouge import rouge_l_pairs, split_sentences
 
@@ -57,6 +58,20 @@ def test_backends_agree_on_many_words_and_repeated_texts():
     for measure in ("recall", "precision", "f"):
         assert compiled[measure].tolist() == fallback[measure].tolist()
     assert compiled["recall"][1500:1505].tolist() == [1.0] * 5 and compiled["recall"][-1] == 0.0
+
+
+def test_compiled_splitting_equals_python_splitting():
+    # every character Python splits on (all of Unicode) and neighbours of the multi-byte ones, dots, words longer
+    # than 8 bytes that differ late, NUL bytes, empty and whitespace-only texts, and a lone surrogate (Python path)
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    near = ["\u0084", "\u00a1", "\u1681", "\u200b", "\u2027", "\u202a", "\u2030", "\u205e", "\u3001", "\u2e80"]
+    rng = random.Random(1)
+    pieces = ["a", "bé", "孙", ".", "", "\U0001f600", "abcdefghij", "abcdefghik", "\x00", *spaces, *near]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 25))) for _ in range(4000)]
+    for batch in (texts, texts[:1], [], ["", ".", " "], [*texts[:50], "lone \ud800 surrogate."]):
+        compiled, python = encode_texts(batch, lcs_numba), _encode_in_python(batch)
+        for got, expected in zip(compiled, python):  # the same numbering too: both in order of first occurrence
+            assert got.tolist() == expected.tolist()
 
 
 def test_kernels_on_encoded_texts():

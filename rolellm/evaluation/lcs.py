@@ -1,8 +1,10 @@
-"""The vectorised core of [`rouge_l`]: texts to word ids, and `rouge`'s union LCS of many sentence pairs at once.
+"""The NumPy core of [`rouge_l`]: texts to word ids, and `rouge`'s union LCS of many sentence pairs at once.
 
 `rouge` 1.0.1 fills a Python dict per sentence pair and traces one LCS back through it. Here all sentence pairs of
 a call are processed together in NumPy: the LCS tables as bit vectors (Hyyrö's bit-parallel LCS, one `uint64` per
-64 columns), traced back with `rouge`'s own tie-breaking, one table row per step.
+64 columns), traced back with `rouge`'s own tie-breaking, one table row per step. [`rouge_l`] uses this when
+`numba` is not installed; with it, the compiled kernels of [`rolellm.evaluation.lcs_numba`] do the same work
+several times faster.
 
 >>> word_ids, lengths, first, counts = encode_texts(["a b. a", "..", " . "])
 >>> lengths.tolist(), first.tolist(), counts.tolist()  # sentences [a b] [a] | none | [""] [""]
@@ -28,18 +30,25 @@ _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _ONE = np.uint64(1)
 
 
-def encode_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def encode_texts(texts: Sequence[str], kernels=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Split texts as `rouge` does and number the words: `(word_ids, sentence_lengths, first_sentence, counts)`.
 
     `word_ids` holds the words of all sentences in order; text `t` owns `counts[t]` sentences from
-    `first_sentence[t]`. Equal words get equal ids; a whitespace-only sentence is one empty word. Arrow's string
-    kernels do the splitting (their whitespace is Python's `str.isspace`); text Arrow cannot hold (lone
-    surrogates) is split in Python.
+    `first_sentence[t]`. Equal words get equal ids; a whitespace-only sentence is one empty word. The compiled
+    `kernels` ([`rolellm.evaluation.lcs_numba`]) split the texts' UTF-8 bytes when given, else Arrow's string
+    kernels do (both take Python's `str.isspace` as whitespace); text Arrow cannot hold (lone surrogates) is split
+    in Python.
     """
     try:
         array = pa.array(texts, type=pa.large_string())
     except (pa.ArrowException, UnicodeError):
         return _encode_in_python(texts)
+    if kernels is not None:
+        _, offsets, data = array.buffers()
+        offsets = np.frombuffer(offsets, dtype=np.int64)[: len(texts) + 1] if len(texts) else np.zeros(1, np.int64)
+        data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+        word_ids, lengths, counts = kernels.encode_utf8(data, offsets)
+        return word_ids, lengths, np.cumsum(counts) - counts, counts
     pieces = pc.split_pattern(array, ".")
     flat = pc.list_flatten(pieces)
     keep = pc.greater(pc.utf8_length(flat), 0)

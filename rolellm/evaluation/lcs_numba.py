@@ -144,3 +144,150 @@ def distinct_word_counts(word_ids, sentence_lengths, sentence_counts, vocab_size
                 position += 1
             sentence += 1
     return counts
+
+
+# `encode_utf8`'s byte classes: 0 inside a word, 1 ASCII whitespace, 2 ".", 3 may start multi-byte whitespace
+BYTE_CLASSES = np.zeros(256, dtype=np.uint8)
+BYTE_CLASSES[[0x20, *range(0x09, 0x0E), *range(0x1C, 0x20)]] = 1
+BYTE_CLASSES[0x2E] = 2
+BYTE_CLASSES[[0xC2, 0xE1, 0xE2, 0xE3]] = 3
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _space_width(data, i, end):  # pragma: no cover - compiled
+    """Bytes of the whitespace character (Python's `str.isspace`) starting at `data[i]`, 0 when not whitespace."""
+    byte = data[i]
+    if byte == 0x20 or 0x09 <= byte <= 0x0D or 0x1C <= byte <= 0x1F:
+        return 1
+    if byte == 0xC2:  # U+0085, U+00A0
+        return 2 if i + 1 < end and (data[i + 1] == 0x85 or data[i + 1] == 0xA0) else 0
+    if byte < 0xE1 or byte > 0xE3 or i + 2 >= end:
+        return 0
+    second, third = data[i + 1], data[i + 2]
+    if byte == 0xE1:  # U+1680
+        return 3 if second == 0x9A and third == 0x80 else 0
+    if byte == 0xE3:  # U+3000
+        return 3 if second == 0x80 and third == 0x80 else 0
+    if second == 0x80:  # U+2000 .. U+200A, U+2028, U+2029, U+202F
+        return 3 if third <= 0x8A or third == 0xA8 or third == 0xA9 or third == 0xAF else 0
+    return 3 if second == 0x81 and third == 0x9F else 0  # U+205F
+
+
+@njit(cache=True, nogil=True)
+def encode_utf8(data, offsets, classes=BYTE_CLASSES):  # pragma: no cover - compiled
+    """Split UTF-8 texts as `rouge` does and number their words: `(word_ids, sentence_lengths, sentence_counts)`.
+
+    Text `t` is `data[offsets[t] : offsets[t + 1]]`. Its sentences are the non-empty pieces between `"."`s (a byte
+    never inside a multi-byte character), each split on whitespace runs; a piece of only whitespace is one empty
+    word (`" ".join(piece.split()).split(" ")`). Word ids count distinct words in order of first occurrence, from a
+    hash table keyed by a word's first 8 bytes, its length and a hash of the rest (kept in a compact copy, so
+    comparing a long word reads no cold memory). `classes` sorts bytes: 0 inside a word, 1 ASCII whitespace,
+    2 `"."`, 3 the first byte of a multi-byte whitespace character.
+    """
+    size = offsets[-1] - offsets[0]
+    bound = size // 2 + len(offsets)  # a word or sentence takes a byte and a separator, but the last of a text
+    word_ids = np.empty(bound, dtype=np.int64)
+    sentence_lengths = np.empty(bound, dtype=np.int64)
+    sentence_counts = np.zeros(len(offsets) - 1, dtype=np.int64)
+    keys = np.empty(bound, dtype=np.uint64)  # per distinct word: its first 8 bytes,
+    tails = np.empty(bound, dtype=np.uint64)  # a hash of the bytes after them,
+    lengths = np.empty(bound, dtype=np.int64)  # its length (-1 for the empty word, which is not in the table)
+    starts = np.empty(bound, dtype=np.int64)  # and where the bytes after the 8th are in `store`
+    store = np.empty(size + 1, dtype=np.uint8)
+    stored = 0
+    table = np.full(1 << 12, -1, dtype=np.int64)  # open addressing, linear probing, at most half full
+    mask = len(table) - 1
+    prime = np.uint64(1099511628211)
+    words = 0
+    sentences = 0
+    distinct = 0
+    empty = -1  # the id of the empty word (a sentence of only whitespace)
+    for t in range(len(offsets) - 1):
+        i = offsets[t]
+        end = offsets[t + 1]
+        piece = i
+        first = words
+        while True:
+            if i == end or data[i] == 0x2E:
+                if i > piece:
+                    if words == first:
+                        if empty < 0:
+                            empty = distinct
+                            keys[distinct] = 0
+                            tails[distinct] = 0
+                            lengths[distinct] = -1
+                            distinct += 1
+                        word_ids[words] = empty
+                        words += 1
+                    sentence_lengths[sentences] = words - first
+                    sentences += 1
+                    sentence_counts[t] += 1
+                if i == end:
+                    break
+                i += 1
+                piece = i
+                first = words
+                continue
+            kind = classes[data[i]]
+            if kind == 1:
+                i += 1
+                continue
+            if kind == 3:
+                width = _space_width(data, i, end)
+                if width:
+                    i += width
+                    continue
+            start = i
+            length = 0
+            key = np.uint64(0)
+            tail = np.uint64(14695981039346656037)
+            while i < end:
+                byte = data[i]
+                kind = classes[byte]
+                if kind != 0 and (kind != 3 or _space_width(data, i, end)):
+                    break
+                if length < 8:
+                    key |= np.uint64(byte) << np.uint64(8 * length)
+                else:
+                    tail = (tail ^ np.uint64(byte)) * prime
+                length += 1
+                i += 1
+            h = (key ^ tail ^ np.uint64(length)) * np.uint64(0x9E3779B97F4A7C15)
+            h ^= h >> np.uint64(29)
+            slot = np.int64(h & np.uint64(mask))
+            while True:
+                found = table[slot]
+                if found < 0:
+                    table[slot] = distinct
+                    keys[distinct] = key
+                    tails[distinct] = tail
+                    lengths[distinct] = length
+                    starts[distinct] = stored
+                    for b in range(8, length):
+                        store[stored] = data[start + b]
+                        stored += 1
+                    found = distinct
+                    distinct += 1
+                    if 2 * distinct > len(table):
+                        table = np.full(2 * len(table), -1, dtype=np.int64)
+                        mask = len(table) - 1
+                        for d in range(distinct):
+                            hd = (keys[d] ^ tails[d] ^ np.uint64(lengths[d])) * np.uint64(0x9E3779B97F4A7C15)
+                            hd ^= hd >> np.uint64(29)
+                            s = np.int64(hd & np.uint64(mask))
+                            while table[s] >= 0:
+                                s = (s + 1) & mask
+                            table[s] = d
+                    break
+                if keys[found] == key and lengths[found] == length and tails[found] == tail:
+                    same = True
+                    for b in range(8, length):
+                        if store[starts[found] + b - 8] != data[start + b]:
+                            same = False
+                            break
+                    if same:
+                        break
+                slot = (slot + 1) & mask
+            word_ids[words] = found
+            words += 1
+    return word_ids[:words], sentence_lengths[:sentences], sentence_counts
