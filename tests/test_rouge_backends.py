@@ -114,3 +114,19 @@ def test_numba_without_a_cache_folder_falls_back_to_numpy():
     assert result.stdout.split() == ["[1.0]"]
     assert "ROUGE-L runs in NumPy, as numba failed: cannot cache function" in result.stderr
     assert "set NUMBA_CACHE_DIR to a writable folder" in result.stderr
+
+
+@pytest.mark.slow
+def test_compiled_kernels_are_cached_for_the_next_process(tmp_path):
+    # the first process compiles and writes the cache; the second one loads every kernel from it, compiling none
+    code = (
+        "from rolellm.evaluation import lcs_numba as k; from rolellm.evaluation.rouge import rouge_l_pairs; "
+        "rouge_l_pairs(['a b. c'], ['a c']); kernels = (k.encode_utf8, k.union_lcs_overlaps, k.distinct_word_counts); "
+        "print(sum(len(f.stats.cache_hits) for f in kernels), sum(len(f.stats.cache_misses) for f in kernels))"
+    )
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment)
+        for _ in range(2)
+    ]
+    assert [run.stdout.split() for run in runs] == [["0", "3"], ["3", "0"]]

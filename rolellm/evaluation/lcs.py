@@ -47,7 +47,7 @@ def encode_texts(texts: Sequence[str], kernels=None) -> tuple[np.ndarray, np.nda
         _, offsets, data = array.buffers()
         offsets = np.frombuffer(offsets, dtype=np.int64)[: len(texts) + 1] if len(texts) else np.zeros(1, np.int64)
         data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
-        word_ids, lengths, counts = kernels.encode_utf8(data, offsets)
+        word_ids, lengths, counts = kernels.encode_utf8(data, offsets, kernels.BYTE_CLASSES)
         return word_ids, lengths, np.cumsum(counts) - counts, counts
     pieces = pc.split_pattern(array, ".")
     flat = pc.list_flatten(pieces)

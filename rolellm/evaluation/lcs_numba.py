@@ -174,15 +174,15 @@ def _space_width(data, i, end):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def encode_utf8(data, offsets, classes=BYTE_CLASSES):  # pragma: no cover - compiled
+def encode_utf8(data, offsets, classes):  # pragma: no cover - compiled
     """Split UTF-8 texts as `rouge` does and number their words: `(word_ids, sentence_lengths, sentence_counts)`.
 
     Text `t` is `data[offsets[t] : offsets[t + 1]]`. Its sentences are the non-empty pieces between `"."`s (a byte
     never inside a multi-byte character), each split on whitespace runs; a piece of only whitespace is one empty
     word (`" ".join(piece.split()).split(" ")`). Word ids count distinct words in order of first occurrence, from a
     hash table keyed by a word's first 8 bytes, its length and a hash of the rest (kept in a compact copy, so
-    comparing a long word reads no cold memory). `classes` sorts bytes: 0 inside a word, 1 ASCII whitespace,
-    2 `"."`, 3 the first byte of a multi-byte whitespace character.
+    comparing a long word reads no cold memory). `classes` is [`BYTE_CLASSES`] (an argument, not a default, so
+    that the on-disk cache of the compiled code is found again).
     """
     size = offsets[-1] - offsets[0]
     bound = size // 2 + len(offsets)  # a word or sentence takes a byte and a separator, but the last of a text
