@@ -13,12 +13,15 @@ from rolellm import __version__
 
 # command -> (module, one-line help). Add a command by adding its script and a line here.
 COMMANDS = {
-    "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
-    "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "data": ("rolellm.scripts.data", "RoleBench statistics (paper Table 1), leakage checks, export/push to the Hub."),
-    "generate": ("rolellm.scripts.generate", "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions."),
-    "push-metric": ("rolellm.scripts.push_metric", "Push a rolellm evaluate module (RoleBench ROUGE-L) as a Hub Space."),
+    "generate": (
+        "rolellm.scripts.generate",
+        "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions.",
+    ),
     "train": ("rolellm.scripts.train", "Train a role-playing model with RoCIT on RoleBench (LoRA, QLoRA, full)."),
+    "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
+    "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
+    "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
 }
 
 
