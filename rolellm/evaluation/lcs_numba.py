@@ -85,6 +85,43 @@ def _trace(x_ids, x0, nx, ny, slots, masks, v, stamp, mark):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def _short_pair(x_ids, x0, nx, ny, slots, masks, v, stamp, mark):  # pragma: no cover - compiled
+    """[`_lcs_table`] and [`_trace`] in one, for a prediction sentence of at most 64 words (one `uint64` per row)."""
+    row = _ALL
+    v[0] = row
+    shared = False
+    for i in range(nx):
+        slot = slots[x_ids[x0 + i]]
+        if slot >= 0:
+            u = row & masks[slot, 0]
+            row = (row + u) | (row ^ u)
+            shared = True
+        v[i + 1] = row
+    if not shared:  # no common word: the LCS is empty
+        return 0
+    new = 0
+    j = ny
+    for i in range(nx, 0, -1):
+        word = x_ids[x0 + i - 1]
+        slot = slots[word]
+        match = masks[slot, 0] if slot >= 0 else np.uint64(0)
+        bits = (match | ~v[i]) & (_ALL >> np.uint64(64 - j))  # columns 0 .. j - 1
+        if bits == 0:
+            break
+        stop = 63 - np.int64(leading_zeros(bits))
+        if (match >> np.uint64(stop)) & np.uint64(1):
+            if stamp[word] != mark:
+                stamp[word] = mark
+                new += 1
+            j = stop
+            if j == 0:
+                break
+        else:
+            j = stop + 1
+    return new
+
+
+@njit(cache=True, nogil=True)
 def union_lcs_overlaps(word_ids, sentence_lengths, first_sentence, sentence_counts, ref, hyp, vocab_size):
     """For each scored pair `k`, the number of distinct words on `rouge`'s LCS of any (sentence of text `ref[k]`,
     sentence of text `hyp[k]`) pair: the `overlap` of `rouge.rouge_l_summary_level`."""
@@ -98,6 +135,7 @@ def union_lcs_overlaps(word_ids, sentence_lengths, first_sentence, sentence_coun
     words = (longest + 63) // 64
     masks = np.zeros((longest + 1, max(words, 1)), dtype=np.uint64)  # match bits per distinct prediction word
     v = np.empty((longest + 1, max(words, 1)), dtype=np.uint64)
+    short = np.empty(longest + 1, dtype=np.uint64)  # `v` of a prediction sentence of at most 64 words
     slots = np.full(vocab_size, -1, dtype=np.int64)  # word id -> row of `masks` for the current prediction sentence
     stamp = np.full(vocab_size, -1, dtype=np.int64)  # word id -> the last pair that counted it
     overlaps = np.zeros(len(ref), dtype=np.int64)
@@ -115,8 +153,11 @@ def union_lcs_overlaps(word_ids, sentence_lengths, first_sentence, sentence_coun
                 masks[slots[word], c >> 6] |= np.uint64(1) << np.uint64(c & 63)
             for x in range(first_sentence[ref[k]], first_sentence[ref[k]] + sentence_counts[ref[k]]):
                 x0, nx = starts[x], sentence_lengths[x]
-                _lcs_table(word_ids, x0, nx, slots, masks, nw, v)
-                count += _trace(word_ids, x0, nx, ny, slots, masks, v, stamp, k)
+                if nw == 1:
+                    count += _short_pair(word_ids, x0, nx, ny, slots, masks, short, stamp, k)
+                else:
+                    _lcs_table(word_ids, x0, nx, slots, masks, nw, v)
+                    count += _trace(word_ids, x0, nx, ny, slots, masks, v, stamp, k)
             for c in range(ny):
                 slot = slots[word_ids[y0 + c]]
                 if slot >= 0:
