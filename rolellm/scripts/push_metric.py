@@ -68,7 +68,7 @@ def build_space(metric: str, output_dir: str | Path, requirement: str = "rolellm
     for name in (f"{metric}.py", "README.md"):
         shutil.copyfile(source / name, folder / name)
     (folder / "app.py").write_text(APP.format(metric=metric), encoding="utf-8")
-    requirements = ["evaluate>=0.4.5", "datasets", "numpy", "pyarrow", "gradio", requirement]
+    requirements = ["evaluate>=0.4.5", "datasets", "numpy", "pyarrow", "numba", "gradio", requirement]
     (folder / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
     return folder
 
