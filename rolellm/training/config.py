@@ -45,17 +45,29 @@ class RoCITConfig(SFTConfig):
     > These parameters have default values different from `trl.SFTConfig`:
     > - `assistant_only_loss`: Defaults to `True` instead of `False`: the loss covers the assistant turns only, never the
     >   system instruction or the question.
+    > - `activation_checkpointing`: Defaults to `True` (TRL's default) when neither it nor the deprecated alias
+    >   `gradient_checkpointing` is given, without the deprecation warning TRL's `gradient_checkpointing=True` raises.
     > - `packing_strategy`: only `"bfd"` is accepted. `"wrapped"` lets samples of different roles attend to each
     >   other, and `"bfd_split"` cuts a sample so that its tail trains without its role's system instruction.
 
     >>> config = RoCITConfig(output_dir="out", use_cpu=True, bf16=False, reference="all")
-    >>> config.assistant_only_loss, config.reference
-    (True, 'all')
+    >>> config.assistant_only_loss, config.reference, config.activation_checkpointing
+    (True, 'all', True)
     """
 
     assistant_only_loss: bool = field(
         default=True,
         metadata={"help": "Compute the loss on the assistant turns only (RoCIT default: True)."},
+    )
+    # TRL sets the deprecated alias `gradient_checkpointing=True` by default, which transformers warns about even when
+    # the user gave neither name: unset here, and `activation_checkpointing` defaults to True in `__post_init__`.
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of `activation_checkpointing`, will be removed in transformers v6.",
+            "nargs": "?",
+            "const": True,
+        },
     )
     profiles_path: str | None = field(
         default=None,
@@ -97,6 +109,8 @@ class RoCITConfig(SFTConfig):
     )
 
     def __post_init__(self):
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True
         super().__post_init__()
         if self.role_specific_fraction is not None and not 0.0 <= self.role_specific_fraction <= 1.0:
             raise ValueError(

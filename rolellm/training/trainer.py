@@ -19,6 +19,7 @@ compute the loss with the rows' own attention mask and a compact output layer (`
 
 import dataclasses
 import logging
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -181,16 +182,20 @@ class RoCITTrainer(SFTTrainer):
         if loaded_here:
             args.model_init_kwargs = None
         try:
-            super().__init__(
-                model,
-                args=args,
-                train_dataset=train_dataset,
-                eval_dataset=eval_dataset,
-                processing_class=processing_class,
-                peft_config=peft_config,
-                quantization_config=quantization_config,
-                **kwargs,
-            )
+            with warnings.catch_warnings():
+                # peft's `PeftModel` reads the deprecated `is_gradient_checkpointing` of transformers 5.x; nothing a
+                # user of this trainer could change.
+                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+                super().__init__(
+                    model,
+                    args=args,
+                    train_dataset=train_dataset,
+                    eval_dataset=eval_dataset,
+                    processing_class=processing_class,
+                    peft_config=peft_config,
+                    quantization_config=quantization_config,
+                    **kwargs,
+                )
         finally:
             args.assistant_only_loss = self._train_on_assistant_only
             args.model_init_kwargs = model_init_kwargs
