@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from rolellm.cli import main
-from rolellm.scripts.generate import GenerateArguments, read_recipe
+from rolellm.scripts.generate import GenerateArguments
+from rolellm.scripts.recipe import read_recipe
 from rolellm.testing import ChatCompletionsServer
 
 

@@ -17,55 +17,14 @@ Command-line flags override the values of `--config`.
 
 import json
 import logging
-import sys
-
-import yaml
 
 from rolellm.evaluation.runner import EvaluateConfig
-
-
-def _parser_class():
-    from transformers import HfArgumentParser
-
-    class EvaluateParser(HfArgumentParser):
-        """`HfArgumentParser` over `EvaluateConfig` that reads `--config recipe.yaml` first (like `TrlParser`)."""
-
-        def parse_known_args(self, args=None, namespace=None):
-            args = list(sys.argv[1:] if args is None else args)
-            if "--config" in args:
-                index = args.index("--config")
-                if index + 1 >= len(args):
-                    self.error("--config needs the path of a YAML file")
-                path = args[index + 1]
-                del args[index : index + 2]
-                self.set_defaults(**read_recipe(path))
-                # fields given in the recipe are no longer required on the command line
-                for action in self._actions:
-                    if action.dest in self._defaults:
-                        action.required = False
-            return super().parse_known_args(args, namespace)
-
-    return EvaluateParser
-
-
-def read_recipe(path: str) -> dict:
-    """Read a YAML recipe of `EvaluateConfig` fields; unknown keys are an error naming the file and the key."""
-    with open(path, encoding="utf-8") as file:
-        recipe = yaml.safe_load(file) or {}
-    if not isinstance(recipe, dict):
-        raise ValueError(
-            f"{path}: a recipe must be a YAML mapping of EvaluateConfig fields, got {type(recipe).__name__}"
-        )
-    fields = set(EvaluateConfig.__dataclass_fields__)
-    unknown = sorted(set(recipe) - fields)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown}; EvaluateConfig fields are {sorted(fields)}")
-    return recipe
+from rolellm.scripts.recipe import recipe_parser_class
 
 
 def make_parser(subparsers=None):
     description = "Answer a RoleBench config with a model (or score RoleGPT's answers), score RAW/CUS/SPE, report."
-    parser_class = _parser_class()
+    parser_class = recipe_parser_class()
     if subparsers is not None:
         parser = subparsers.add_parser(
             "evaluate", help=description, description=description, dataclass_types=EvaluateConfig

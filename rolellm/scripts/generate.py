@@ -18,16 +18,14 @@ recipes. Command-line flags override the values of `--config`.
 """
 
 import argparse
-import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
+from rolellm.scripts.recipe import recipe_parser_class
 
 
 @dataclass
@@ -103,43 +101,6 @@ SUBCOMMANDS = {
 }
 
 
-def read_recipe(path: str, dataclass_types) -> dict:
-    """Read a YAML recipe; a key that no dataclass of the command knows is an error naming the file and the key."""
-    with open(path, encoding="utf-8") as file:
-        recipe = yaml.safe_load(file) or {}
-    if not isinstance(recipe, dict):
-        raise ValueError(f"{path}: a recipe must be a YAML mapping of fields, got {type(recipe).__name__}")
-    if "api_key" in recipe:
-        raise ValueError(f"{path}: never put an API key in a recipe; set OPENAI_API_KEY")
-    known = {f.name for cls in dataclass_types for f in fields(cls)}
-    unknown = sorted(set(recipe) - known)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown}; this command's fields are {sorted(known)}")
-    return recipe
-
-
-def _recipe_parser_class():
-    from transformers import HfArgumentParser
-
-    class RecipeParser(HfArgumentParser):
-        """`HfArgumentParser` that reads `--config recipe.yaml` first; flags override the recipe."""
-
-        def parse_known_args(self, args=None, namespace=None):
-            args = list(sys.argv[1:] if args is None else args)
-            if "--config" in args:
-                index = args.index("--config")
-                if index + 1 >= len(args):
-                    self.error("--config needs the path of a YAML file")
-                self.set_defaults(**read_recipe(args[index + 1], self.dataclass_types))
-                del args[index : index + 2]
-                for action in self._actions:
-                    if action.dest in self._defaults:
-                        action.required = False
-            return super().parse_known_args(args, namespace)
-
-    return RecipeParser
-
-
 def make_parser(subparsers=None):
     description = "Generate RoleBench-style data from role profiles with an LLM."
     if subparsers is not None:
@@ -147,7 +108,7 @@ def make_parser(subparsers=None):
     else:
         parser = argparse.ArgumentParser(prog="rolellm generate", description=description)
     commands = parser.add_subparsers(
-        dest="generator", metavar="<generator>", required=True, parser_class=_recipe_parser_class()
+        dest="generator", metavar="<generator>", required=True, parser_class=recipe_parser_class()
     )
     for name, (dataclass_types, help_text) in SUBCOMMANDS.items():
         sub = commands.add_parser(name, dataclass_types=dataclass_types, help=help_text, description=help_text)

@@ -1,0 +1,57 @@
+"""YAML recipes for the commands built on dataclasses: `--config recipe.yaml` sets the fields, flags override them.
+
+>>> import tempfile
+>>> from rolellm.evaluation.runner import EvaluateConfig
+>>> path = tempfile.mkdtemp() + "/recipe.yaml"
+>>> _ = open(path, "w").write("model_name_or_path: rolegpt\\noutput_dir: runs/rolegpt\\n")
+>>> parser = recipe_parser_class()(EvaluateConfig)
+>>> args = parser.parse_args(["--config", path, "--output_dir", "runs/other"])
+>>> args.model_name_or_path, args.output_dir
+('rolegpt', 'runs/other')
+"""
+
+import sys
+from dataclasses import fields
+
+import yaml
+
+
+def read_recipe(path: str, dataclass_types) -> dict:
+    """Read a YAML recipe; a key that no dataclass of the command knows is an error naming the file and the key."""
+    with open(path, encoding="utf-8") as file:
+        recipe = yaml.safe_load(file) or {}
+    if not isinstance(recipe, dict):
+        raise ValueError(f"{path}: a recipe must be a YAML mapping of fields, got {type(recipe).__name__}")
+    if "api_key" in recipe:
+        raise ValueError(f"{path}: never put an API key in a recipe; set OPENAI_API_KEY")
+    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    unknown = sorted(set(recipe) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; this command's fields are {sorted(known)}")
+    return recipe
+
+
+def recipe_parser_class():
+    """`HfArgumentParser` that reads `--config recipe.yaml` first (like `trl.TrlParser`, but `parse_args` returns a
+    namespace and the recipe is checked by `read_recipe`); flags given on the command line override the recipe.
+
+    Built on call, so that importing a script does not import `transformers`.
+    """
+    from transformers import HfArgumentParser
+
+    class RecipeParser(HfArgumentParser):
+        def parse_known_args(self, args=None, namespace=None):
+            args = list(sys.argv[1:] if args is None else args)
+            if "--config" in args:
+                index = args.index("--config")
+                if index + 1 >= len(args):
+                    self.error("--config needs the path of a YAML file")
+                self.set_defaults(**read_recipe(args[index + 1], self.dataclass_types))
+                del args[index : index + 2]
+                # fields given in the recipe are no longer required on the command line
+                for action in self._actions:
+                    if action.dest in self._defaults:
+                        action.required = False
+            return super().parse_known_args(args, namespace)
+
+    return RecipeParser
