@@ -74,13 +74,25 @@ def test_compiled_splitting_equals_python_splitting():
             assert got.tolist() == expected.tolist()
 
 
+def test_pairs_scored_in_chunks_give_the_same_scores(monkeypatch):
+    pairs = random_pairs(5, WORDS + [".", "."], 30, 300)
+    whole = rouge_l_pairs(*zip(*pairs))
+    monkeypatch.setattr(rouge_module, "_CHUNK", 7)
+    monkeypatch.setattr(rouge_module, "_PROGRESS_FROM", 100)  # the progress bar path too
+    chunked = rouge_l_pairs(*zip(*pairs))
+    for measure in ("recall", "precision", "f"):
+        assert chunked[measure].tolist() == whole[measure].tolist()
+    assert len(set(whole["recall"].tolist())) > 10  # not all the same
+
+
 def test_kernels_on_encoded_texts():
     word_ids, lengths, first, counts = encode_texts(["a b. c a", "c a b", "x"])
     word_ids = word_ids.astype(np.int64)
     vocab = int(word_ids.max()) + 1
     assert distinct_word_counts(word_ids, lengths, counts, vocab).tolist() == [3, 3, 1]
     # "a b" | "c a" against "c a b": LCS "a b" and "c a", union {a, b, c}; nothing in common with "x"
-    overlaps = union_lcs_overlaps(word_ids, lengths, first, counts, np.array([0, 2]), np.array([1, 1]), vocab)
+    starts = np.cumsum(lengths) - lengths
+    overlaps = union_lcs_overlaps(word_ids, starts, lengths, first, counts, np.array([0, 2]), np.array([1, 1]), vocab)
     assert overlaps.tolist() == [3, 0]
 
 

@@ -13,8 +13,9 @@ The words met as matches are counted once per scored pair (`rouge` unions them a
 
 >>> import numpy as np
 >>> word_ids = np.array([0, 1, 2, 2, 0, 1], dtype=np.int64)  # texts "a b c" and "c a b", one sentence each
->>> lengths = np.array([3, 3]); first = np.array([0, 1]); counts = np.array([1, 1])
->>> union_lcs_overlaps(word_ids, lengths, first, counts, np.array([0]), np.array([1]), 3).tolist()  # "a b"
+>>> starts, lengths = np.array([0, 3]), np.array([3, 3])  # sentences (one per text)
+>>> first, counts = np.array([0, 1]), np.array([1, 1])  # texts
+>>> union_lcs_overlaps(word_ids, starts, lengths, first, counts, np.array([0]), np.array([1]), 3).tolist()  # "a b"
 [2]
 """
 
@@ -122,16 +123,13 @@ def _short_pair(x_ids, x0, nx, ny, slots, masks, v, stamp, mark):  # pragma: no 
 
 
 @njit(cache=True, nogil=True)
-def union_lcs_overlaps(word_ids, sentence_lengths, first_sentence, sentence_counts, ref, hyp, vocab_size):
+def union_lcs_overlaps(
+    word_ids, sentence_starts, sentence_lengths, first_sentence, sentence_counts, ref, hyp, vocab_size
+):
     """For each scored pair `k`, the number of distinct words on `rouge`'s LCS of any (sentence of text `ref[k]`,
     sentence of text `hyp[k]`) pair: the `overlap` of `rouge.rouge_l_summary_level`."""
-    starts = np.empty(len(sentence_lengths), dtype=np.int64)
-    total = 0
-    longest = 0
-    for s in range(len(sentence_lengths)):
-        starts[s] = total
-        total += sentence_lengths[s]
-        longest = max(longest, sentence_lengths[s])
+    starts = sentence_starts
+    longest = sentence_lengths.max() if len(sentence_lengths) else 0
     words = (longest + 63) // 64
     masks = np.zeros((longest + 1, max(words, 1)), dtype=np.uint64)  # match bits per distinct prediction word
     v = np.empty((longest + 1, max(words, 1)), dtype=np.uint64)
@@ -230,13 +228,13 @@ def encode_utf8(data, offsets, classes):  # pragma: no cover - compiled
     word_ids = np.empty(bound, dtype=np.int64)
     sentence_lengths = np.empty(bound, dtype=np.int64)
     sentence_counts = np.zeros(len(offsets) - 1, dtype=np.int64)
-    keys = np.empty(bound, dtype=np.uint64)  # per distinct word: its first 8 bytes,
-    tails = np.empty(bound, dtype=np.uint64)  # a hash of the bytes after them,
-    lengths = np.empty(bound, dtype=np.int64)  # its length (-1 for the empty word, which is not in the table)
-    starts = np.empty(bound, dtype=np.int64)  # and where the bytes after the 8th are in `store`
+    table = np.full(1 << 12, -1, dtype=np.int64)  # open addressing, linear probing, at most half full
+    keys = np.empty(len(table), dtype=np.uint64)  # per distinct word: its first 8 bytes,
+    tails = np.empty(len(table), dtype=np.uint64)  # a hash of the bytes after them,
+    lengths = np.empty(len(table), dtype=np.int64)  # its length (-1 for the empty word, which is not in the table)
+    starts = np.empty(len(table), dtype=np.int64)  # and where the bytes after the 8th are in `store`
     store = np.empty(size + 1, dtype=np.uint8)
     stored = 0
-    table = np.full(1 << 12, -1, dtype=np.int64)  # open addressing, linear probing, at most half full
     mask = len(table) - 1
     prime = np.uint64(1099511628211)
     words = 0
@@ -309,7 +307,11 @@ def encode_utf8(data, offsets, classes):  # pragma: no cover - compiled
                         stored += 1
                     found = distinct
                     distinct += 1
-                    if 2 * distinct > len(table):
+                    if 2 * distinct > len(table):  # twice the room (the empty word may take one more)
+                        keys = np.concatenate((keys, np.empty(len(table), dtype=np.uint64)))
+                        tails = np.concatenate((tails, np.empty(len(table), dtype=np.uint64)))
+                        lengths = np.concatenate((lengths, np.empty(len(table), dtype=np.int64)))
+                        starts = np.concatenate((starts, np.empty(len(table), dtype=np.int64)))
                         table = np.full(2 * len(table), -1, dtype=np.int64)
                         mask = len(table) - 1
                         for d in range(distinct):

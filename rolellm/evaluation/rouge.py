@@ -39,11 +39,14 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from rolellm.evaluation.lcs import encode_texts, union_lcs_words
 
 
 logger = logging.getLogger(__name__)
+_PROGRESS_FROM = 200_000  # pairs (a few seconds): show a progress bar
+_CHUNK = 50_000  # pairs per call of the compiled kernel
 _KERNELS = None  # the compiled kernels module once loaded, False when numba is missing
 
 Tokenizer = Literal["whitespace", "char", "rouge_score", "jieba"]
@@ -184,9 +187,23 @@ def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict
     if kernels is not None:
         word_ids = word_ids.astype(np.int64, copy=False)
         distinct = kernels.distinct_word_counts(word_ids, sentence_lengths, sentence_counts, vocab_size)
-        overlap = kernels.union_lcs_overlaps(
-            word_ids, sentence_lengths, first_sentence, sentence_counts, ref, hyp, vocab_size
-        )
+        starts = np.cumsum(sentence_lengths) - sentence_lengths
+        overlap = np.zeros(len(ref), dtype=np.int64)
+        progress = tqdm(total=len(ref), desc="ROUGE-L", unit="pair", disable=len(ref) < _PROGRESS_FROM)
+        for begin in range(0, len(ref), _CHUNK):  # in chunks, for the progress bar
+            end = begin + _CHUNK
+            overlap[begin:end] = kernels.union_lcs_overlaps(
+                word_ids,
+                starts,
+                sentence_lengths,
+                first_sentence,
+                sentence_counts,
+                ref[begin:end],
+                hyp[begin:end],
+                vocab_size,
+            )
+            progress.update(len(overlap[begin:end]))
+        progress.close()
     else:
         distinct, overlap = _overlaps_numpy(word_ids, sentence_lengths, first_sentence, sentence_counts, ref, hyp)
     empty = sentence_counts[hyp] == 0
