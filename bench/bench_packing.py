@@ -19,26 +19,23 @@ processed per sample and the ratios of (c) to (a) and (b).
 import argparse
 import contextlib
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
+from _common import load_sample, require_rolebench_data  # sets the offline environment: before the HF imports
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import datasets  # noqa: E402
-import torch  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
-from trl import SFTConfig, SFTTrainer  # noqa: E402
+# isort: split
+import datasets
+import torch
+from transformers.utils import logging as hf_logging
+from trl import SFTConfig, SFTTrainer
 
-from rolellm.chat_template import set_role_chat_template  # noqa: E402
-from rolellm.data import read_rolebench_jsonl  # noqa: E402
-from rolellm.testing import build_tiny_llama, find_rolebench_data, train_tiny_tokenizer  # noqa: E402
-from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations  # noqa: E402
-from rolellm.training import attention as rolellm_attention  # noqa: E402
+from rolellm.chat_template import set_role_chat_template
+from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
+from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations
+from rolellm.training import attention as rolellm_attention
 
 
 def make_parser():
@@ -49,18 +46,6 @@ def make_parser():
     parser.add_argument("--batch_size", type=int, default=8, help="samples per step of (a)")
     parser.add_argument("--rows_per_step", type=int, default=2, help="packed rows per step of (b) and (c)")
     return parser
-
-
-def load_sample(data_dir: Path, rows: int):
-    root = data_dir / "rolebench" / "rolebench-zh"
-    records = read_rolebench_jsonl(root / "general" / "train.jsonl", "general", "zh")
-    records += read_rolebench_jsonl(root / "role_specific" / "train.jsonl", "role_specific", "zh")
-    dataset = datasets.Dataset.from_list(records)
-    print(f"Chinese RoleBench train rows: {len(dataset)}; fixed sample of {min(rows, len(dataset))} (seed 0)")
-    # The tokenizer learns from the questions and answers only: trained on the repeated system prompts, BPE would
-    # merge them into a few tokens. This gives ~1.4 Chinese characters per token, like current open models.
-    corpus = sorted({text for record in records for text in [record["question"], *record["generated"]]})
-    return dataset.shuffle(seed=0).select(range(min(rows, len(dataset)))), corpus
 
 
 def count(batch, layout):
@@ -91,9 +76,7 @@ def trl_fused_head(enabled: bool):
 def main(args):
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()
-    data_dir = find_rolebench_data()
-    if data_dir is None:
-        raise SystemExit("real RoleBench data not found: set ROLEBENCH_DATA_DIR or place it at ../shared/data")
+    data_dir = require_rolebench_data()
     torch.manual_seed(0)
     rows, corpus = load_sample(data_dir, args.rows)
     profiles = load_profiles(data_dir / "rolebench" / "profiles-zh")

@@ -23,26 +23,22 @@ wide), so skipping the output projection where no loss is taken weighs far more 
 
 import argparse
 import copy
-import os
 import tempfile
 import time
 from pathlib import Path
 
+from _common import load_sample, require_rolebench_data  # sets the offline environment: before the HF imports
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import datasets  # noqa: E402
-import torch  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
-from trl import SFTConfig, SFTTrainer  # noqa: E402
+# isort: split
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
+from trl import SFTConfig, SFTTrainer
 
-from rolellm.chat_template import set_role_chat_template  # noqa: E402
-from rolellm.data import read_rolebench_jsonl  # noqa: E402
-from rolellm.testing import build_tiny_llama, find_rolebench_data, train_tiny_tokenizer  # noqa: E402
-from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations  # noqa: E402
+from rolellm.chat_template import set_role_chat_template
+from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
+from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations
 
 
 def make_parser():
@@ -51,16 +47,6 @@ def make_parser():
     parser.add_argument("--batch_size", type=int, default=8, help="per-device train batch size of every setup")
     parser.add_argument("--max_length", type=int, default=1024, help="max_length of every setup")
     return parser
-
-
-def load_sample(data_dir: Path, rows: int):
-    root = data_dir / "rolebench" / "rolebench-zh"
-    records = read_rolebench_jsonl(root / "general" / "train.jsonl", "general", "zh")
-    records += read_rolebench_jsonl(root / "role_specific" / "train.jsonl", "role_specific", "zh")
-    dataset = datasets.Dataset.from_list(records).shuffle(seed=0).select(range(min(rows, len(records))))
-    corpus = sorted({text for record in records for text in [record["question"], *record["generated"]]})
-    print(f"Chinese RoleBench train rows: {len(records)}; fixed sample of {len(dataset)} (seed 0)")
-    return dataset, corpus
 
 
 def batch_padding(trainer, pad_id: int) -> tuple[int, int]:
@@ -87,9 +73,7 @@ def measure(name, trainer, pad_id, num_samples):
 
 
 def main(args):
-    data_dir = find_rolebench_data()
-    if data_dir is None:
-        raise SystemExit("real RoleBench data not found: set ROLEBENCH_DATA_DIR or place it at ../shared/data")
+    data_dir = require_rolebench_data()
     hf_logging.set_verbosity_error()
     torch.set_num_threads(1)  # CPU seconds then equal wall seconds on an idle machine
     rows, corpus = load_sample(data_dir, args.rows)
