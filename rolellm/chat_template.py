@@ -31,12 +31,14 @@ PROMPTS_DIR = Path(__file__).parent / "prompts"
 ROLE_CHAT_TEMPLATE = (PROMPTS_DIR / "chatml_role.jinja").read_text(encoding="utf-8")
 ROLE_CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
 
-_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+# the environment of every rolellm prompt, packaged or user-supplied: a missing variable is an error
+JINJA_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
 @cache
-def _default_template(lang: str) -> jinja2.Template:
-    return _JINJA.from_string((PROMPTS_DIR / f"system_{lang}.jinja").read_text(encoding="utf-8"))
+def load_prompt(name: str) -> jinja2.Template:
+    """The package prompt file `rolellm/prompts/{name}`, compiled once."""
+    return JINJA_ENV.from_string((PROMPTS_DIR / name).read_text(encoding="utf-8"))
 
 
 def build_system_instruction(
@@ -77,10 +79,10 @@ def build_system_instruction(
     if template is None:
         if lang not in ("en", "zh"):
             raise ValueError(f"lang={lang!r} has no default system instruction: use 'en' or 'zh', or pass template=")
-        compiled = _default_template(lang)
+        compiled = load_prompt(f"system_{lang}.jinja")
     else:
         try:
-            compiled = _JINJA.from_string(template)
+            compiled = JINJA_ENV.from_string(template)
         except jinja2.TemplateSyntaxError as error:
             raise ValueError(f"template= is not valid Jinja (line {error.lineno}): {error.message}") from error
     try:

@@ -29,20 +29,18 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cache, partial
-from pathlib import Path
+from functools import partial
 from typing import Literal
 
-import jinja2
 import numpy as np
 
+from rolellm.chat_template import load_prompt
 from rolellm.evaluation.rouge import detect_language
 from rolellm.generation.client import ChatRequest
 
 
 logger = logging.getLogger(__name__)
 
-PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
 NAMES = ("model_a", "model_b")  # the answers' names, by position: the judge never sees which model wrote what
 Outcome = Literal["win", "tie", "loss", "failed"]
 
@@ -52,12 +50,6 @@ _BLOCK = re.compile(r"\{[^{}]*\}")
 _QUOTE = "[\"'“”‘’]"
 _MODEL_FIELD = re.compile(rf"{_QUOTE}model{_QUOTE}\s*[:：]\s*{_QUOTE}?\s*([\w\- ]+?)\s*{_QUOTE}?\s*[,，}}]")
 _RANK_FIELD = re.compile(rf"{_QUOTE}rank{_QUOTE}\s*[:：]\s*{_QUOTE}?\s*(\d+)")
-
-
-@cache
-def _template(lang: str):
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
-    return environment.from_string((PROMPTS_DIR / f"judge_{lang}.jinja").read_text(encoding="utf-8")).module
 
 
 def build_judge_messages(
@@ -73,7 +65,7 @@ def build_judge_messages(
     """
     if len(answers) > len(NAMES):
         raise ValueError(f"The judge compares at most {len(NAMES)} answers, got {len(answers)}.")
-    template = _template(lang)
+    template = load_prompt(f"judge_{lang}.jinja").module  # the macros `system()` and `user(...)`
     question_dict = json.dumps({"question": question}, ensure_ascii=False)
     answer_list = [{"model": name, "answer": answer} for name, answer in zip(NAMES, answers)]
     user = template.user(role, description, question_dict, json.dumps(answer_list, ensure_ascii=False))

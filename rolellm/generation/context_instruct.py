@@ -29,11 +29,11 @@ from rolellm.generation.job import (
     as_profiles,
     extract_json,
     failure_reason,
-    render_prompt,
-    render_prompt_source,
     rows_to_dataset,
+    sampling_params,
     save_generation_metadata,
     usage_since,
+    user_prompt,
     write_jsonl,
 )
 from rolellm.profiles import RoleProfile, Utterance
@@ -226,11 +226,7 @@ class ContextInstruct:
             "segment": segment,
             "num_questions": self.config.num_questions,
         }
-        if self.config.prompt_template is not None:
-            content = render_prompt_source(self.config.prompt_template, **variables)
-        else:
-            content = render_prompt(f"context_instruct_{profile.lang}.jinja", **variables)
-        return [{"role": "user", "content": content}]
+        return user_prompt(self.config.prompt_template, f"context_instruct_{profile.lang}.jinja", **variables)
 
     def parse(self, text: str) -> dict:
         """`parse_items(text)`: the valid items and the counts of invalid ones; `ValueError` asks again."""
@@ -240,7 +236,6 @@ class ContextInstruct:
         """One request per segment of every profile, and the number of segments per role."""
         config = self.config
         requests, segments_per_role = [], {}
-        params = {"temperature": config.temperature, "max_tokens": config.max_tokens, "seed": config.seed}
         for profile in profiles:
             if not profile.dialogue:
                 raise ValueError(
@@ -250,7 +245,9 @@ class ContextInstruct:
             segments_per_role[profile.name] = len(segments)
             for index, segment in enumerate(segments):
                 metadata = {"role": profile.name, "lang": profile.lang, "segment": index}
-                requests.append(ChatRequest(self.prompt(profile, segment), params=dict(params), metadata=metadata))
+                requests.append(
+                    ChatRequest(self.prompt(profile, segment), params=sampling_params(config), metadata=metadata)
+                )
         return requests, segments_per_role
 
     def generate(self, client, profiles, output_dir=None) -> datasets.DatasetDict:

@@ -8,39 +8,46 @@ import dataclasses
 import json
 import re
 from collections import Counter
-from functools import cache
 from pathlib import Path
 
 import datasets
 import jinja2
 
+from rolellm.chat_template import JINJA_ENV, load_prompt
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.profiles import RoleProfile
 
-
-PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
-_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 GENERATION_CONFIG_NAME = "generation_config.json"
 GENERATION_STATS_NAME = "generation_stats.json"
 
 
-@cache
-def _template(name: str) -> jinja2.Template:
-    return _JINJA.from_string((PROMPTS_DIR / name).read_text(encoding="utf-8"))
-
-
 def render_prompt(name: str, **variables) -> str:
     """Render the package prompt file `rolellm/prompts/{name}` with `variables` (a missing variable is an error)."""
-    return _template(name).render(**variables).strip()
+    return load_prompt(name).render(**variables).strip()
 
 
 def render_prompt_source(source: str, **variables) -> str:
     """Render a user-supplied Jinja template (a config's prompt override) with `variables`."""
     try:
-        return _JINJA.from_string(source).render(**variables).strip()
+        return JINJA_ENV.from_string(source).render(**variables).strip()
     except jinja2.TemplateError as error:
         raise ValueError(f"The prompt template is not valid Jinja for {sorted(variables)}: {error}") from error
+
+
+def user_prompt(prompt_template: str | None, name: str, **variables) -> list[dict]:
+    """A generator's request messages: one user message rendered from the config's `prompt_template` (Jinja source)
+    when it is set, from the package prompt file `rolellm/prompts/{name}` otherwise."""
+    if prompt_template is not None:
+        content = render_prompt_source(prompt_template, **variables)
+    else:
+        content = render_prompt(name, **variables)
+    return [{"role": "user", "content": content}]
+
+
+def sampling_params(config, seed_offset: int = 0) -> dict:
+    """A generator config's sampling parameters in the chat-completions names (the seed moved on by `seed_offset`)."""
+    return {"temperature": config.temperature, "max_tokens": config.max_tokens, "seed": config.seed + seed_offset}
 
 
 def as_profiles(profiles) -> list[RoleProfile]:

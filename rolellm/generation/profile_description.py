@@ -26,10 +26,10 @@ from rolellm.generation.job import (
     as_profiles,
     extract_json,
     failure_reason,
-    render_prompt,
-    render_prompt_source,
+    sampling_params,
     save_generation_metadata,
     usage_since,
+    user_prompt,
 )
 from rolellm.profiles import RoleProfile
 
@@ -106,11 +106,7 @@ class ProfileDescriber:
             "description_length": config.description_length,
             "num_catchphrases": config.num_catchphrases,
         }
-        if config.prompt_template is not None:
-            content = render_prompt_source(config.prompt_template, **variables)
-        else:
-            content = render_prompt(f"profile_description_{profile.lang}.jinja", **variables)
-        return [{"role": "user", "content": content}]
+        return user_prompt(config.prompt_template, f"profile_description_{profile.lang}.jinja", **variables)
 
     def parse(self, text: str) -> dict:
         """`{"description": str, "catchphrases": list[str]}` from the answer; `ValueError` asks again."""
@@ -139,14 +135,15 @@ class ProfileDescriber:
         """
         config = self.config
         profiles = as_profiles(profiles)
-        params = {"temperature": config.temperature, "max_tokens": config.max_tokens, "seed": config.seed}
         requests = []
         for profile in profiles:
             if not any(u.speaker == profile.name for u in profile.dialogue):
                 raise ValueError(
                     f"Profile {profile.name!r} has no line of its own in its dialogue to describe it from"
                 )
-            requests.append(ChatRequest(self.prompt(profile), params=dict(params), metadata={"role": profile.name}))
+            requests.append(
+                ChatRequest(self.prompt(profile), params=sampling_params(config), metadata={"role": profile.name})
+            )
         before = dataclasses.asdict(client.usage)
         results = client.generate(requests, parse=self.parse, desc="Profile descriptions")
         failed, dropped = DropCounter(), DropCounter()

@@ -29,6 +29,7 @@ from rolellm.generation.job import (
     failure_reason,
     render_prompt,
     rows_to_dataset,
+    sampling_params,
     save_generation_metadata,
     usage_since,
     write_jsonl,
@@ -187,12 +188,8 @@ class RoleGPT:
         for index, (profile, question, reference) in enumerate(self.pairs(profiles, instructions)):
             messages = self.prompt(profile, question, reference)
             for sample in range(config.num_samples):
-                params = {
-                    "temperature": config.temperature,
-                    "max_tokens": config.max_tokens,
-                    "seed": config.seed + sample,
-                }
                 metadata = {"pair": index, "role": profile.name, "question": question, "lang": profile.lang}
+                params = sampling_params(config, seed_offset=sample)
                 requests.append(ChatRequest(messages, params=params, sample_index=sample, metadata=metadata))
         return requests
 
