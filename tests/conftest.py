@@ -52,3 +52,20 @@ def rolebench_dir(shared_data_dir):
     if not path.is_dir():
         pytest.skip(f"{path} not found: the real RoleBench release files are needed")
     return path
+
+
+@pytest.fixture(scope="session")
+def screenplay_dir(shared_data_dir):
+    """`<data>/roleglm-screenplay`: the RoleGLM screenplay profiles (`profile_zhenhuan`, `profile_xiyou`)."""
+    path = shared_data_dir / "roleglm-screenplay"
+    if not path.is_dir():
+        pytest.skip(f"{path} not found: the RoleGLM screenplay profiles are needed")
+    return path
+
+
+@pytest.fixture(scope="module")
+def zhenhuan(screenplay_dir):
+    """The 甄嬛传 profiles with their script dialogue, `{name: RoleProfile}` (read again for each test module)."""
+    from rolellm.profiles import read_screenplay_folder
+
+    return read_screenplay_folder(screenplay_dir / "profile_zhenhuan")

@@ -12,16 +12,8 @@ import pytest
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.client import OpenAIChatClient, estimate_tokens
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig, parse_items, segment_profile
-from rolellm.profiles import RoleProfile, read_screenplay_folder
+from rolellm.profiles import RoleProfile
 from rolellm.testing import ChatCompletionsServer, Fault, content_key
-
-
-@pytest.fixture(scope="module")
-def zhenhuan(shared_data_dir):
-    folder = shared_data_dir / "roleglm-screenplay" / "profile_zhenhuan"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found: the RoleGLM screenplay profiles are needed")
-    return read_screenplay_folder(folder)
 
 
 def first_acts(profile: RoleProfile, num_acts: int) -> RoleProfile:

@@ -14,14 +14,6 @@ from rolellm.testing import ChatCompletionsServer
 RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"
 
 
-@pytest.fixture(scope="module")
-def screenplay_dir(shared_data_dir):
-    folder = shared_data_dir / "roleglm-screenplay"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found: the RoleGLM screenplay profiles are needed")
-    return folder
-
-
 def test_recipes_hold_only_known_fields():
     for name in ("rolegpt", "context_instruct", "profile"):
         from rolellm.scripts.generate import SUBCOMMANDS

@@ -5,16 +5,8 @@ import pytest
 
 from rolellm.generation.client import OpenAIChatClient, estimate_tokens
 from rolellm.generation.profile_description import ProfileDescriber, ProfileDescriptionConfig, sample_dialogue
-from rolellm.profiles import read_release_profiles, read_screenplay_folder
+from rolellm.profiles import read_release_profiles
 from rolellm.testing import ChatCompletionsServer
-
-
-@pytest.fixture(scope="module")
-def zhenhuan(shared_data_dir):
-    folder = shared_data_dir / "roleglm-screenplay" / "profile_zhenhuan"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found: the RoleGLM screenplay profiles are needed")
-    return read_screenplay_folder(folder)
 
 
 def test_dialogue_sample_spans_the_script(zhenhuan):

@@ -24,14 +24,6 @@ ZHENHUAN_LINES = {"华妃": 2723, "槿汐": 4467, "浣碧": 3531, "甄嬛": 1230
                   "苏培盛": 4957, "陵容": 3342}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def screenplay_dir(shared_data_dir):
-    path = shared_data_dir / "roleglm-screenplay"
-    if not path.is_dir():
-        pytest.skip(f"{path} not found")
-    return path
-
-
 def test_split_catchphrases_chinese_release_sentences(rolebench_dir):
     descriptions = json.loads((rolebench_dir / "profiles-zh" / "desc.json").read_text(encoding="utf-8"))
     split = {name: split_catchphrases(text, "zh") for name, text in descriptions.items()}

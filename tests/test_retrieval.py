@@ -1,15 +1,12 @@
 import pytest
 
 from rolellm.generation.retrieval import DialogueRetriever, dialogue_to_messages, tokenize_for_bm25
-from rolellm.profiles import RoleProfile, Utterance, read_screenplay_folder
+from rolellm.profiles import RoleProfile, Utterance
 
 
 @pytest.fixture(scope="module")
-def huafei(shared_data_dir):
-    folder = shared_data_dir / "roleglm-screenplay" / "profile_zhenhuan"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found: the RoleGLM screenplay profiles are needed")
-    return read_screenplay_folder(folder)["华妃"]
+def huafei(zhenhuan):
+    return zhenhuan["华妃"]
 
 
 def test_groups_indexed_and_skipped_on_real_profile(huafei):

@@ -7,16 +7,8 @@ from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.client import OpenAIChatClient
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig, address_question
-from rolellm.profiles import RoleProfile, read_screenplay_folder
+from rolellm.profiles import RoleProfile
 from rolellm.testing import ChatCompletionsServer, Fault, content_key
-
-
-@pytest.fixture(scope="module")
-def zhenhuan(shared_data_dir):
-    folder = shared_data_dir / "roleglm-screenplay" / "profile_zhenhuan"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found: the RoleGLM screenplay profiles are needed")
-    return read_screenplay_folder(folder)
 
 
 HUAFEI_SYSTEM = (
