@@ -19,15 +19,14 @@ import logging
 import os
 from typing import Any
 
+from rolellm.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.generation.chat import ChatClient, ChatRequest, ChatResult, as_request
 
 
 logger = logging.getLogger(__name__)
 
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+# `chat_template="chatml"`: the package's ChatML template, the one `rolellm.set_role_chat_template` installs
+CHATML_TEMPLATE = ROLE_CHAT_TEMPLATE
 
 # chat-completions parameter -> `generate()` keyword
 _PARAMS = {
