@@ -49,9 +49,10 @@ def main():
         profile.dialogue = [u for u in profile.dialogue if u.act_id in acts]
 
     config = ContextInstructConfig(max_segment_tokens=1000, num_test=2, max_tokens=args.max_tokens)
-    print(f"{len(segment_profile(profile, config.max_segment_tokens))} segments; the first prompt:")
+    segments = segment_profile(profile, config.max_segment_tokens)
+    print(f"{len(segments)} segments; the first prompt:")
     generator = ContextInstruct(config)
-    print(generator.prompt(profile, segment_profile(profile, config.max_segment_tokens)[0])[0]["content"][:400])
+    print(generator.prompt(profile, segments[0])[0]["content"][:400])
 
     client = make_client(args, Path(args.output_dir) / "cache.sqlite")
     print(generator.generate(client, [profile], output_dir=Path(args.output_dir) / "context_instruct"))
