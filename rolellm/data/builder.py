@@ -40,7 +40,7 @@ from rolellm.profile_files import read_release_profiles
 from rolellm.profiles import RoleProfile, role_key
 
 
-_CITATION = """\
+CITATION = """\
 @article{wang2023rolellm,
   title   = {RoleLLM: Benchmarking, Eliciting, and Enhancing Role-Playing Abilities of Large Language Models},
   author  = {Zekun Moore Wang and Zhongyuan Peng and Haoran Que and Jiaheng Liu and Wangchunshu Zhou and Yuhan Wu and Hongcheng Guo and Ruitong Gan and Zehao Ni and Jian Yang and Man Zhang and Zhaoxiang Zhang and Wanli Ouyang and Ke Xu and Stephen W. Huang and Jie Fu and Junran Peng},
@@ -91,7 +91,7 @@ class RoleBench(datasets.GeneratorBasedBuilder):
                 {**ROW_FEATURES, **({"raw": datasets.Value("string")} if self.config.keep_raw else {})}
             )
         return datasets.DatasetInfo(
-            description=_DESCRIPTION, features=features, homepage=_HOMEPAGE, license=_LICENSE, citation=_CITATION
+            description=_DESCRIPTION, features=features, homepage=_HOMEPAGE, license=_LICENSE, citation=CITATION
         )
 
     def _split_generators(self, dl_manager):

@@ -11,7 +11,7 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from rolellm.data.builder import _CITATION
+from rolellm.data.builder import CITATION
 from rolellm.data.layout import CONFIG_SPECS
 
 
@@ -62,7 +62,7 @@ def build_card(
     configs: dict[str, datasets.DatasetDict],
     pretty_name: str = "RoleBench",
     license: str = "apache-2.0",
-    citation: str = _CITATION,
+    citation: str = CITATION,
     description: str | None = None,
 ) -> DatasetCard:
     """The dataset card for `configs` (`{config name: DatasetDict}`), parquet files under `{config}/{split}-*`."""

@@ -14,16 +14,7 @@ import platform
 import yaml
 
 from rolellm import __version__
-
-
-CITATION = """@article{wang2023rolellm,
-  title   = {RoleLLM: Benchmarking, Eliciting, and Enhancing Role-Playing Abilities of Large Language Models},
-  author  = {Zekun Moore Wang and Zhongyuan Peng and Haoran Que and Jiaheng Liu and Wangchunshu Zhou and Yuhan Wu
-             and Hongcheng Guo and Ruitong Gan and Zehao Ni and Jian Yang and Man Zhang and Zhaoxiang Zhang
-             and Wanli Ouyang and Ke Xu and Stephen W. Huang and Jie Fu and Junran Peng},
-  journal = {arXiv preprint arXiv:2310.00746},
-  year    = {2023}
-}"""
+from rolellm.data.builder import CITATION
 
 
 def build_model_card(
@@ -143,7 +134,7 @@ def build_model_card(
         "## Citation",
         "",
         "```bibtex",
-        CITATION,
+        CITATION.strip(),
         "```",
         "",
         f"Framework: rolellm {__version__}, Python {platform.python_version()}.",
