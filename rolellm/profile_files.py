@@ -27,6 +27,7 @@ from rolellm.profiles import (
     Utterance,
     join_catchphrases,
     parse_description,
+    parse_json_line,
     role_key,
 )
 
@@ -80,7 +81,7 @@ def read_profile_jsonl(
         for line_no, line in enumerate(file, start=1):
             if not line.strip():
                 continue
-            record = _parse_json_line(line, path, line_no)
+            record = parse_json_line(line, path, line_no)
             for key, kind in _LINE_FIELDS.items():
                 if key not in record:
                     raise DataFormatError(
@@ -231,16 +232,6 @@ def _read_generated_marker(path: Path) -> set[str]:
         return set(marker.get("generated", [])) - set(marker.get("reviewed", []))
     except (json.JSONDecodeError, AttributeError, TypeError):
         raise DataFormatError(f'{path}: expected {{"generated": [role, ...], "reviewed": [role, ...]}}') from None
-
-
-def _parse_json_line(line: str, path: Path, line_no: int) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise DataFormatError(f"{path}:{line_no}: not valid JSON ({error.msg} at column {error.colno})") from None
-    if not isinstance(record, dict):
-        raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
-    return record
 
 
 def _read_json_object(path: Path, required: bool) -> dict[str, str]:

@@ -16,6 +16,7 @@ dataclasses and the catchphrase sentence; the readers and writers of the release
 '齐天大圣，性格桀骜不驯。常用口头禅是：“俺老孙来也”'
 """
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
@@ -42,6 +43,26 @@ class DataFormatError(ValueError):
 
     The message names the file, the line (1-based) and the field, the value found and what was expected.
     """
+
+
+def parse_json_line(line: str, path, line_no: int) -> dict:
+    """One line of a JSON-lines file as a dict; anything else is a `DataFormatError` naming the file and the line.
+
+    >>> parse_json_line('{"role": "Po"}', "rows.jsonl", 1)
+    {'role': 'Po'}
+    >>> parse_json_line("[1, 2]", "rows.jsonl", 2)
+    Traceback (most recent call last):
+    ...
+    rolellm.profiles.DataFormatError: rows.jsonl:2: expected a JSON object, got list
+    """
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        hint = " (the line looks truncated)" if not line.rstrip().endswith("}") else ""
+        raise DataFormatError(f"{path}:{line_no}: not valid JSON{hint}: {error.msg} (column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+    return record
 
 
 class ProfileFileWarning(UserWarning):

@@ -19,11 +19,10 @@ recoverable. Role names keep the data's spelling (`Dr. Frank-N-Furter`); profile
 [{'role': 'Po', 'question': 'Who are you?', 'generated': ['Po!'], 'type': ['script_agnostic'], 'subset': 'role_specific', 'lang': 'en'}]
 """
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from rolellm.profiles import DataFormatError
+from rolellm.profiles import DataFormatError, parse_json_line
 
 
 SUBSETS = ("general", "role_specific")
@@ -42,7 +41,7 @@ def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str, keep_raw: boo
         for line_no, line in enumerate(file, start=1):
             if not line.strip():
                 continue
-            row = normalize_row(_parse(line, path, line_no), subset, lang, where=f"{path}:{line_no}")
+            row = normalize_row(parse_json_line(line, path, line_no), subset, lang, where=f"{path}:{line_no}")
             if keep_raw:
                 row["raw"] = line.rstrip("\n")
             yield row
@@ -111,17 +110,6 @@ def _normalize_type(value, n_generated: int, where: str) -> list[str]:
         if entry not in TYPES:
             raise DataFormatError(f"{where}: field 'type' has {entry!r}; expected one of {TYPES}")
     return list(value)
-
-
-def _parse(line: str, path: Path, line_no: int) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        hint = " (the line looks truncated)" if not line.rstrip().endswith("}") else ""
-        raise DataFormatError(f"{path}:{line_no}: not valid JSON{hint}: {error.msg} (column {error.colno})") from None
-    if not isinstance(record, dict):
-        raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
-    return record
 
 
 def _describe(value) -> str:
