@@ -97,8 +97,9 @@ def test_transient_faults_are_retried(kind, backend):
 
 def test_timeouts_are_retried(backend):
     with ChatCompletionsServer(shout) as server:
-        server.add_faults(Fault("slow", delay=1.5))
-        client = make_client(server, timeout=0.3, http_backend=backend)
+        # the time-out leaves room for a loaded machine to answer the retry; the slow answer is far past it
+        server.add_faults(Fault("slow", delay=4.0))
+        client = make_client(server, timeout=1.0, http_backend=backend)
         [result] = client.generate([ask("patience")])
     assert result.text == "PATIENCE"
     assert client.usage.retries == 1 and client.usage.requests == 1

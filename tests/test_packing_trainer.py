@@ -129,6 +129,7 @@ assert len(trainer.train_dataset) == 2 and trainer.accelerator.num_processes == 
 trainer.train()
 if trainer.accelerator.is_main_process:
     torch.save({k: v.detach() for k, v in trainer.model.named_parameters()}, out + "/params.pt")
+trainer.end()  # destroys the process group: a rank leaving with it alive can abort the other at exit
 """
 
 
