@@ -132,12 +132,12 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
         tags["华妃"][2]: Fault("rate_limit", retry_after=0.05),
         tags["皇帝"][0]: Fault("server_error"),
         tags["皇帝"][1]: Fault("garbled"),
-        tags["皇帝"][2]: Fault("slow", delay=1.0),
+        tags["皇帝"][2]: Fault("slow", delay=2.5),
     }
     responder = ContextInstructResponder(faults)
     with ChatCompletionsServer(responder) as server:
         client = OpenAIChatClient(
-            "test-model", base_url=server.base_url, max_concurrency=4, timeout=0.5, initial_backoff=0.01,
+            "test-model", base_url=server.base_url, max_concurrency=4, timeout=1.0, initial_backoff=0.01,
             cache_path=tmp_path / "cache.sqlite", progress=False,
         )  # fmt: skip
         generator = ContextInstruct(config)

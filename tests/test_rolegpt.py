@@ -104,7 +104,7 @@ class RoleGPTResponder:
             (0, "华妃", 1): Fault("server_error"),
             (1, "华妃", 0): Fault("garbled"),
             (1, "皇帝", 0): Fault("truncated"),
-            (2, "皇帝", 1): Fault("slow", delay=1.0),
+            (2, "皇帝", 1): Fault("slow", delay=2.5),
         }
 
     def __call__(self, body):
@@ -136,7 +136,7 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
     responder = RoleGPTResponder()
     with ChatCompletionsServer(responder) as server:
         client = OpenAIChatClient(
-            "test-model", base_url=server.base_url, max_concurrency=4, timeout=0.5, initial_backoff=0.01, max_retries=2,
+            "test-model", base_url=server.base_url, max_concurrency=4, timeout=1.0, initial_backoff=0.01, max_retries=2,
             cache_path=tmp_path / "cache.sqlite", progress=False,
         )  # fmt: skip
         result = rolegpt.generate(client, profiles, QUESTIONS, output_dir=tmp_path / "out")
