@@ -29,7 +29,6 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -217,7 +216,7 @@ def judge_win_rate(
     estimate = client.estimate(requests)
     if verbose:
         print(f"GPT judge ({client.model_name}): {estimate}")
-    results = client.generate(requests, parse=partial(parse_ranking, names=NAMES), desc="GPT judge")
+    results = client.generate(requests, parse=parse_ranking, desc="GPT judge")
     outcomes: list[Outcome] = []
     errors: dict[int, str] = {}
     ranks = []
