@@ -132,8 +132,7 @@ def load_profiles(args: GenerateArguments) -> list:
 
 
 def build_client(args: GenerateArguments):
-    cache_path = args.cache_path or str(Path(args.output_dir) / "cache.sqlite")
-    Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+    cache_path = args.cache_path or str(Path(args.output_dir) / "cache.sqlite")  # ChatCache creates its folder
     if args.backend == "local":
         from rolellm.generation.local import LocalChatClient
 
