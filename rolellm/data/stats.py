@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.data.layout import CONFIG_SPECS, available_splits, config_files
+from rolellm.data.readers import SUBSETS, iter_rolebench_jsonl
 
 
 STATS_SPLITS = ("train", "test")
@@ -82,8 +83,6 @@ def compute_stats(rows: Iterable[dict], zh_tokenizer: Literal["jieba", "chars"] 
 
 
 def _part_rows(data_dir: Path, part: str, split: str, subset: str):
-    from rolellm.data.readers import iter_rolebench_jsonl
-
     name = f"{part}-{subset}"
     if split not in available_splits(data_dir, name):
         return None
@@ -105,12 +104,12 @@ def rolebench_stats(data_dir: str | Path, zh_tokenizer: Literal["jieba", "chars"
         found = {
             (split, subset): rows
             for split in STATS_SPLITS
-            for subset in ("general", "role_specific")
+            for subset in SUBSETS
             if (rows := _part_rows(data_dir, part, split, subset)) is not None
         }
         for split in (*STATS_SPLITS, "train+test"):
             by_subset = {}
-            for subset in ("general", "role_specific"):
+            for subset in SUBSETS:
                 keys = [(s, subset) for s in STATS_SPLITS] if split == "train+test" else [(split, subset)]
                 if all(key in found for key in keys):
                     by_subset[subset] = [row for key in keys for row in found[key]]
@@ -206,7 +205,7 @@ def check_release_leakage(data_dir: str | Path) -> dict[str, LeakageReport | Non
     data_dir = Path(data_dir)
     reports = {}
     for part in PARTS:
-        for subset in ("general", "role_specific"):
+        for subset in SUBSETS:
             train, test = (_part_rows(data_dir, part, split, subset) for split in STATS_SPLITS)
             if train is None or test is None:
                 reports[f"{part}-{subset}"] = None
