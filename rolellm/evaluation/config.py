@@ -10,6 +10,8 @@ from typing import Literal
 
 
 ROLEGPT = "rolegpt"
+# the prompting modes of `rolellm.evaluation.prompting.build_messages`
+PromptingMode = Literal["system", "zero-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"]
 # the fields of EvaluateConfig that decide what is generated: a resumed run must agree on all of them
 GENERATION_FIELDS = (
     "model_name_or_path", "base_url", "dataset_name", "split", "mode", "num_examples", "roles", "max_samples_per_role",
@@ -89,9 +91,7 @@ class EvaluateConfig:
     max_samples_per_role: int | None = field(default=None, metadata={"help": "First N rows per role and subset."})
     profiles_dir: list[str] | None = field(default=None, metadata={"help": "Screenplay profile folders (dialogue)."})
     raw_targets_file: str | None = field(default=None, metadata={"help": "instructions-general.jsonl (RAW)."})
-    mode: Literal["system", "zero-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"] = field(
-        default="system", metadata={"help": "Prompting mode."}
-    )
+    mode: PromptingMode = field(default="system", metadata={"help": "Prompting mode."})
     num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved by the few-shot modes."})
     system_template: str | None = field(default=None, metadata={"help": "Jinja source replacing the instruction."})
     max_new_tokens: int = field(default=256, metadata={"help": "Longest answer, in tokens."})

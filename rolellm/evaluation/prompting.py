@@ -20,14 +20,14 @@ prompt engineering*.
 '\\n\\n你最爱喝什么酒？'
 """
 
-from typing import Literal
+from typing import get_args
 
 from rolellm.chat_template import build_system_instruction
+from rolellm.evaluation.config import PromptingMode
 from rolellm.profiles import RoleProfile
 
 
-PromptingMode = Literal["system", "zero-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"]
-PROMPTING_MODES = ("system", "zero-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval")
+PROMPTING_MODES = get_args(PromptingMode)
 FEW_SHOT_MODES = ("few-shot-prompt", "few-shot-dialogue", "retrieval")
 
 # The header above the pasted examples of `few-shot-prompt` and the label before the question.
