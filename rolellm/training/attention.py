@@ -185,6 +185,23 @@ def _use_fused_lm_head(device: torch.device) -> bool:
     return device.type in ("cuda", "xpu") and importlib.util.find_spec("triton") is not None
 
 
+def log_subset_losses(trainer, mode: str, nll: torch.Tensor, subset_ids: torch.Tensor) -> None:
+    """Log the mean loss of the `general` and `role_specific` tokens (`loss_general`, ...) over all processes.
+
+    `nll` and `subset_ids` hold the loss and the subset id (`rolellm.training.data.SUBSET_IDS`) of each trained
+    token, in the same order.
+    """
+    from rolellm.training.data import SUBSET_IDS
+
+    gather = trainer.accelerator.gather_for_metrics
+    for name, index in SUBSET_IDS.items():
+        selected = subset_ids == index
+        count = gather(selected.sum()).sum()
+        if count > 0:
+            total = gather(nll[selected].sum().float()).sum()
+            trainer._metrics[mode][f"loss_{name}"].append((total / count).item())
+
+
 def compute_prefix_shared_loss(
     trainer, model, inputs, backend: AttentionBackend, return_outputs=False, num_items_in_batch=None
 ):
@@ -214,15 +231,8 @@ def compute_prefix_shared_loss(
         trainer._total_train_tokens += gather(real_tokens).sum().item() // trainer._tp_size
     trainer._metrics[mode]["num_tokens"] = [trainer._total_train_tokens]
     if subset_ids is not None and trainer.args.log_subset_losses:
-        from rolellm.training.data import SUBSET_IDS
-
         targets = subset_ids[:, 1:][inputs["labels"][:, 1:] != -100].to(stats["nll"].device)
-        for name, index in SUBSET_IDS.items():
-            selected = targets == index
-            count = gather(selected.sum()).sum()
-            if count > 0:
-                total = gather(stats["nll"][selected].sum().float()).sum()
-                trainer._metrics[mode][f"loss_{name}"].append((total / count).item())
+        log_subset_losses(trainer, mode, stats["nll"], targets)
     if return_outputs:  # the full logits, for `compute_metrics`: one more forward, as in `SFTTrainer`
         with torch.no_grad():
             return loss, model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)

@@ -32,7 +32,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.chat_template import encode_chat, has_generation_markers, set_role_chat_template
-from rolellm.training.attention import compute_prefix_shared_loss, resolve_prefix_sharing
+from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, load_profiles, mix_subsets, rolebench_to_conversations
@@ -270,7 +270,6 @@ class RoCITTrainer(SFTTrainer):
         """`messages` -> `input_ids`, `assistant_masks` and per-token `subset_ids`, truncated to `max_length`."""
         tokenizer = self._tokenizer
         assistant_only = self._train_on_assistant_only
-        subset_of = dict(SUBSET_IDS)
         if args.max_length is None:
             window = slice(None)
         else:
@@ -280,12 +279,8 @@ class RoCITTrainer(SFTTrainer):
 
         def tokenize(example):
             encoded = encode_chat(tokenizer, example["messages"])
-            n = len(encoded["input_ids"])
-            out = {
-                "input_ids": encoded["input_ids"][window],
-                "subset_ids": [subset_of.get(example.get("subset"), -1)] * n,
-            }
-            out["subset_ids"] = out["subset_ids"][window]
+            input_ids = encoded["input_ids"][window]
+            out = {"input_ids": input_ids, "subset_ids": [SUBSET_IDS.get(example.get("subset"), -1)] * len(input_ids)}
             if assistant_only:
                 out["assistant_masks"] = encoded["assistant_masks"][window]
             return out
@@ -335,14 +330,9 @@ class RoCITTrainer(SFTTrainer):
 
     def _log_subset_losses(self, outputs, subset_ids):
         mode = "train" if self.model.training else "eval"
-        nll = -outputs.log_probs.detach()  # (batch, seq_len - 1), zero where the label is ignored
-        targets = subset_ids[:, 1:].to(nll.device)  # the subset of each predicted token
-        for name, index in SUBSET_IDS.items():
-            selected = outputs.label_mask & (targets == index)
-            total = self.accelerator.gather_for_metrics((nll * selected).sum().float()).sum()
-            count = self.accelerator.gather_for_metrics(selected.sum()).sum()
-            if count > 0:
-                self._metrics[mode][f"loss_{name}"].append((total / count).item())
+        trained = outputs.label_mask  # (batch, seq_len - 1), like `log_probs`
+        targets = subset_ids[:, 1:].to(trained.device)  # the subset of each predicted token
+        log_subset_losses(self, mode, -outputs.log_probs.detach()[trained], targets[trained])
 
     # ----------------------------------------------------------------------------------------------- card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
