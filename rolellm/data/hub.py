@@ -2,7 +2,8 @@
 
 The result loads with plain `datasets`, no rolellm code: `load_dataset("<folder or repo>", "<config>")`.
 
->>> import json, tempfile, pathlib, datasets
+>>> import tempfile, datasets
+>>> from rolellm.data.schema import ROW_FEATURES
 >>> rows = [{"role": "Po", "question": "Who?", "generated": ["Po!"], "type": [], "subset": "general", "lang": "en"}]
 >>> mine = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows, features=ROW_FEATURES)})
 >>> folder = export_rolebench(tempfile.mkdtemp(), {"my-roles": mine})
@@ -21,7 +22,6 @@ from tqdm.auto import tqdm
 from rolellm.data.builder import load_rolebench
 from rolellm.data.card import build_card
 from rolellm.data.layout import CONFIG_NAMES, HUB_REPO_ID, available_splits, get_spec
-from rolellm.data.schema import ROW_FEATURES  # noqa: F401  (used in the doctest)
 
 
 def release_configs(data_dir: str | Path, configs: list[str] | None = None, **load_kwargs) -> dict:
