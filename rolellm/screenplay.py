@@ -41,7 +41,7 @@ _TRANSITION = re.compile(
 _PAGE_NOISE = re.compile(
     r"^(?:\d+[A-Z]?\.?|\(CONTINUED\)|CONTINUED:|\(CONT'D\)|\(CONT’D\)|[-–—]?\s*\d+\s*[-–—]?)$", re.I
 )
-_EXTENSION = re.compile(r"\s*\((?:CONT'D|CONT’D|CONT|V\.O\.|O\.S\.|O\.C\.|V\.O|O\.S|OS|VO|OC|[^)]*)\)\s*")
+_EXTENSION = re.compile(r"\s*\([^)]*\)\s*")  # a cue's extension: (V.O.), (O.S.), (CONT'D), (into phone), ...
 _CUE = re.compile(r"^[A-Z0-9][A-Z0-9 .'’\-&#]*(?:\s*\([^)]*\))*\s*\^?$")
 
 
