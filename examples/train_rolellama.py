@@ -2,7 +2,8 @@
 
 This is rolellm's training script (`rolellm train`, `rolellm/scripts/train.py`): `make_parser()` is a `TrlParser` over
 `RoleBenchArguments`, `RoCITConfig` and `trl.ModelConfig` that reads `--config recipe.yaml`, and `main()` trains,
-saves the model with its chat template and model card (`train()` does the work and returns the trainer). It runs with `python`, `accelerate launch` and `torchrun`:
+saves the model with its chat template and model card (`train()` does the work and returns the trainer). It runs with
+`python`, `accelerate launch` and `torchrun`:
 
 ```bash
 python examples/train_rolellama.py --config examples/recipes/rolellama-7b-lora.yaml
