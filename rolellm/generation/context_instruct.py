@@ -32,7 +32,6 @@ from rolellm.generation.job import (
     rows_to_dataset,
     sampling_params,
     save_generation_metadata,
-    usage_since,
     user_prompt,
     write_jsonl,
 )
@@ -267,7 +266,7 @@ class ContextInstruct:
         config = self.config
         profiles = as_profiles(profiles)
         requests, segments_per_role = self.requests(profiles)
-        before = dataclasses.asdict(client.usage)
+        before = dataclasses.replace(client.usage)
         results = client.generate(requests, parse=self.parse, desc="Context-Instruct")
         dropped, failed = DropCounter(), DropCounter()
         items_per_role: dict[str, list[dict]] = {profile.name: [] for profile in profiles}
@@ -312,7 +311,7 @@ class ContextInstruct:
             "test": len(split["test"]),
             "dropped": dropped.as_dict(),
             "failed": failed.as_dict(),
-            "usage": usage_since(client, before),
+            "usage": dataclasses.asdict(client.usage - before),
         }
         dataset = datasets.DatasetDict({name: rows_to_dataset(rows) for name, rows in split.items()})
         if output_dir is not None:

@@ -98,12 +98,6 @@ def save_generation_metadata(output_dir, config, client, stats: dict) -> None:
     (output_dir / GENERATION_STATS_NAME).write_text(json.dumps(stats, ensure_ascii=False, indent=2), "utf-8")
 
 
-def usage_since(client, before: dict) -> dict:
-    """The client's usage totals (`requests`, `cached`, `retries`, tokens, ...) accrued since the snapshot `before`."""
-    now = dataclasses.asdict(client.usage)
-    return {key: value - before.get(key, 0) for key, value in now.items()}
-
-
 def extract_json(text: str):
     """The JSON value in an LLM answer, after the usual repairs: code fences, prose around it, trailing commas.
 

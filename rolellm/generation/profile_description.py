@@ -28,7 +28,6 @@ from rolellm.generation.job import (
     failure_reason,
     sampling_params,
     save_generation_metadata,
-    usage_since,
     user_prompt,
 )
 from rolellm.profiles import RoleProfile
@@ -144,7 +143,7 @@ class ProfileDescriber:
             requests.append(
                 ChatRequest(self.prompt(profile), params=sampling_params(config), metadata={"role": profile.name})
             )
-        before = dataclasses.asdict(client.usage)
+        before = dataclasses.replace(client.usage)
         results = client.generate(requests, parse=self.parse, desc="Profile descriptions")
         failed, dropped = DropCounter(), DropCounter()
         described = []
@@ -169,7 +168,7 @@ class ProfileDescriber:
             "described": [p.name for p in described],
             "dropped": dropped.as_dict(),
             "failed": failed.as_dict(),
-            "usage": usage_since(client, before),
+            "usage": dataclasses.asdict(client.usage - before),
         }
         if output_dir is not None:
             self.save(output_dir, client)

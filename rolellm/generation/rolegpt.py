@@ -31,7 +31,6 @@ from rolellm.generation.job import (
     rows_to_dataset,
     sampling_params,
     save_generation_metadata,
-    usage_since,
     write_jsonl,
 )
 from rolellm.generation.retrieval import DialogueRetriever, dialogue_to_messages
@@ -241,7 +240,7 @@ class RoleGPT:
         """
         config = self.config
         requests = self.requests(profiles, instructions)
-        before = dataclasses.asdict(client.usage)
+        before = dataclasses.replace(client.usage)
         results = client.generate(requests, parse=self.parse, desc="RoleGPT")
         num_references = config.num_samples - config.num_baseline
         by_pair: dict[int, list] = {}
@@ -282,7 +281,7 @@ class RoleGPT:
             "baseline_rows": len(baseline),
             "rejected": rejected.as_dict(),
             "failed": failed.as_dict(),
-            "usage": usage_since(client, before),
+            "usage": dataclasses.asdict(client.usage - before),
         }
         dataset = datasets.DatasetDict(train=rows_to_dataset(rows), rolegpt_baseline=rows_to_dataset(baseline))
         if output_dir is not None:
