@@ -302,7 +302,6 @@ class ContextInstruct:
                     "type": [item["type"]],
                 }
                 split[item["split"]].append({**row, "subset": "role_specific", "lang": lang[role]})
-        self.segments_per_role = segments_per_role
         self.stats = {
             "segments": segments_per_role,
             "requests": len(requests),
@@ -353,7 +352,7 @@ class ContextInstruct:
                 )  # fmt: skip
                 write_jsonl(folder / f"role-specific-{role}.jsonl", records)
             write_jsonl(folder / "nums.jsonl", ({"role": role, "num": len(self.items[role])} for role in roles))
-            lines = "".join(f"{role}\t{self.segments_per_role[role]}\n" for role in roles)
+            lines = "".join(f"{role}\t{self.stats['segments'][role]}\n" for role in roles)
             (folder / "split_info.txt").write_text(lines, encoding="utf-8")
         save_generation_metadata(output_dir, self.config, client, self.stats)
         return output_dir
