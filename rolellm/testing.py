@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
@@ -153,6 +153,9 @@ def find_rolebench_data() -> Path | None:
 # --- A real chat-completions server for tests of the LLM clients ------------------------------------------------------
 
 
+FaultKind = Literal["rate_limit", "server_error", "slow", "garbled", "truncated", "empty"]
+
+
 @dataclass
 class Fault:
     """One injected failure of `ChatCompletionsServer`.
@@ -169,14 +172,14 @@ class Fault:
             responder's answer (so a responder that returns such a fault must give it).
     """
 
-    kind: Literal["rate_limit", "server_error", "slow", "garbled", "truncated", "empty"]
+    kind: FaultKind
     retry_after: float = 0.05
     delay: float = 1.0
     status: int = 500
     answer: str | None = None
 
     def __post_init__(self):
-        kinds = ("rate_limit", "server_error", "slow", "garbled", "truncated", "empty")
+        kinds = get_args(FaultKind)
         if self.kind not in kinds:
             raise ValueError(f"Fault kind must be one of {kinds}, got {self.kind!r}")
 
