@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from rolellm.chat_template import ROLE_CHAT_TEMPLATE
+from rolellm.generation.cache import request_key
 from rolellm.generation.chat import ChatClient, ChatRequest, ChatResult, as_request
 
 
@@ -117,10 +118,8 @@ class LocalChatClient(ChatClient):
 
     def key(self, request: ChatRequest, attempt: int = 0) -> str:
         # The local default budget changes the answer, so it is part of the key.
-        request = ChatRequest(
-            request.messages, {"max_tokens": self.max_new_tokens, **request.params}, request.sample_index
-        )
-        return super().key(request, attempt)
+        params = {"max_tokens": self.max_new_tokens, **request.params}
+        return request_key(self.model_name, request.messages, params, request.sample_index, attempt)
 
     def count_prompt_tokens(self, request: ChatRequest) -> int:
         return len(self._render(request))
