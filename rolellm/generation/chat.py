@@ -126,6 +126,8 @@ class ChatClient:
     Subclasses implement `agenerate`; `model_name` names the answering model in the cache key.
     """
 
+    default_max_tokens = 512  # the completion budget `estimate` assumes for a request without `max_tokens`
+
     def __init__(self, model_name: str, cache_path=None, max_parse_attempts: int = 3, progress: bool = True):
         if max_parse_attempts < 1:
             raise ValueError(f"max_parse_attempts must be at least 1, got {max_parse_attempts}")
@@ -134,7 +136,6 @@ class ChatClient:
         self.max_parse_attempts = max_parse_attempts
         self.progress = progress
         self.usage = Usage()
-        self.default_max_tokens = 512
 
     def generate(self, requests: Sequence, parse: Callable[[str], Any] | None = None, desc: str | None = None):
         """Answer `requests` and return one `ChatResult` per request, in order.

@@ -97,7 +97,6 @@ class LocalChatClient(ChatClient):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        self.default_max_tokens = max_new_tokens
         self.chat_template = CHATML_TEMPLATE if chat_template == "chatml" else chat_template
         if self.chat_template is None and tokenizer.chat_template is None:
             raise ValueError(
@@ -115,6 +114,10 @@ class LocalChatClient(ChatClient):
 
     def __repr__(self) -> str:
         return f"LocalChatClient({self.model_name!r}, batch_size={self.batch_size}, cache={self.cache!r})"
+
+    @property
+    def default_max_tokens(self) -> int:
+        return self.max_new_tokens
 
     def key(self, request: ChatRequest, attempt: int = 0) -> str:
         # The local default budget changes the answer, so it is part of the key.
