@@ -24,13 +24,12 @@ from rolellm.scripts.recipe import recipe_parser_class
 
 def make_parser(subparsers=None):
     description = "Answer a RoleBench config with a model (or score RoleGPT's answers), score RAW/CUS/SPE, report."
-    parser_class = recipe_parser_class()
-    if subparsers is not None:
+    if subparsers is not None:  # made with parser_class=recipe_parser_class(), as `rolellm generate` does
         parser = subparsers.add_parser(
             "evaluate", help=description, description=description, dataclass_types=EvaluateConfig
         )
     else:
-        parser = parser_class(EvaluateConfig, prog="rolellm evaluate", description=description)
+        parser = recipe_parser_class()(EvaluateConfig, prog="rolellm evaluate", description=description)
     parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
     return parser
 
