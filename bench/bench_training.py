@@ -36,7 +36,7 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 from trl import SFTConfig, SFTTrainer
 
-from rolellm.chat_template import set_role_chat_template
+from rolellm.encoding.chat_template import set_role_chat_template
 from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
 from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations
 

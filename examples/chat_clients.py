@@ -11,7 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from rolellm.generation import ChatRequest, LocalChatClient, OpenAIChatClient
+from rolellm.clients import ChatRequest, LocalChatClient, OpenAIChatClient
 from rolellm.testing import ChatCompletionsServer, Fault, build_tiny_llama
 
 

@@ -32,7 +32,7 @@ def answer(model, tokenizer, messages: list[dict], max_new_tokens: int = 48) -> 
     """Greedy answer of the model to a conversation, with the chat template used in training."""
     import torch
 
-    from rolellm.chat_template import encode_chat
+    from rolellm.encoding.encode import encode_chat
 
     input_ids = torch.tensor([encode_chat(tokenizer, messages, add_generation_prompt=True)["input_ids"]])
     with torch.no_grad():

@@ -68,8 +68,9 @@ def pack_real_data():
     """Pack the Chinese RoleBench train rows (tiny tokenizer) and print the saving, when the data is present."""
     import datasets
 
-    from rolellm.chat_template import encode_chat, set_role_chat_template
     from rolellm.data import read_rolebench_jsonl
+    from rolellm.encoding.chat_template import set_role_chat_template
+    from rolellm.encoding.encode import encode_chat
     from rolellm.testing import find_rolebench_data, train_tiny_tokenizer
     from rolellm.training import load_profiles, rolebench_to_conversations
     from rolellm.training.packing import pack_with_shared_prefix

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from rolellm import read_release_profiles
+from rolellm.clients import OpenAIChatClient
 from rolellm.evaluation import judge_win_rate, rouge_l, rouge_l_scores
-from rolellm.generation import OpenAIChatClient
 from rolellm.testing import ChatCompletionsServer, find_rolebench_data
 
 

@@ -66,6 +66,6 @@ def screenplay_dir(shared_data_dir):
 @pytest.fixture(scope="module")
 def zhenhuan(screenplay_dir):
     """The 甄嬛传 profiles with their script dialogue, `{name: RoleProfile}` (read again for each test module)."""
-    from rolellm.profiles import read_screenplay_folder
+    from rolellm.roles.release import read_screenplay_folder
 
     return read_screenplay_folder(screenplay_dir / "profile_zhenhuan")

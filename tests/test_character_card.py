@@ -3,14 +3,14 @@ from pathlib import Path
 
 import pytest
 
-from rolellm.character_card import (
+from rolellm.roles.character_card import (
     card_from_profile,
     dumps_character_card,
     profile_from_card,
     read_character_card,
     write_character_card,
 )
-from rolellm.profiles import DataFormatError, RoleProfile, Utterance
+from rolellm.roles.profile import DataFormatError, RoleProfile, Utterance
 
 
 FIXTURES = Path(__file__).parent / "fixtures"

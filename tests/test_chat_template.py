@@ -3,7 +3,7 @@
 import pytest
 
 from rolellm import RoleProfile, Utterance
-from rolellm.chat_template import build_system_instruction
+from rolellm.roles.prompts import build_system_instruction
 
 
 # Copied by hand from the paper's appendix (docs: paper-notes.md), independent of the .jinja files.

@@ -5,7 +5,9 @@ import copy
 import pytest
 
 from rolellm import RoleProfile
-from rolellm.chat_template import ROLE_CHAT_TEMPLATE, encode_chat, set_role_chat_template, to_role_messages
+from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, set_role_chat_template
+from rolellm.encoding.encode import encode_chat
+from rolellm.roles.prompts import to_role_messages
 
 
 # Three families written for these tests (no download), none with {% generation %} markers.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rolellm.generation import ChatRequest, OpenAIChatClient, RateLimiter
+from rolellm.clients import ChatRequest, OpenAIChatClient, RateLimiter
 from rolellm.testing import ChatCompletionsServer, Fault
 
 
@@ -311,7 +311,7 @@ def test_each_run_reports_its_own_totals_and_usage_keeps_running(caplog):
     with ChatCompletionsServer(shout) as server:
         server.add_faults(Fault("server_error", status=400))
         client = make_client(server)
-        with caplog.at_level(logging.INFO, logger="rolellm.generation"):
+        with caplog.at_level(logging.INFO, logger="rolellm.clients"):
             client.generate([ask("a"), ask("b")], desc="first")
             client.generate([ask("c")], desc="second")
     assert "first: requests=1, cached=0, retries=0, reasks=0, failures=1," in caplog.text

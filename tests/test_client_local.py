@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rolellm.generation import ChatRequest, LocalChatClient
-from rolellm.generation.local import CHATML_TEMPLATE
+from rolellm.clients import ChatRequest, LocalChatClient
+from rolellm.clients.local import CHATML_TEMPLATE
 
 
 QUESTIONS = [

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
+from rolellm.clients.openai_compatible import OpenAIChatClient, estimate_tokens
 from rolellm.data.readers import read_rolebench_jsonl
-from rolellm.generation.client import OpenAIChatClient, estimate_tokens
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig, parse_items, segment_profile
-from rolellm.profiles import RoleProfile
+from rolellm.roles.profile import RoleProfile
 from rolellm.testing import ChatCompletionsServer, Fault, content_key
 
 
@@ -181,9 +181,10 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
 
 _JOB = """
 import sys
-from rolellm.generation.client import OpenAIChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig
-from rolellm.profiles import RoleProfile, read_screenplay_folder
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.release import read_screenplay_folder
 
 base_url, cache, out, folder = sys.argv[1:5]
 profile = read_screenplay_folder(folder)["华妃"]
@@ -241,7 +242,7 @@ def test_killed_job_restarts_without_resending(zhenhuan, tmp_path, shared_data_d
 
 @pytest.mark.slow
 def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path, tmp_path):
-    from rolellm.generation.local import LocalChatClient
+    from rolellm.clients.local import LocalChatClient
 
     profile = first_acts(zhenhuan["华妃"], 3)
     config = ContextInstructConfig(max_segment_tokens=400, max_tokens=12)
@@ -261,7 +262,7 @@ def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_m
 def test_english_profiles_from_a_dataset(tmp_path):
     import datasets
 
-    from rolellm.profiles import Utterance
+    from rolellm.roles.profile import Utterance
 
     lines = [("Gibbs", "The Pearl is gone, Captain!"), ("Jack Sparrow", "Then we'll take her back, savvy?")]
     profile = RoleProfile(

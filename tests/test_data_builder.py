@@ -7,7 +7,7 @@ from fixtures.mini_release import EXPECTED_ROWS, release_rows, write_mini_releas
 from rolellm.data import CONFIG_NAMES, MissingFilesError, RoleBench, load_rolebench, load_rolebench_profiles
 from rolellm.data.layout import complete_configs, hub_patterns
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.profiles import DataFormatError, ProfileFileWarning
+from rolellm.roles.profile import DataFormatError, ProfileFileWarning
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_config_names_read_well():
     )  # fmt: skip
 
 
-@pytest.mark.filterwarnings("ignore::rolellm.profiles.ProfileFileWarning")
+@pytest.mark.filterwarnings("ignore::rolellm.roles.profile.ProfileFileWarning")
 def test_every_config_builds_from_a_full_release_folder(mini_release, cache):
     assert complete_configs(mini_release) == list(CONFIG_NAMES)
     for name in CONFIG_NAMES:

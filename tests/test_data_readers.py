@@ -3,7 +3,7 @@ import json
 import pytest
 
 from rolellm.data import read_rolebench_jsonl
-from rolellm.profiles import DataFormatError
+from rolellm.roles.profile import DataFormatError
 
 
 # (file, subset, lang) -> rows, as the release has them

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.judge import NAMES, bootstrap_interval, build_judge_messages, judge_win_rate, parse_ranking
-from rolellm.generation.client import OpenAIChatClient
 from rolellm.testing import ChatCompletionsServer, Fault
 
 

@@ -3,9 +3,9 @@ import re
 
 import pytest
 
-from rolellm.generation.client import OpenAIChatClient, estimate_tokens
+from rolellm.clients.openai_compatible import OpenAIChatClient, estimate_tokens
 from rolellm.generation.profile_description import ProfileDescriber, ProfileDescriptionConfig, sample_dialogue
-from rolellm.profiles import read_release_profiles
+from rolellm.roles.release import read_release_profiles
 from rolellm.testing import ChatCompletionsServer
 
 

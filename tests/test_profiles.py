@@ -3,17 +3,19 @@ import warnings
 
 import pytest
 
-from rolellm.profiles import (
+from rolellm.roles.profile import (
     DataFormatError,
     ProfileFileWarning,
     RoleProfile,
     Utterance,
     join_catchphrases,
+    role_key,
+    split_catchphrases,
+)
+from rolellm.roles.release import (
     read_profile_jsonl,
     read_release_profiles,
     read_screenplay_folder,
-    role_key,
-    split_catchphrases,
     write_release_profiles,
     write_screenplay_folder,
 )

@@ -1,7 +1,7 @@
 import pytest
 
-from rolellm.generation.retrieval import DialogueRetriever, dialogue_to_messages, tokenize_for_bm25
-from rolellm.profiles import RoleProfile, Utterance
+from rolellm.roles.profile import RoleProfile, Utterance
+from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages, tokenize_for_bm25
 
 
 @pytest.fixture(scope="module")

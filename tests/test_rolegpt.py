@@ -3,11 +3,11 @@ import re
 
 import pytest
 
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.data.readers import read_rolebench_jsonl
-from rolellm.generation.client import OpenAIChatClient
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig, address_question
-from rolellm.profiles import RoleProfile
+from rolellm.roles.profile import RoleProfile
 from rolellm.testing import ChatCompletionsServer, Fault, content_key
 
 
@@ -194,7 +194,7 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
 
 @pytest.mark.slow
 def test_rolegpt_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path, tmp_path):
-    from rolellm.generation.local import LocalChatClient
+    from rolellm.clients.local import LocalChatClient
 
     config = RoleGPTConfig(num_samples=3, max_tokens=8)
     questions = ["写一首关于春天的短诗。", "介绍一下长城。"]

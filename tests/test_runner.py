@@ -7,7 +7,8 @@ import pytest
 import rouge
 
 from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
-from rolellm.profiles import RoleProfile, write_release_profiles
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.release import write_release_profiles
 from rolellm.testing import ChatCompletionsServer
 
 

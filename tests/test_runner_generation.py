@@ -5,12 +5,12 @@ import shutil
 
 import pytest
 
-from rolellm.chat_template import build_system_instruction
 from rolellm.data import read_rolebench_jsonl
 from rolellm.evaluation.prompting import PROMPTING_MODES, build_messages
 from rolellm.evaluation.runner import EvaluateConfig, generate_predictions, load_profiles, select_rows
-from rolellm.generation.retrieval import DialogueRetriever, dialogue_to_messages
-from rolellm.profiles import role_key
+from rolellm.roles.profile import role_key
+from rolellm.roles.prompts import build_system_instruction
+from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
 from rolellm.testing import ChatCompletionsServer, Fault
 
 
@@ -140,7 +140,7 @@ def test_failed_generations_are_none_and_retried_on_rerun(zh_rows, zh_profiles, 
 
     with ChatCompletionsServer(flaky) as server:
         config = EvaluateConfig(model_name_or_path="m", base_url=server.base_url, output_dir=str(tmp_path))
-        from rolellm.generation.client import OpenAIChatClient
+        from rolellm.clients.openai_compatible import OpenAIChatClient
 
         client = OpenAIChatClient("m", base_url=server.base_url, max_retries=1, initial_backoff=0.01, progress=False)
         predictions = generate_predictions(rows, zh_profiles, config, client=client)

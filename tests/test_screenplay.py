@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from rolellm.profiles import Utterance
-from rolellm.screenplay import parse_screenplay, parse_screenplay_lines, read_screenplay, write_screenplay
+from rolellm.roles.profile import Utterance
+from rolellm.roles.screenplay import parse_screenplay, parse_screenplay_lines, read_screenplay, write_screenplay
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lighthouse_screenplay.txt"

@@ -6,7 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rolellm import RoleProfile
-from rolellm.chat_template import ROLE_CHAT_TEMPLATE, encode_chat
+from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
+from rolellm.encoding.encode import encode_chat
 from rolellm.training import RoCITConfig, RoCITTrainer
 
 

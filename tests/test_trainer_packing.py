@@ -6,7 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rolellm import RoleProfile, to_role_messages
-from rolellm.chat_template import encode_chat, set_role_chat_template
+from rolellm.encoding.chat_template import set_role_chat_template
+from rolellm.encoding.encode import encode_chat
 from rolellm.training import RoCITConfig, RoCITTrainer
 from rolellm.training.trainer import check_no_cross_sample_attention
 

@@ -36,8 +36,8 @@ from rolellm.data.layout import (
 )
 from rolellm.data.readers import iter_rolebench_jsonl
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.profile_files import read_release_profiles
-from rolellm.profiles import RoleProfile, role_key
+from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.release import read_release_profiles
 
 
 CITATION = """\

@@ -22,7 +22,7 @@ recoverable. Role names keep the data's spelling (`Dr. Frank-N-Furter`); profile
 from collections.abc import Iterator
 from pathlib import Path
 
-from rolellm.profiles import DataFormatError, parse_json_line
+from rolellm.roles.profile import DataFormatError, parse_json_line
 
 
 SUBSETS = ("general", "role_specific")

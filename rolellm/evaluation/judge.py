@@ -8,7 +8,7 @@ model (1 = best) is reported too. Requests go through a chat client (`OpenAIChat
 OpenAI-compatible endpoint): cached on disk, retried, run concurrently. An answer that is not a ranking is asked
 again, then counted as failed and reported, never dropped.
 
->>> from rolellm.generation.client import OpenAIChatClient
+>>> from rolellm.clients.openai_compatible import OpenAIChatClient
 >>> from rolellm.testing import ChatCompletionsServer
 >>> def judge(body):  # prefers the answer that says "Arr", wherever it is shown
 ...     answers = json.loads(body["messages"][1]["content"].split("this question are:\\n")[1].split("\\nNow,")[0])
@@ -33,9 +33,9 @@ from typing import Literal
 
 import numpy as np
 
-from rolellm.chat_template import load_prompt
+from rolellm.clients.openai_compatible import ChatRequest
 from rolellm.evaluation.rouge import detect_language
-from rolellm.generation.client import ChatRequest
+from rolellm.roles.prompts import load_prompt
 
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ The few-shot modes rank the role's script dialogue against the question with `Di
 profile needs dialogue; `few-shot-dialogue` is the paper's *dialogue engineering*, `few-shot-prompt` its *few-shot
 prompt engineering*.
 
->>> from rolellm.profiles import RoleProfile
+>>> from rolellm.roles.profile import RoleProfile
 >>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，爱好饮酒作诗。")
 >>> [m["role"] for m in build_messages("你最爱喝什么酒？", profile, mode="system")]
 ['system', 'user']
@@ -22,9 +22,9 @@ prompt engineering*.
 
 from typing import get_args
 
-from rolellm.chat_template import build_system_instruction
 from rolellm.evaluation.config import PromptingMode
-from rolellm.profiles import RoleProfile
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.prompts import build_system_instruction
 
 
 PROMPTING_MODES = get_args(PromptingMode)
@@ -67,7 +67,7 @@ def build_messages(
     Returns:
         `list[dict]`: `{"role", "content"}` messages ending with the user's question.
     """
-    from rolellm.generation.retrieval import dialogue_to_messages
+    from rolellm.roles.retrieval import dialogue_to_messages
 
     if mode not in PROMPTING_MODES:
         raise ValueError(f"mode={mode!r} is not a prompting mode; choose one of {', '.join(PROMPTING_MODES)}")

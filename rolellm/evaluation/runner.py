@@ -79,7 +79,8 @@ def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
 def load_profiles(config: EvaluateConfig, lang: str) -> dict:
     """The profiles of `lang`, keyed by `role_key(name)`: the release's (in `data_dir`), with the roles and dialogue
     of the `config.profiles_dir` screenplay folders added."""
-    from rolellm.profiles import read_release_profiles, read_screenplay_folder, role_key
+    from rolellm.roles.profile import role_key
+    from rolellm.roles.release import read_release_profiles, read_screenplay_folder
 
     release = {}
     if config.data_dir is not None:
@@ -103,8 +104,8 @@ def make_client(config: EvaluateConfig):
     Answers are cached in `<output_dir>/cache.sqlite` as they arrive, so even a run killed in the middle of a batch
     re-sends nothing that was answered.
     """
-    from rolellm.generation.client import OpenAIChatClient
-    from rolellm.generation.local import LocalChatClient
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.clients.openai_compatible import OpenAIChatClient
 
     cache_path = os.path.join(config.output_dir, "cache.sqlite")
     if config.base_url is not None:
@@ -198,9 +199,9 @@ class GenerationLog:
 
 def build_requests(rows: list[dict], indices: list[int], profiles: dict, config: EvaluateConfig) -> list:
     """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0)."""
-    from rolellm.generation.client import ChatRequest
-    from rolellm.generation.retrieval import DialogueRetriever
-    from rolellm.profiles import role_key
+    from rolellm.clients.openai_compatible import ChatRequest
+    from rolellm.roles.profile import role_key
+    from rolellm.roles.retrieval import DialogueRetriever
 
     retrievers = {}
     params = {"max_tokens": config.max_new_tokens, "temperature": config.temperature}
@@ -231,7 +232,7 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
     the number of requests and an estimate of their tokens are logged; new answers are written every
     `config.save_every` rows.
     """
-    from rolellm.profiles import role_key
+    from rolellm.roles.profile import role_key
 
     missing = sorted({row["role"] for row in rows if role_key(row["role"]) not in profiles})
     if missing:
@@ -297,9 +298,9 @@ def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline, p
     Returns:
         `dict`: `WinRateResult.to_dict()`: `win_rate`, `ci_low`, `ci_high`, `average_rank`, counts, `outcomes`.
     """
+    from rolellm.clients.openai_compatible import OpenAIChatClient
     from rolellm.evaluation.judge import judge_win_rate
-    from rolellm.generation.client import OpenAIChatClient
-    from rolellm.profiles import role_key
+    from rolellm.roles.profile import role_key
 
     client = OpenAIChatClient(
         config.judge_model,

@@ -20,7 +20,7 @@ import json
 import math
 from pathlib import Path
 
-from rolellm.profiles import DataFormatError
+from rolellm.roles.profile import DataFormatError
 
 
 METRICS = ("CUS", "RAW", "SPE")

@@ -22,8 +22,8 @@ import datasets
 from jsonschema import Draft202012Validator
 from rapidfuzz import fuzz, process
 
+from rolellm.clients.openai_compatible import ChatRequest, estimate_tokens
 from rolellm.data.schema import TYPES
-from rolellm.generation.client import ChatRequest, estimate_tokens
 from rolellm.generation.job import (
     DropCounter,
     as_profiles,
@@ -35,7 +35,7 @@ from rolellm.generation.job import (
     user_prompt,
     write_jsonl,
 )
-from rolellm.profiles import RoleProfile, Utterance
+from rolellm.roles.profile import RoleProfile, Utterance
 
 
 COMPLETENESS = ("High", "Medium", "Low")
@@ -118,7 +118,7 @@ def segment_profile(profile: RoleProfile, max_segment_tokens: int = 2000) -> lis
     Consecutive acts share a segment while they fit; an act longer than the budget is cut between its dialogue
     groups (and a single group longer than the budget between its lines).
 
-    >>> from rolellm.profiles import Utterance
+    >>> from rolellm.roles.profile import Utterance
     >>> lines = [Utterance(act_id=a, diag_id=a, speaker="唐僧", content="悟空" * 10) for a in range(3)]
     >>> [len(s) for s in segment_profile(RoleProfile("孙悟空", "zh", dialogue=lines), max_segment_tokens=50)]
     [49, 24]

@@ -13,9 +13,9 @@ from pathlib import Path
 import datasets
 import jinja2
 
-from rolellm.chat_template import JINJA_ENV, load_prompt
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.profiles import RoleProfile
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.prompts import JINJA_ENV, load_prompt
 
 
 GENERATION_CONFIG_NAME = "generation_config.json"

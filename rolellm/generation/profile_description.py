@@ -5,7 +5,7 @@ chat model for a description and catchphrases from a sample of the role's dialog
 catchphrases the role never says in its script are dropped and counted. The profiles come back with
 `generated=True` until someone reviews them, and are written in the release's `profiles-{lang}/desc.json` layout.
 
->>> from rolellm.profiles import RoleProfile, Utterance
+>>> from rolellm.roles.profile import RoleProfile, Utterance
 >>> profile = RoleProfile("孙悟空", "zh", dialogue=[Utterance(0, 0, "唐僧", "悟空！"), Utterance(0, 0, "孙悟空", "俺老孙来也！")])
 >>> ProfileDescriber().parse('{"description": "齐天大圣。", "catchphrases": ["俺老孙"]}')
 {'description': '齐天大圣。', 'catchphrases': ['俺老孙']}
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import datasets
 
-from rolellm.generation.client import ChatRequest, estimate_tokens
+from rolellm.clients.openai_compatible import ChatRequest, estimate_tokens
 from rolellm.generation.job import (
     DropCounter,
     as_profiles,
@@ -30,7 +30,7 @@ from rolellm.generation.job import (
     save_generation_metadata,
     user_prompt,
 )
-from rolellm.profiles import RoleProfile
+from rolellm.roles.profile import RoleProfile
 
 
 @dataclass
@@ -180,7 +180,7 @@ class ProfileDescriber:
 
         `profiles-{lang}/generated.json` lists the roles whose description was generated and not yet reviewed.
         """
-        from rolellm.profiles import write_release_profiles
+        from rolellm.roles.release import write_release_profiles
 
         output_dir = Path(output_dir)
         for lang in sorted({p.lang for p in self.profiles}):

@@ -5,7 +5,7 @@ the role's system instruction and few-shot dialogues retrieved from the role's s
 pass the cleaning checks of `rolellm.generation.filters`, become the row's references (`generated`); the last one is
 the RoleGPT baseline the paper's tables score.
 
->>> from rolellm.profiles import RoleProfile
+>>> from rolellm.roles.profile import RoleProfile
 >>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，爱好饮酒作诗。")
 >>> rolegpt = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot", include_reference=True))
 >>> rolegpt.prompt(profile, "你最喜欢哪首诗？", reference="《静夜思》。")[-1]
@@ -20,8 +20,7 @@ from typing import Literal
 
 import datasets
 
-from rolellm.chat_template import build_system_instruction
-from rolellm.generation.client import ChatRequest
+from rolellm.clients.openai_compatible import ChatRequest
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.job import (
     DropCounter,
@@ -33,8 +32,9 @@ from rolellm.generation.job import (
     save_generation_metadata,
     write_jsonl,
 )
-from rolellm.generation.retrieval import DialogueRetriever, dialogue_to_messages
-from rolellm.profiles import RoleProfile
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.prompts import build_system_instruction
+from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
 
 
 @dataclass

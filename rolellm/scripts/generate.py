@@ -117,7 +117,7 @@ def make_parser(subparsers=None):
 
 
 def load_profiles(args: GenerateArguments) -> list:
-    from rolellm.profiles import read_release_profiles, read_screenplay_folder
+    from rolellm.roles.release import read_release_profiles, read_screenplay_folder
 
     if args.profiles_format == "screenplay":
         profiles = read_screenplay_folder(args.profiles_dir, lang=args.lang)
@@ -134,12 +134,12 @@ def load_profiles(args: GenerateArguments) -> list:
 def build_client(args: GenerateArguments):
     cache_path = args.cache_path or str(Path(args.output_dir) / "cache.sqlite")  # ChatCache creates its folder
     if args.backend == "local":
-        from rolellm.generation.local import LocalChatClient
+        from rolellm.clients.local import LocalChatClient
 
         return LocalChatClient(
             args.model, batch_size=args.batch_size, chat_template=args.chat_template, cache_path=cache_path
         )
-    from rolellm.generation.client import OpenAIChatClient
+    from rolellm.clients.openai_compatible import OpenAIChatClient
 
     return OpenAIChatClient(
         args.model, base_url=args.base_url, max_concurrency=args.max_concurrency,

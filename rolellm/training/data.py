@@ -16,8 +16,8 @@ from pathlib import Path
 
 import datasets
 
-from rolellm.chat_template import to_role_messages
-from rolellm.profiles import RoleProfile, role_key
+from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.prompts import to_role_messages
 
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def load_profiles(path: str | Path) -> dict[str, RoleProfile]:
 
     A release folder yields the profiles of every language it holds (`profiles-eng/`, `profiles-zh/`).
     """
-    from rolellm.profile_files import RELEASE_LANG_DIRS, read_release_profiles
+    from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles
 
     path = Path(path)
     folder = path.parent if path.name == "desc.json" else path

@@ -31,7 +31,8 @@ from trl import SFTTrainer, pack_dataset
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
-from rolellm.chat_template import encode_chat, has_generation_markers, set_role_chat_template
+from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
+from rolellm.encoding.encode import encode_chat
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card
 from rolellm.training.config import RoCITConfig

@@ -20,7 +20,7 @@ import json
 import warnings
 from pathlib import Path
 
-from rolellm.profiles import (
+from rolellm.roles.profile import (
     DataFormatError,
     ProfileFileWarning,
     RoleProfile,

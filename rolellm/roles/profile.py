@@ -3,7 +3,8 @@
 A `RoleProfile` is the one profile type every stage reads: RoleGPT retrieves from its dialogue, Context-Instruct
 segments it, the RoCIT chat template renders its description into the system instruction. This module holds the
 dataclasses and the catchphrase sentence; the readers and writers of the release's files are in
-`rolellm.profile_files`, screenplay text in `rolellm.screenplay`, character cards in `rolellm.character_card`.
+`rolellm.roles.release`, screenplay text in `rolellm.roles.screenplay`, character cards in
+`rolellm.roles.character_card`.
 
 >>> profile = RoleProfile(
 ...     name="孙悟空", lang="zh", description="齐天大圣，性格桀骜不驯。", catchphrases=["俺老孙来也"],
@@ -53,7 +54,7 @@ def parse_json_line(line: str, path, line_no: int) -> dict:
     >>> parse_json_line("[1, 2]", "rows.jsonl", 2)
     Traceback (most recent call last):
     ...
-    rolellm.profiles.DataFormatError: rows.jsonl:2: expected a JSON object, got list
+    rolellm.roles.profile.DataFormatError: rows.jsonl:2: expected a JSON object, got list
     """
     try:
         record = json.loads(line)
@@ -230,14 +231,3 @@ def role_key(name: str) -> str:
     True
     """
     return re.sub(r"[\W_]+", "", name).casefold()
-
-
-# Readers and writers live in `rolellm.profile_files`; they are re-exported here so that
-# `from rolellm.profiles import read_release_profiles` works as the contract names it.
-def __getattr__(name):
-    if name in ("ProfileSet", "read_profile_jsonl", "read_release_profiles", "read_screenplay_folder",
-                "write_profile_jsonl", "write_release_profiles", "write_screenplay_folder"):  # fmt: skip
-        from rolellm import profile_files
-
-        return getattr(profile_files, name)
-    raise AttributeError(f"module 'rolellm.profiles' has no attribute {name!r}")

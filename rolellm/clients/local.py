@@ -19,9 +19,9 @@ import logging
 import os
 from typing import Any
 
-from rolellm.chat_template import ROLE_CHAT_TEMPLATE
-from rolellm.generation.cache import request_key
-from rolellm.generation.chat import ChatClient, ChatRequest, ChatResult, as_request
+from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
+from rolellm.clients.cache import request_key
+from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 
 
 logger = logging.getLogger(__name__)

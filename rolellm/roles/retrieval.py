@@ -5,7 +5,7 @@ score the groups against the question with BM25 over jieba tokens, keep the top 
 engineering* turns: the other speakers' lines as a user turn (`{speaker}: “{content}”`), the role's line as the
 assistant turn.
 
->>> from rolellm.profiles import RoleProfile, Utterance
+>>> from rolellm.roles.profile import RoleProfile, Utterance
 >>> lines = [("唐僧", "悟空，前面是什么地方？"), ("孙悟空", "师父莫慌，俺老孙去看看！"),
 ...          ("八戒", "猴哥，斋饭在哪里？"), ("孙悟空", "呆子，就知道吃。"),
 ...          ("沙僧", "大师兄，妖怪来了！"), ("孙悟空", "俺老孙来也！")]
@@ -23,7 +23,7 @@ import unicodedata
 
 import numpy as np
 
-from rolellm.profiles import RoleProfile, Utterance
+from rolellm.roles.profile import RoleProfile, Utterance
 
 
 _WORD = re.compile(r"\w+")

@@ -1,7 +1,7 @@
 """What every chat client shares: the request and result types, usage totals, and `ChatClient`, the base class
 with the cache lookups, the `parse` re-ask logic, the progress bar and `generate()` over `agenerate()`.
 
-The backends are `OpenAIChatClient` (`rolellm.generation.client`) and `LocalChatClient` (`rolellm.generation.local`).
+The backends are `OpenAIChatClient` (`rolellm.clients.openai_compatible`) and `LocalChatClient` (`rolellm.clients.local`).
 
 >>> request = ChatRequest([{"role": "user", "content": "Ahoy"}], params={"temperature": 0.7}, sample_index=1)
 >>> ChatResult(request, text="Arr").ok, ChatResult(request, error="HTTP 400: bad request").ok
@@ -20,8 +20,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from rolellm.generation.budget import RunEstimate, estimate_tokens
-from rolellm.generation.cache import ChatCache, request_key
+from rolellm.clients.budget import RunEstimate, estimate_tokens
+from rolellm.clients.cache import ChatCache, request_key
 
 
 logger = logging.getLogger(__name__)

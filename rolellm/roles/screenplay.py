@@ -30,7 +30,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from rolellm.profiles import RoleProfile, Utterance
+from rolellm.roles.profile import RoleProfile, Utterance
 
 
 NARRATION = "narration"

@@ -27,7 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Literal
 
-from rolellm.profiles import DataFormatError, RoleProfile, Utterance, join_catchphrases, split_catchphrases
+from rolellm.roles.profile import DataFormatError, RoleProfile, Utterance, join_catchphrases, split_catchphrases
 
 
 SPECS = {"chara_card_v2": "2.0", "chara_card_v3": "3.0"}

@@ -1,10 +1,10 @@
 """Chat clients with one interface: `generate(requests, parse=None) -> list[ChatResult]`.
 
 `OpenAIChatClient` talks to any OpenAI-compatible endpoint (OpenAI, vLLM, TGI, llama.cpp, Ollama) through
-`openai.AsyncOpenAI`; `LocalChatClient` (in `rolellm.generation.local`) runs a `transformers` model in-process.
-Both build on `rolellm.generation.chat` (the request and result types, the `parse` re-ask loop, usage totals and the
-progress bar) and `rolellm.generation.cache` (a re-run costs nothing, a crash loses nothing); their names are
-importable from here too.
+`openai.AsyncOpenAI`; `LocalChatClient` (in `rolellm.clients.local`) runs a `transformers` model in-process.
+Both build on `rolellm.clients.base` (the request and result types, the `parse` re-ask loop, usage totals and the
+progress bar) and `rolellm.clients.cache` (a re-run costs nothing, a crash loses nothing); their names are
+importable from `rolellm.clients`.
 
 Retries are rolellm's own loop rather than the `openai` client's (`max_retries=0` is passed to it): the loop
 honours `Retry-After` without the `openai` client's 60-second cap, retries garbled and empty answers too, counts
@@ -27,8 +27,8 @@ import os
 import random
 from typing import Literal
 
-from rolellm.generation.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
-from rolellm.generation.chat import ChatClient, ChatRequest, ChatResult, Usage, as_request
+from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, Usage, as_request
+from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
 
 
 __all__ = [

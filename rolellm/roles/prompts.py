@@ -1,0 +1,153 @@
+"""How a role is prompted: the paper's system instruction and RoleBench rows as chat messages.
+
+- `build_system_instruction` renders the RoleGPT/RoCIT system instruction of the paper (English or Chinese, verbatim)
+  from a `RoleProfile`; a user-supplied Jinja template can replace it.
+- `to_role_messages` turns one RoleBench row into `messages` (system, user, assistant) samples.
+- `load_prompt` compiles a packaged prompt file of `rolellm/prompts/`.
+
+>>> from rolellm import RoleProfile
+>>> profile = RoleProfile(name="Jack Sparrow", lang="en", description="A witty pirate captain")
+>>> build_system_instruction(profile)[:90]
+'You are Jack Sparrow, your description is: A witty pirate captain. Now please answer some '
+"""
+
+import random
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+
+from rolellm.roles.profile import RoleProfile, role_key
+
+
+PROMPTS_DIR = Path(__file__).parent.parent / "prompts"
+
+# the environment of every rolellm prompt, packaged or user-supplied: a missing variable is an error
+JINJA_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+@cache
+def load_prompt(name: str) -> jinja2.Template:
+    """The package prompt file `rolellm/prompts/{name}`, compiled once."""
+    return JINJA_ENV.from_string((PROMPTS_DIR / name).read_text(encoding="utf-8"))
+
+
+def build_system_instruction(
+    profile: RoleProfile,
+    lang: str | None = None,
+    template: str | None = None,
+    user_name: str | None = None,
+    retrieved_dialogue: list | None = None,
+) -> str:
+    """Render the system instruction that puts a model in a role (RoleGPT and RoCIT).
+
+    By default this is the paper's instruction, verbatim: `rolellm/prompts/system_en.jinja` or `system_zh.jinja`,
+    with `{role}` the role's name and `{desc}` its description followed by its catchphrase sentence
+    (`RoleProfile.description_with_catchphrases()`).
+
+    Args:
+        profile (`RoleProfile`): the role.
+        lang (`str`, *optional*, defaults to `profile.lang`): `"en"` or `"zh"`, the language of the instruction.
+        template (`str`, *optional*): Jinja source replacing the paper's instruction. It sees the variables `role`,
+            `desc` (description with catchphrases), `description`, `catchphrases`, `lang`, `user_name` and
+            `retrieved_dialogue`. Read a file with `Path(...).read_text()`.
+        user_name (`str`, *optional*): who the role talks to; the default templates add one sentence naming them.
+        retrieved_dialogue (`list[list[Utterance]]`, *optional*): script dialogue groups to show the role (the
+            paper's retrieval-augmentation ablation, e.g. `DialogueRetriever.retrieve(question)`); the default
+            templates append them, one `speaker: line` per line and a blank line between groups.
+
+    Returns:
+        `str`: the system instruction.
+
+    >>> from rolellm import RoleProfile, Utterance
+    >>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，乐于交友，爱好饮酒作诗。")
+    >>> build_system_instruction(profile)[:38]
+    '你是李白，你的性格和背景是“为人爽朗大方，乐于交友，爱好饮酒作诗。”。现在请'
+    >>> build_system_instruction(profile, template="{{ role }} / {{ user_name }}", user_name="杜甫")
+    '李白 / 杜甫'
+    """
+    lang = lang if lang is not None else profile.lang
+    if template is None:
+        if lang not in ("en", "zh"):
+            raise ValueError(f"lang={lang!r} has no default system instruction: use 'en' or 'zh', or pass template=")
+        compiled = load_prompt(f"system_{lang}.jinja")
+    else:
+        try:
+            compiled = JINJA_ENV.from_string(template)
+        except jinja2.TemplateSyntaxError as error:
+            raise ValueError(f"template= is not valid Jinja (line {error.lineno}): {error.message}") from error
+    try:
+        return compiled.render(
+            role=profile.name,
+            desc=profile.description_with_catchphrases(),
+            description=profile.description,
+            catchphrases=list(profile.catchphrases),
+            lang=lang,
+            user_name=user_name,
+            retrieved_dialogue=retrieved_dialogue or [],
+        )
+    except jinja2.UndefinedError as error:
+        raise ValueError(
+            f"template= uses an unknown variable ({error.message}); available: role, desc, description, "
+            "catchphrases, lang, user_name, retrieved_dialogue"
+        ) from error
+
+
+def to_role_messages(
+    row: dict,
+    profile: RoleProfile,
+    reference: Literal["first", "random", "all"] = "first",
+    seed: int = 0,
+    lang: str | None = None,
+    template: str | None = None,
+    user_name: str | None = None,
+) -> list[list[dict]]:
+    """Turn one RoleBench row into conversational samples: system instruction, question, reference answer.
+
+    Args:
+        row (`dict`): a row in the RoleBench schema (`role`, `question`, `generated`, ...).
+        profile (`RoleProfile`): the profile of `row["role"]`.
+        reference (`str`, *optional*, defaults to `"first"`): which reference answer(s) of `generated` to train on:
+            `"first"`, `"random"` (one per row, drawn with `seed`, the same draw for the same row every time) or
+            `"all"` (one sample per reference).
+        seed (`int`, *optional*, defaults to 0): seed of the `"random"` choice.
+        lang (`str`, *optional*, defaults to the row's `lang`, else the profile's): language of the system
+            instruction.
+        template (`str`, *optional*): Jinja template of the system instruction (see `build_system_instruction`).
+        user_name (`str`, *optional*): who the role talks to (see `build_system_instruction`).
+
+    Returns:
+        `list[list[dict]]`: one `messages` list per sample. Questions and answers are stripped of surrounding
+        whitespace (the English release starts every one with a space).
+
+    >>> from rolellm import RoleProfile
+    >>> profile = RoleProfile(name="张飞", lang="zh", description="猛将")
+    >>> row = {"role": "张飞", "question": "你是谁？", "generated": ["燕人张翼德！", "俺是张飞！"], "lang": "zh"}
+    >>> [m["content"] for m in to_role_messages(row, profile)[0][1:]]
+    ['你是谁？', '燕人张翼德！']
+    >>> [sample[-1]["content"] for sample in to_role_messages(row, profile, reference="all")]
+    ['燕人张翼德！', '俺是张飞！']
+    """
+    references = list(row["generated"])
+    if role_key(row["role"]) != role_key(profile.name):
+        raise ValueError(f"row of role {row['role']!r} was given the profile of {profile.name!r}")
+    if not references:
+        raise ValueError(f"row of role {row['role']!r} has no reference answer in 'generated': {row['question']!r}")
+    if reference == "first":
+        references = references[:1]
+    elif reference == "random":
+        references = [random.Random(f"{seed}\x00{row['role']}\x00{row['question']}").choice(references)]
+    elif reference != "all":
+        raise ValueError(f"reference={reference!r} is not one of 'first', 'random', 'all'")
+    lang = lang or row.get("lang") or profile.lang
+    system = build_system_instruction(profile, lang=lang, template=template, user_name=user_name)
+    question = row["question"].strip()
+    return [
+        [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": answer.strip()},
+        ]
+        for answer in references
+    ]
