@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rolellm.clients import ChatRequest, OpenAIChatClient, RateLimiter
+from rolellm.clients.base import REASK_SEED_STRIDE
 from rolellm.testing import ChatCompletionsServer, Fault
 
 
@@ -139,7 +140,7 @@ def test_truncated_answer_is_rejected_by_parse_and_asked_again():
             raise ValueError(f"incomplete answer {text!r}")
         return text.rstrip("!")
 
-    with ChatCompletionsServer(lambda body: body["messages"][-1]["content"] + "!") as server:
+    with ChatCompletionsServer(lambda body: body["messages"][1]["content"] + "!") as server:  # the question
         server.add_faults(Fault("truncated"))
         client = make_client(server, max_concurrency=1)
         [result] = client.generate([ask("yo ho ho and a bottle of rum")], parse=parse)
@@ -149,11 +150,11 @@ def test_truncated_answer_is_rejected_by_parse_and_asked_again():
 
 
 def test_unparseable_answers_become_a_counted_failure_with_the_last_text(tmp_path):
-    attempts = []
+    healthy, attempts = {"on": False}, []
 
     def responder(body):
         attempts.append(1)
-        return f"not json, try {len(attempts)}"
+        return '{"ok": true}' if healthy["on"] else f"not json, try {len(attempts)}"
 
     with ChatCompletionsServer(responder) as server:
         client = make_client(server, tmp_path, max_parse_attempts=3)
@@ -161,12 +162,27 @@ def test_unparseable_answers_become_a_counted_failure_with_the_last_text(tmp_pat
         assert result.text == "not json, try 3" and result.parsed is None
         assert result.error.startswith("unparseable answer after 3 attempts")
         assert (client.usage.requests, client.usage.reasks, client.usage.failures) == (3, 2, 1)
-        # each attempt has its own cache entry: a re-run replays the three answers and sends nothing
+        # a failed parse is never final in the cache: a re-run against a healthy endpoint asks again
+        healthy["on"] = True
         again = make_client(server, tmp_path)
-        [replayed] = again.generate([ask("give me JSON")], parse=json.loads)
-    assert len(server.requests) == 3
-    assert replayed.text == "not json, try 3" and replayed.error == result.error and replayed.cached
-    assert (again.usage.requests, again.usage.cached) == (0, 3)
+        [retried] = again.generate([ask("give me JSON")], parse=json.loads)
+    assert len(server.requests) == 4
+    assert retried.ok and retried.parsed == {"ok": True} and not retried.cached
+    assert (again.usage.requests, again.usage.cached) == (1, 0)
+
+
+def test_a_reask_is_a_different_request_naming_what_was_wrong(tmp_path):
+    with ChatCompletionsServer(lambda body: "not json") as server:
+        client = make_client(server, tmp_path, max_parse_attempts=3)
+        [result] = client.generate([ask("give me JSON", params={"seed": 7})], parse=json.loads, remind=True)
+        bodies = [entry["body"] for entry in server.requests]
+    assert not result.ok and len(bodies) == 3
+    assert [body["seed"] for body in bodies] == [7, 7 + REASK_SEED_STRIDE, 7 + 2 * REASK_SEED_STRIDE]
+    assert [len(body["messages"]) for body in bodies] == [2, 4, 6]
+    assert bodies[1]["messages"][2] == {"role": "assistant", "content": "not json"}
+    reminder = bodies[1]["messages"][3]
+    assert reminder["role"] == "user" and "Expecting value" in reminder["content"]
+    assert bodies[2]["messages"][:4] == bodies[1]["messages"]
 
 
 def test_cache_makes_a_rerun_send_nothing(tmp_path):

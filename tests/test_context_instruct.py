@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from rolellm.clients.base import REASK_SEED_STRIDE
 from rolellm.clients.openai_compatible import OpenAIChatClient, estimate_tokens
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig, parse_items, segment_profile
@@ -90,7 +91,7 @@ class ContextInstructResponder:
         role = re.search(r"角色“(.+?)”", content).group(1)
         segment = content.split("剧本片段：\n", 1)[1].split("\n\n请为", 1)[0]
         tag = hashlib.sha256(segment.encode()).hexdigest()[:8]
-        key = content_key(body)
+        key = content_key({**body, "seed": body["seed"] % REASK_SEED_STRIDE})  # a re-ask is not served the fault
         first = key not in self.seen
         self.seen.add(key)
         self.arrivals += 1
@@ -143,9 +144,11 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
         generator = ContextInstruct(config)
         result = generator.generate(client, profiles, output_dir=tmp_path / "out")
         answered = server.answered_counts()
-    assert len(answered) == 15 and len(responder.slow) == 1
+    assert len(answered) == 17 and len(responder.slow) == 1
     counts = sorted(n for key, n in answered.items() if key not in responder.slow)
-    assert counts == [1] * 12 + [2, 2]  # the prose and the truncated answers were asked again
+    assert counts == [1] * 16  # every body once: the prose and the truncated answers were asked again...
+    reasked = [json.loads(key) for key in answered if json.loads(key)["seed"] >= REASK_SEED_STRIDE]
+    assert len(reasked) == 2  # ...each with another seed
     stats = generator.stats
     assert stats["usage"]["reasks"] == 2 and stats["failed"] == {}
     # per segment: 1 unique script-based item kept, the shared question kept once, 3 dropped for different reasons

@@ -194,6 +194,30 @@ def test_rerun_sends_only_what_was_not_answered(tmp_path):
     assert third.outcomes == second.outcomes and (third.requests, third.cached) == (8, 8)
 
 
+def test_a_failed_verdict_is_not_cached_and_a_reask_names_the_problem(tmp_path):
+    rows, predictions, baseline = make_rows(["good", "bad"])
+    healthy = {"on": False}
+
+    def judge(body):
+        return content_judge(body) if healthy["on"] else "I refuse to rank."
+
+    cache = tmp_path / "judge.sqlite"
+    with ChatCompletionsServer(judge) as server:
+        first = judge_win_rate(rows, predictions, baseline, DESCRIPTIONS, client_for(server, cache_path=cache), verbose=False)  # fmt: skip
+        reasks = [entry["body"] for entry in server.requests if len(entry["body"]["messages"]) > 2]
+        healthy["on"] = True
+        second = judge_win_rate(rows, predictions, baseline, DESCRIPTIONS, client_for(server, cache_path=cache), verbose=False)  # fmt: skip
+    assert first.outcomes == ["failed", "failed"] and (first.judged, first.failed) == (0, 2)
+    assert first.to_dict()["win_rate"] is None and first.to_dict()["judged"] == 0
+    json.dumps(first.to_dict(), allow_nan=False)  # valid JSON: no NaN
+    assert len(reasks) == 2 * 2 * 2  # two samples, both orders, two re-asks each
+    assert reasks[0]["messages"][-2] == {"role": "assistant", "content": "I refuse to rank."}
+    assert "expected one rank for each of" in reasks[0]["messages"][-1]["content"]
+    # the healthy judge is asked again: nothing of the failed run was kept as a verdict
+    assert second.outcomes == ["win", "loss"] and (second.judged, second.failed) == (2, 0)
+    assert (second.requests, second.cached) == (4, 0) and second.to_dict()["win_rate"] == 0.5
+
+
 def test_chinese_rows_get_the_chinese_prompt():
     rows = [{"role": "孙悟空", "question": "大圣，你去哪里？"}]
     with ChatCompletionsServer(lambda body: ranking(list(NAMES))) as server:

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from rolellm.clients.base import REASK_SEED_STRIDE
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.filters import clean_answer
@@ -110,13 +111,13 @@ class RoleGPTResponder:
     def __call__(self, body):
         role = re.match(r"你是(.+?)，", body["messages"][0]["content"]).group(1)
         question = body["messages"][-1]["content"].removeprefix(f"{role}，")
-        key = (QUESTIONS.index(question), role, body["seed"])
+        key = (QUESTIONS.index(question), role, body["seed"] % REASK_SEED_STRIDE)  # a re-ask keeps the key
         if key in self.faults and key not in self.seen:
             self.seen.add(key)
             if self.faults[key].kind == "slow":
                 self.slow.add(content_key(body))
             return self.faults[key]
-        seed = body["seed"]
+        seed = body["seed"] % REASK_SEED_STRIDE
         if key == (0, "皇帝", 4):
             return Fault("server_error")  # every time: the request fails for good after the client's retries
         if key == (2, "华妃", 4):
@@ -141,9 +142,13 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         )  # fmt: skip
         result = rolegpt.generate(client, profiles, QUESTIONS, output_dir=tmp_path / "out")
         answered = server.answered_counts()
-        assert len(answered) == 6 * 6 - 1  # every (pair, sample) body answered but the one failing for good...
+        # every (pair, sample) body answered once but the one failing for good, and the empty answer asked three
+        # times, each re-ask with another seed
+        assert len(answered) == 6 * 6 - 1 + 2
         counts = sorted(n for key, n in answered.items() if key not in responder.slow)
-        assert counts == [1] * 33 + [3]  # ...once, but the empty answer, asked three times
+        assert counts == [1] * 36  # the slow answer left out
+        reasked = sorted(json.loads(key)["seed"] for key in answered if json.loads(key)["seed"] >= REASK_SEED_STRIDE)
+        assert reasked == [4 + REASK_SEED_STRIDE, 4 + 2 * REASK_SEED_STRIDE]
         # the slow answer is logged when its (timed-out) reply is written, which may be after the run ends
         faults = sorted(
             r["fault"].kind for r in server.requests if r["fault"] is not None and r["fault"].kind != "slow"
@@ -181,15 +186,16 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         assert saved["config"]["prompt_mode"] == "zero_shot" and saved["client"]["model"] == "test-model"
         assert "api_key" not in json.dumps(saved)
 
-        # a second run on the same cache sends nothing and gives the same rows
+        # a second run on the same cache gives the same rows; it sends again only what did not succeed: the request
+        # that never got an answer (and fails again) and the answer that never parsed (its three attempts)
         client = OpenAIChatClient(
             "test-model", base_url=server.base_url, max_retries=0, cache_path=tmp_path / "cache.sqlite", progress=False
         )
         again = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot"))
         assert again.generate(client, profiles, QUESTIONS)["train"].to_list() == rows
-        assert server.answered_counts() == answered
-        # (only the request that never got an answer is sent again, and fails again)
-        assert again.stats["usage"]["requests"] == 0 and again.stats["usage"]["cached"] == 35 + 2
+        resent = server.answered_counts() - answered
+        assert sorted(json.loads(key)["seed"] for key in resent) == [4 + REASK_SEED_STRIDE * i for i in range(3)]
+        assert again.stats["usage"]["requests"] == 3 and again.stats["usage"]["cached"] == 34
 
 
 @pytest.mark.slow

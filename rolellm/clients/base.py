@@ -27,6 +27,10 @@ from rolellm.clients.cache import ChatCache, request_key
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant")
+# A re-ask's seed is the request's plus this much per attempt: far from the seeds of the other samples of a prompt.
+REASK_SEED_STRIDE = 1_000_000
+# The user turn that follows an answer `parse` rejected.
+REASK_REMINDER = "Your answer could not be used ({error}). Answer again, exactly in the form asked for."
 
 
 @dataclass
@@ -137,7 +141,13 @@ class ChatClient:
         self.progress = progress
         self.usage = Usage()
 
-    def generate(self, requests: Sequence, parse: Callable[[str], Any] | None = None, desc: str | None = None):
+    def generate(
+        self,
+        requests: Sequence,
+        parse: Callable[[str], Any] | None = None,
+        desc: str | None = None,
+        remind: bool = False,
+    ):
         """Answer `requests` and return one `ChatResult` per request, in order.
 
         Runs `agenerate` on a fresh event loop; inside a running loop (a Jupyter notebook) it runs that loop in a
@@ -147,17 +157,20 @@ class ChatClient:
             requests (`Sequence[ChatRequest | list[dict]]`): the requests (a bare list of messages is accepted).
             parse (`Callable[[str], Any]`, *optional*): turns an answer's text into `ChatResult.parsed`; raising
                 `ValueError` rejects the answer, which is asked again (a new attempt, its own cache entry) up to
-                `max_parse_attempts` times, then counted as a failure with the last text kept.
+                `max_parse_attempts` times, then counted as a failure with the last text kept. A re-ask is sent
+                with another seed; an answer that never parsed is not kept in the cache, so a re-run asks again.
             desc (`str`, *optional*): the progress bar's label.
+            remind (`bool`, *optional*, defaults to `False`): a re-ask also shows the model its rejected answer and
+                a user turn naming what was wrong (for answers in a format, such as a judge's ranking).
         """
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.agenerate(requests, parse=parse, desc=desc))
+            return asyncio.run(self.agenerate(requests, parse=parse, desc=desc, remind=remind))
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self.agenerate(requests, parse=parse, desc=desc)).result()
+            return pool.submit(asyncio.run, self.agenerate(requests, parse, desc, remind)).result()
 
-    async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
+    async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
         raise NotImplementedError
 
     def estimate(self, requests: Sequence, max_tokens: int | None = None) -> RunEstimate:
@@ -196,8 +209,9 @@ class ChatClient:
         if self.cache is not None:
             self.cache.put(self.key(request, attempt), self.model_name, text, usage)
 
-    def _finish(self, request, attempt, text, usage, cached, parse) -> ChatResult | None:
-        """The result of an answer, or `None` when `parse` rejected it and another attempt is allowed."""
+    def _finish(self, request, attempt, text, usage, cached, parse) -> ChatResult:
+        """The result of an answer. An answer `parse` rejected comes back with `error` set: final when no attempt is
+        left, otherwise the caller asks `reask(request, attempt + 1, result)` next."""
         result = ChatResult(request, text, usage=usage, cached=cached, attempts=attempt + 1)
         if parse is None:
             return result
@@ -205,13 +219,36 @@ class ChatClient:
             result.parsed = parse(text)
             return result
         except ValueError as error:
-            if attempt + 1 < self.max_parse_attempts:
-                self.usage.reasks += 1
-                logger.debug("answer rejected by parse (attempt %d): %s", attempt + 1, error)
-                return None
-            result.error = f"unparseable answer after {attempt + 1} attempts: {error}"
-            self.usage.failures += 1
+            result.error = str(error)
+        if attempt + 1 < self.max_parse_attempts:
+            self.usage.reasks += 1
+            logger.debug("answer rejected by parse (attempt %d): %s", attempt + 1, result.error)
             return result
+        result.error = f"unparseable answer after {attempt + 1} attempts: {result.error}"
+        self.usage.failures += 1
+        self._forget(request, attempt)
+        return result
+
+    def _forget(self, request: ChatRequest, last_attempt: int) -> None:
+        """Drop the cached answers of a request that never parsed, so that a re-run asks again instead of failing
+        from the cache."""
+        if self.cache is not None:
+            self.cache.delete([self.key(request, attempt) for attempt in range(last_attempt + 1)])
+
+    def reask(self, request: ChatRequest, attempt: int, rejected: ChatResult, remind: bool) -> ChatRequest:
+        """What is sent for attempt `attempt` after `rejected` did not parse: `request` with another seed, and with
+        `remind` the conversation so far, the rejected answer and a user turn naming what was wrong.
+
+        The cache key stays that of `request` and `attempt`: the rejected answer is cached too while attempts are
+        left, so a re-run sends the same re-asks.
+        """
+        params = {**request.params, "seed": request.params.get("seed", 0) + attempt * REASK_SEED_STRIDE}
+        if not remind:
+            return replace(request, params=params)
+        reminder = REASK_REMINDER.format(error=rejected.error[:300])
+        messages = [*rejected.request.messages, {"role": "assistant", "content": rejected.text or ""}]
+        messages.append({"role": "user", "content": reminder})
+        return replace(request, messages=messages, params=params)
 
     def _progress(self, total: int, desc: str | None):
         bar = tqdm(

@@ -103,6 +103,12 @@ class ChatCache:
             )
             self._connection.commit()
 
+    def delete(self, keys: list[str]) -> None:
+        """Remove the answers of `keys` (those that are present) and commit."""
+        with self._lock:
+            self._connection.executemany("DELETE FROM completions WHERE key = ?", [(key,) for key in keys])
+            self._connection.commit()
+
     def __len__(self) -> int:
         with self._lock:
             return self._connection.execute("SELECT COUNT(*) FROM completions").fetchone()[0]

@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
@@ -127,7 +128,7 @@ class LocalChatClient(ChatClient):
     def count_prompt_tokens(self, request: ChatRequest) -> int:
         return len(self._render(request))
 
-    async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
+    async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
         """The async form of `generate`; generation runs in a worker thread so the event loop stays free."""
         requests = [as_request(r) for r in requests]
         for request in requests:
@@ -137,14 +138,16 @@ class LocalChatClient(ChatClient):
         results: list[ChatResult | None] = [None] * len(requests)
         bar = self._progress(len(requests), desc)
         pending = [(i, 0) for i in range(len(requests))]  # (request index, attempt)
+        asked = list(requests)  # what is sent for each request's current attempt
 
         def settle(i, attempt, text, usage, cached, retry_later):
             result = self._finish(requests[i], attempt, text, usage, cached, parse)
-            if result is None:
-                retry_later.append((i, attempt + 1))
-            else:
+            if result.ok or attempt + 1 == self.max_parse_attempts:
                 results[i] = result
                 self._update(bar)
+            else:
+                asked[i] = self.reask(requests[i], attempt + 1, replace(result, request=asked[i]), remind)
+                retry_later.append((i, attempt + 1))
 
         while pending:  # one round per attempt: answers `parse` rejected are asked again in the next round
             next_pending, todo = [], []
@@ -154,11 +157,11 @@ class LocalChatClient(ChatClient):
                     todo.append((i, attempt))
                 else:
                     settle(i, attempt, *hit, True, next_pending)
-            prompts = {i: self._render(requests[i]) for i, _ in todo}
+            prompts = {i: self._render(asked[i]) for i, _ in todo}
             todo.sort(key=lambda item: -len(prompts[item[0]]))  # similar lengths share a batch: less padding
             for batch in _batches(todo, self.batch_size, key=lambda item: _generation_kwargs(requests[item[0]])):
                 outputs = await asyncio.to_thread(
-                    self._generate_batch, [requests[i] for i, _ in batch], [prompts[i] for i, _ in batch]
+                    self._generate_batch, [asked[i] for i, _ in batch], [prompts[i] for i, _ in batch]
                 )
                 for (i, attempt), (text, usage) in zip(batch, outputs):
                     self._record(requests[i], attempt, text, usage)  # on disk before the next batch starts

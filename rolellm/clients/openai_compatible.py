@@ -25,6 +25,7 @@ import importlib.util
 import logging
 import os
 import random
+from dataclasses import replace
 from typing import Literal
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, Usage, as_request
@@ -140,7 +141,7 @@ class OpenAIChatClient(ChatClient):
             return openai.DefaultAioHttpClient(verify=ssl_context())
         return openai.DefaultAsyncHttpxClient(verify=ssl_context())
 
-    async def agenerate(self, requests, parse=None, desc=None) -> list[ChatResult]:
+    async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
         """The async form of `generate` (same arguments): await it inside your own event loop."""
         import openai
 
@@ -162,26 +163,29 @@ class OpenAIChatClient(ChatClient):
                 )
                 pools.append(await stack.enter_async_context(api))
             slots = Slots(pools, self.max_concurrency)
-            results = await asyncio.gather(*(self._answer(slots, r, parse, limiter, bar) for r in requests))
+            results = await asyncio.gather(*(self._answer(slots, r, parse, limiter, bar, remind) for r in requests))
         self._report(bar, desc)
         return list(results)
 
-    async def _answer(self, slots, request, parse, limiter, bar) -> ChatResult:
+    async def _answer(self, slots, request, parse, limiter, bar, remind) -> ChatResult:
+        asked = request
         for attempt in range(self.max_parse_attempts):
             hit = self._cached(request, attempt)
             if hit is None:
                 try:
-                    text, usage = await self._complete(slots, request, limiter)
+                    text, usage = await self._complete(slots, asked, limiter)
                 except RequestFailed as error:
                     self.usage.failures += 1
+                    self._forget(request, attempt - 1)
                     self._update(bar)
                     return ChatResult(request, error=str(error), attempts=attempt + 1)
                 self._record(request, attempt, text, usage)
             else:
                 text, usage = hit
             result = self._finish(request, attempt, text, usage, hit is not None, parse)
-            if result is not None:
+            if result.ok or attempt + 1 == self.max_parse_attempts:
                 break
+            asked = self.reask(request, attempt + 1, replace(result, request=asked), remind)
         self._update(bar)
         return result
 

@@ -123,7 +123,8 @@ class WinRateResult:
     """The outcome of a judged comparison of a model against a baseline.
 
     Args:
-        win_rate (`float`): the share of judged samples the model won, ties counted as half.
+        win_rate (`float`): the share of judged samples the model won, ties counted as half; NaN when no sample
+            was judged (`None` in `to_dict()`).
         ci_low, ci_high (`float`): the bootstrap confidence interval of `win_rate`.
         average_rank (`float`): the model's mean rank (1 = best) over every judged order of every judged sample.
         wins, ties, losses, failed (`int`): samples by outcome; `failed` samples (a request that failed or an
@@ -146,8 +147,17 @@ class WinRateResult:
     requests: int = 0
     cached: int = 0
 
+    @property
+    def judged(self) -> int:
+        """Samples with a verdict (`wins + ties + losses`)."""
+        return self.wins + self.ties + self.losses
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The result as JSON-safe values: a rate that has no value (nothing was judged) is `None`, never NaN."""
+        values = {
+            key: None if isinstance(value, float) and value != value else value for key, value in asdict(self).items()
+        }
+        return {**values, "judged": self.judged}
 
 
 def _verdict(ranks: dict[str, int], model_position: int) -> tuple[Outcome, int]:
@@ -216,7 +226,7 @@ def judge_win_rate(
     estimate = client.estimate(requests)
     if verbose:
         print(f"GPT judge ({client.model_name}): {estimate}")
-    results = client.generate(requests, parse=parse_ranking, desc="GPT judge")
+    results = client.generate(requests, parse=parse_ranking, desc="GPT judge", remind=True)
     outcomes: list[Outcome] = []
     errors: dict[int, str] = {}
     ranks = []
