@@ -41,6 +41,7 @@ _EXPORTS = {
     "ChatRequest": "rolellm.clients.openai_compatible",
     "ChatResult": "rolellm.clients.openai_compatible",
     "OpenAIChatClient": "rolellm.clients.openai_compatible",
+    "EndpointError": "rolellm.clients.base",
     "LocalChatClient": "rolellm.clients.local",
     "DialogueRetriever": "rolellm.roles.retrieval",
     "dialogue_to_messages": "rolellm.roles.retrieval",

@@ -11,6 +11,7 @@ out like a Hub model repository, so the real `from_pretrained(path)` code paths 
 
 import json
 import os
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -168,6 +169,7 @@ class Fault:
         retry_after (`float`, *optional*, defaults to 0.05): the `Retry-After` value of a 429, in seconds.
         delay (`float`, *optional*, defaults to 1.0): the wait of a `"slow"` answer, in seconds.
         status (`int`, *optional*, defaults to 500): the status code of a `"server_error"`.
+        message (`str`, *optional*, defaults to `"The server had an error"`): the error message of a `"server_error"`.
         answer (`str`, *optional*): the text a `"slow"` or `"truncated"` fault answers with; defaults to the
             responder's answer (so a responder that returns such a fault must give it).
     """
@@ -177,6 +179,7 @@ class Fault:
     delay: float = 1.0
     status: int = 500
     answer: str | None = None
+    message: str = "The server had an error"
 
     def __post_init__(self):
         kinds = get_args(FaultKind)
@@ -289,7 +292,7 @@ class ChatCompletionsServer:
                     error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
                     return self._send(429, error, body, fault, {"Retry-After": f"{fault.retry_after:g}"})
                 if fault.kind == "server_error":
-                    return self._send(fault.status, {"error": {"message": "The server had an error"}}, body, fault)
+                    return self._send(fault.status, {"error": {"message": fault.message}}, body, fault)
                 if fault.kind == "garbled":
                     return self._send(200, b'{"id": "chatcmpl-garbled", "choices": [{"mess', body, fault)
                 return self._send(200, {**_completion(body, ""), "choices": []}, body, fault)  # "empty"
@@ -324,6 +327,10 @@ class ChatCompletionsServer:
         class Server(ThreadingHTTPServer):
             request_queue_size = 1024  # the default backlog of 5 resets connections when many arrive at once
             daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up is no error
+                    super().handle_error(request, client_address)
 
         self._httpd = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

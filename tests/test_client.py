@@ -3,6 +3,7 @@
 import asyncio
 import json
 import logging
+import socket
 import subprocess
 import sys
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rolellm.clients import ChatRequest, OpenAIChatClient, RateLimiter
+from rolellm.clients import ChatRequest, EndpointError, OpenAIChatClient, RateLimiter
 from rolellm.clients.base import REASK_SEED_STRIDE
 from rolellm.testing import ChatCompletionsServer, Fault
 
@@ -122,16 +123,48 @@ def test_client_errors_fail_one_request_without_retry_and_bad_credentials_stop_t
     def responder(body):
         content = body["messages"][-1]["content"]
         if content == "too long":
-            return Fault("server_error", status=400)
-        return Fault("server_error", status=401) if content == "bad key" else shout(body)
+            return Fault("server_error", status=400, message="This model's maximum context length is 8 tokens")
+        if content == "unprocessable":
+            return Fault("server_error", status=422)
+        return Fault("server_error", status=401, message="Incorrect API key") if content == "bad key" else shout(body)
 
     with ChatCompletionsServer(responder) as server:
         client = make_client(server, http_backend=backend)
-        results = client.generate([ask("too long"), ask("ok")])
-        assert results[0].error.startswith("HTTP 400") and results[1].text == "OK"
-        assert client.usage.retries == 0 and client.usage.failures == 1
-        with pytest.raises(RuntimeError, match="HTTP 401"):
+        results = client.generate([ask("too long"), ask("ok"), ask("unprocessable")])
+        assert results[0].error.startswith("HTTP 400: ") and "maximum context length" in results[0].error
+        assert results[1].text == "OK" and results[2].error.startswith("HTTP 422")
+        assert client.usage.retries == 0 and client.usage.failures == 2
+        with pytest.raises(EndpointError, match="HTTP 401 .*Incorrect API key"):
             client.generate([ask("bad key")])
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_a_request_the_endpoint_refuses_for_every_row_stops_the_run_with_its_message(tmp_path, status):
+    def responder(body):
+        if body["model"] == "no-such-model":
+            return Fault("server_error", status=status, message="The model `no-such-model` does not exist")
+        return shout(body)
+
+    with ChatCompletionsServer(responder) as server:
+        client = OpenAIChatClient("no-such-model", base_url=server.base_url, max_concurrency=2, progress=False)
+        with pytest.raises(EndpointError, match=f"HTTP {status} The model `no-such-model` does not exist"):
+            client.generate([ask(f"q{i}") for i in range(20)])
+        assert len(server.requests) <= 2  # stopped on the first answers: the other rows were never sent
+
+
+def test_a_dead_endpoint_is_named_as_unreachable_after_bounded_retries(backend):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = OpenAIChatClient(
+        "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2, initial_backoff=0.01, progress=False,
+        http_backend=backend,
+    )  # fmt: skip
+    with pytest.raises(
+        EndpointError, match=rf"cannot reach http://127.0.0.1:{port}/v1: connection refused \(3 tries\)"
+    ):
+        client.generate([ask(f"q{i}") for i in range(5)])
+    assert client.usage.retries <= 2 * 5
 
 
 def test_truncated_answer_is_rejected_by_parse_and_asked_again():
@@ -325,7 +358,7 @@ def test_a_storm_of_mixed_faults_under_concurrency_loses_nothing(tmp_path, backe
 
 def test_each_run_reports_its_own_totals_and_usage_keeps_running(caplog):
     with ChatCompletionsServer(shout) as server:
-        server.add_faults(Fault("server_error", status=400))
+        server.add_faults(Fault("server_error", status=422))
         client = make_client(server)
         with caplog.at_level(logging.INFO, logger="rolellm.clients"):
             client.generate([ask("a"), ask("b")], desc="first")

@@ -7,7 +7,7 @@ any OpenAI-compatible endpoint, `LocalChatClient` for a `transformers` model in-
 
 import importlib
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, Usage
+from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage
 from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens
 from rolellm.clients.cache import ChatCache, request_key
 from rolellm.clients.openai_compatible import OpenAIChatClient
@@ -18,6 +18,7 @@ __all__ = [
     "ChatClient",
     "ChatRequest",
     "ChatResult",
+    "EndpointError",
     "LocalChatClient",
     "OpenAIChatClient",
     "RateLimiter",

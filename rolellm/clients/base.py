@@ -33,6 +33,12 @@ REASK_SEED_STRIDE = 1_000_000
 REASK_REMINDER = "Your answer could not be used ({error}). Answer again, exactly in the form asked for."
 
 
+class EndpointError(RuntimeError):
+    """The endpoint cannot answer any request (unreachable, wrong key, unknown model, rejected request shape): the run
+    stops at once with the server's message instead of failing every request the same way. Answers received before
+    are in the cache, so a re-run after the fix sends only what is missing."""
+
+
 @dataclass
 class ChatRequest:
     """One chat completion to make.

@@ -25,10 +25,12 @@ import importlib.util
 import logging
 import os
 import random
+import re
+import socket
 from dataclasses import replace
 from typing import Literal
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, Usage, as_request
+from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage, as_request
 from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
 
 
@@ -48,6 +50,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CONNECTIONS_PER_POOL = 8
+# HTTP statuses that stop the run: the key, the model, the URL or the shape of every request is wrong. A 400 about the
+# context length concerns one request and fails only that one.
+STOP_STATUSES = (400, 401, 403, 404)
+_CONTEXT_LENGTH = re.compile(r"context.length|maximum context|too many tokens|too long", re.I)
 
 
 class OpenAIChatClient(ChatClient):
@@ -163,7 +169,15 @@ class OpenAIChatClient(ChatClient):
                 )
                 pools.append(await stack.enter_async_context(api))
             slots = Slots(pools, self.max_concurrency)
-            results = await asyncio.gather(*(self._answer(slots, r, parse, limiter, bar, remind) for r in requests))
+            tasks = [asyncio.ensure_future(self._answer(slots, r, parse, limiter, bar, remind)) for r in requests]
+            try:
+                results = await asyncio.gather(*tasks)
+            except EndpointError:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                bar.close()
+                raise
         self._report(bar, desc)
         return list(results)
 
@@ -195,6 +209,7 @@ class OpenAIChatClient(ChatClient):
         import openai
 
         for retry in range(self.max_retries + 1):
+            unreachable = None
             if limiter is not None:
                 await limiter.acquire(self.count_prompt_tokens(request) + request.params.get("max_tokens", 0))
             wait = None
@@ -206,25 +221,31 @@ class OpenAIChatClient(ChatClient):
                 body = {"model": self.model, "messages": request.messages, **request.params}
                 response = await api.post("/chat/completions", cast_to=httpx2.Response, body=body)
                 return read_completion(response.json())
-            except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as error:
-                # Wrong key, model or URL: every request would fail the same way, so stop the run.
-                raise RuntimeError(
-                    f"{self.base_url or 'OpenAI'} refused the request for model {self.model!r}: "
-                    f"HTTP {error.status_code} {error.message}"
-                ) from None
             except openai.APIStatusError as error:
-                reason = f"HTTP {error.status_code}: {error.message}"
+                message = server_message(error)
+                if error.status_code in STOP_STATUSES and not _CONTEXT_LENGTH.search(message):
+                    # Wrong key, model, URL or request shape: every request would fail the same way, so stop.
+                    slots.stop = EndpointError(
+                        f"{self.base_url or 'OpenAI'} refused the request for model {self.model!r}: "
+                        f"HTTP {error.status_code} {message}"
+                    )
+                    raise slots.stop from None
+                reason = f"HTTP {error.status_code}: {message}"
                 if error.status_code not in (408, 409, 429) and error.status_code < 500:
                     raise RequestFailed(reason) from None
                 wait = parse_retry_after(error.response.headers)
-            except openai.APITimeoutError:
-                reason = f"timed out after {self.timeout:g} s"
-            except openai.APIConnectionError as error:
-                reason = f"connection error: {error}"
+            except openai.APIConnectionError as error:  # APITimeoutError included
+                unreachable = connection_failure(error)
+                reason = unreachable or f"timed out after {self.timeout:g} s"
+                if not unreachable and not isinstance(error, openai.APITimeoutError):
+                    reason = f"connection error: {error}"
             except (ValueError, MalformedResponse) as error:  # a body that is not JSON, or has no answer
                 reason = f"malformed response: {error}"
             finally:
                 slots.give(api)
+            if retry == self.max_retries and unreachable:
+                slots.stop = EndpointError(f"cannot reach {self.base_url or 'OpenAI'}: {reason} ({retry + 1} tries)")
+                raise slots.stop
             if retry == self.max_retries:
                 raise RequestFailed(f"gave up after {retry + 1} tries; last: {reason}")
             self.usage.retries += 1
@@ -247,10 +268,15 @@ class Slots:
         self._free: asyncio.Queue = asyncio.Queue()
         for i in range(n):
             self._free.put_nowait(pools[i % len(pools)])
+        self.stop: EndpointError | None = None  # set when the endpoint refused the run: nothing more is sent
 
     async def take(self):
         """Wait for a free slot and return its client; hand it back with `give`."""
-        return await self._free.get()
+        api = await self._free.get()
+        if self.stop is not None:
+            self._free.put_nowait(api)
+            raise self.stop
+        return api
 
     def give(self, api) -> None:
         self._free.put_nowait(api)
@@ -262,6 +288,29 @@ def ssl_context():
     import httpx2
 
     return httpx2.create_ssl_context()
+
+
+def server_message(error) -> str:
+    """The message the server wrote in its error body (`{"error": {"message": ...}}`), else the `openai` client's."""
+    body = error.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"].strip():
+        return body["message"].strip()
+    return error.message
+
+
+def connection_failure(error: BaseException) -> str | None:
+    """`"connection refused"` or `"host not found"` when that is what lies under `error`, else `None`.
+
+    The `openai` client reports a refused connection as a time-out with the aiohttp transport; the cause says what
+    happened.
+    """
+    while error is not None:
+        if isinstance(error, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(error, socket.gaierror):
+            return "host not found"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 class RequestFailed(Exception):
