@@ -4,8 +4,8 @@ import datasets
 import pytest
 import torch
 
+from rolellm.roles.resolve import load_profiles
 from rolellm.training import RoCITConfig, RoCITTrainer
-from rolellm.training.data import load_profiles
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_unsupported_attention_falls_back_to_trl_packing(tmp_path, tiny_model_pa
 DDP_SCRIPT = """
 import json, sys, datasets, torch
 from rolellm.training import RoCITConfig, RoCITTrainer
-from rolellm.training.data import load_profiles
+from rolellm.roles.resolve import load_profiles
 model_path, rows_path, profiles_path, out = sys.argv[1:5]
 args = RoCITConfig(out, use_cpu=True, bf16=False, activation_checkpointing=False, optim="sgd", learning_rate=0.5,
                    max_steps=3, save_strategy="no", report_to="none", disable_tqdm=True, seed=0, max_length=2048,

@@ -7,7 +7,7 @@ import pytest
 
 from rolellm.data import read_rolebench_jsonl
 from rolellm.evaluation.prompting import PROMPTING_MODES, build_messages
-from rolellm.evaluation.runner import EvaluateConfig, generate_predictions, load_profiles, select_rows
+from rolellm.evaluation.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
 from rolellm.roles.profile import role_key
 from rolellm.roles.prompts import build_system_instruction
 from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
@@ -29,7 +29,7 @@ def zh_profiles(rolebench_dir, shared_data_dir):
         data_dir=str(rolebench_dir),
         profiles_dir=[str(shared_data_dir / "roleglm-screenplay/profile_xiyou")],
     )
-    return load_profiles(config, "zh")
+    return read_profiles(config, "zh")
 
 
 def _select(rows, n):

@@ -5,7 +5,8 @@ import pytest
 
 from rolellm import build_system_instruction
 from rolellm.data import read_rolebench_jsonl
-from rolellm.training import load_profiles, mix_subsets, rolebench_to_conversations
+from rolellm.roles.resolve import load_profiles
+from rolellm.training import mix_subsets, rolebench_to_conversations
 
 
 @pytest.fixture(scope="module")

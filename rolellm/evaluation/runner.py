@@ -76,26 +76,20 @@ def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
     return predictions
 
 
-def load_profiles(config: EvaluateConfig, lang: str) -> dict:
+def read_profiles(config: EvaluateConfig, lang: str) -> dict:
     """The profiles of `lang`, keyed by `role_key(name)`: the release's (in `data_dir`), with the roles and dialogue
-    of the `config.profiles_dir` screenplay folders added."""
+    of the `config.profiles_dir` sources added (any source `rolellm.roles.load_profiles` reads)."""
     from rolellm.roles.profile import role_key
-    from rolellm.roles.release import read_release_profiles, read_screenplay_folder
+    from rolellm.roles.release import RELEASE_LANG_DIRS
+    from rolellm.roles.resolve import load_profiles
 
-    release = {}
-    if config.data_dir is not None:
-        try:
-            release = read_release_profiles(config.data_dir, lang)
-        except FileNotFoundError:
-            logger.info("No release profiles of %r in %s", lang, config.data_dir)
-    profiles = {role_key(name): profile for name, profile in release.items()}
-    for folder in config.profiles_dir or []:
-        for name, profile in read_screenplay_folder(folder, lang).items():
-            known = profiles.get(role_key(name))
-            if known is not None and not profile.description:
-                profile.description, profile.catchphrases = known.description, known.catchphrases
-            profiles[role_key(name)] = profile
-    return profiles
+    sources = list(config.profiles_dir or [])
+    if config.data_dir is not None and (Path(config.data_dir) / f"profiles-{RELEASE_LANG_DIRS[lang]}").is_dir():
+        sources.insert(0, Path(config.data_dir) / f"profiles-{RELEASE_LANG_DIRS[lang]}")
+    elif config.data_dir is not None:
+        logger.info("No release profiles of %r in %s", lang, config.data_dir)
+    profiles = load_profiles(sources, lang) if sources else {}
+    return {role_key(name): profile for name, profile in profiles.items()}
 
 
 def make_client(config: EvaluateConfig):
@@ -344,7 +338,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         predictions = rolegpt_predictions(rows, dataset["rolegpt_baseline"])
         mode = None
     else:
-        profiles = load_profiles(config, lang)
+        profiles = read_profiles(config, lang)
         predictions = generate_predictions(rows, profiles, config, client=client)
         mode = config.mode
     raw_path = find_raw_targets(config, lang)

@@ -29,6 +29,7 @@ from rolellm.roles.release import (
     write_release_profiles,
     write_screenplay_folder,
 )
+from rolellm.roles.resolve import ProfileSourceError, load_profiles, select_roles
 from rolellm.roles.screenplay import parse_screenplay, read_screenplay, write_screenplay
 
 
@@ -38,11 +39,13 @@ __all__ = [
     "DataFormatError",
     "DialogueRetriever",
     "ProfileFileWarning",
+    "ProfileSourceError",
     "RoleProfile",
     "Utterance",
     "build_system_instruction",
     "card_from_profile",
     "dialogue_to_messages",
+    "load_profiles",
     "parse_screenplay",
     "profile_from_card",
     "read_character_card",
@@ -51,6 +54,7 @@ __all__ = [
     "read_screenplay",
     "read_screenplay_folder",
     "role_key",
+    "select_roles",
     "split_catchphrases",
     "to_role_messages",
     "write_character_card",

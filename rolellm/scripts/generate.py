@@ -35,11 +35,13 @@ class GenerateArguments:
     > Parameters that control the input and output
 
     Args:
-        profiles_dir (`str`): a screenplay folder (`desc.json` + `{script}-{role}.jsonl`) or a release folder
-            (`profiles-{lang}/`).
-        profiles_format (`Literal["screenplay", "release"]`, *optional*, defaults to `"screenplay"`): which of the two.
-        lang (`Literal["en", "zh"]`, *optional*, defaults to `"zh"`): the profiles' language.
-        roles (`list[str]`, *optional*): only these roles (default: every role with dialogue).
+        profiles_dir (`str`): any profile source `rolellm.roles.load_profiles` reads: a release folder, a
+            `profiles-{lang}/` folder, a screenplay folder (`desc.json` + `{script}-{role}.jsonl`), a `desc.json`, a
+            Character Card or a folder of cards, a screenplay file (with `roles`).
+        lang (`Literal["en", "zh"]`, *optional*): the profiles' language (default: every language of a release
+            folder; guessed from the text of screenplays and cards).
+        roles (`list[str]`, *optional*): only these roles, spelled as in the profiles or not (`Dr. Frank N Furter`
+            finds `Dr. Frank-N-Furter`); default: every role with dialogue.
         output_dir (`str`): where the data, `generation_config.json` and `generation_stats.json` go.
 
     > Parameters that control the chat client
@@ -59,11 +61,10 @@ class GenerateArguments:
 
     output_dir: str = field(metadata={"help": "Where the data, generation_config.json and stats go."})
     model: str = field(metadata={"help": "Endpoint model name, or the local model's folder / Hub id."})
-    profiles_dir: str = field(metadata={"help": "A screenplay folder or a release folder of profiles."})
-    profiles_format: Literal["screenplay", "release"] = field(
-        default="screenplay", metadata={"help": "Layout of profiles_dir."}
+    profiles_dir: str = field(
+        metadata={"help": "Role profiles: a release or screenplay folder, a desc.json, a Character Card, a script."}
     )
-    lang: Literal["en", "zh"] = field(default="zh", metadata={"help": "The profiles' language."})
+    lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
     roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
     backend: Literal["openai", "local"] = field(default="openai", metadata={"help": "Where answers come from."})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL."})
@@ -116,19 +117,12 @@ def make_parser(subparsers=None):
     return parser
 
 
-def load_profiles(args: GenerateArguments) -> list:
-    from rolellm.roles.release import read_release_profiles, read_screenplay_folder
+def read_profiles(args: GenerateArguments) -> list:
+    """The profiles to generate for: the `roles` asked for, else every role with dialogue."""
+    from rolellm.roles.resolve import load_profiles
 
-    if args.profiles_format == "screenplay":
-        profiles = read_screenplay_folder(args.profiles_dir, lang=args.lang)
-    else:
-        profiles = read_release_profiles(args.profiles_dir, args.lang)
-    if args.roles:
-        missing = sorted(set(args.roles) - set(profiles))
-        if missing:
-            raise ValueError(f"--roles {missing} not found in {args.profiles_dir}; available: {sorted(profiles)}")
-        return [profiles[name] for name in args.roles]
-    return [profile for profile in profiles.values() if profile.dialogue]
+    profiles = load_profiles(args.profiles_dir, lang=args.lang, roles=args.roles)
+    return list(profiles.values()) if args.roles else [p for p in profiles.values() if p.dialogue]
 
 
 def build_client(args: GenerateArguments):
@@ -169,7 +163,7 @@ def main(args=None):
     values = vars(args)
     built = [cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values}) for cls in dataclass_types]
     job, config = built[0], built[-1]
-    profiles, client = load_profiles(job), build_client(job)
+    profiles, client = read_profiles(job), build_client(job)
     if args.generator == "rolegpt":
         from rolellm.generation.rolegpt import RoleGPT
 

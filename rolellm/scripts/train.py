@@ -66,7 +66,7 @@ def load_rows(script_args, split):
 
 def load_profiles_for(script_args, training_args):
     from rolellm.data import load_rolebench_profiles
-    from rolellm.training import load_profiles
+    from rolellm.roles.resolve import load_profiles
 
     if training_args.profiles_path is not None:
         return load_profiles(training_args.profiles_path)

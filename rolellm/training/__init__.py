@@ -10,7 +10,6 @@ _EXPORTS = {
     "RoCITConfig": "rolellm.training.config",
     "RoCITTrainer": "rolellm.training.trainer",
     "DataCollatorForRoleLM": "rolellm.training.trainer",
-    "load_profiles": "rolellm.training.data",
     "mix_subsets": "rolellm.training.data",
     "rolebench_to_conversations": "rolellm.training.data",
     "build_model_card": "rolellm.training.card",

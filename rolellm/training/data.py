@@ -12,7 +12,6 @@
 """
 
 import logging
-from pathlib import Path
 
 import datasets
 
@@ -23,30 +22,6 @@ from rolellm.roles.prompts import to_role_messages
 logger = logging.getLogger(__name__)
 
 SUBSET_IDS = {"general": 0, "role_specific": 1}
-
-
-def load_profiles(path: str | Path) -> dict[str, RoleProfile]:
-    """Read role profiles from a RoleBench release folder, a `profiles-{lang}` folder or a `desc.json` file.
-
-    A release folder yields the profiles of every language it holds (`profiles-eng/`, `profiles-zh/`).
-    """
-    from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles
-
-    path = Path(path)
-    folder = path.parent if path.name == "desc.json" else path
-    by_folder = {f"profiles-{name}": lang for lang, name in RELEASE_LANG_DIRS.items()}
-    if folder.name in by_folder:
-        return dict(read_release_profiles(folder, by_folder[folder.name]))
-    profiles = {}
-    for name, lang in by_folder.items():
-        if (folder / name).is_dir():
-            profiles.update(read_release_profiles(folder, lang))
-    if not profiles:
-        raise FileNotFoundError(
-            f"no role profiles at {path}: pass a RoleBench release folder holding profiles-eng/ or profiles-zh/, "
-            "one of those folders, or its desc.json"
-        )
-    return profiles
 
 
 def mix_subsets(dataset: datasets.Dataset, role_specific_fraction: float | None, seed: int = 0) -> datasets.Dataset:

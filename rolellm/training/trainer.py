@@ -33,10 +33,11 @@ from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat
+from rolellm.roles.resolve import load_profiles
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card
 from rolellm.training.config import RoCITConfig
-from rolellm.training.data import SUBSET_IDS, load_profiles, mix_subsets, rolebench_to_conversations
+from rolellm.training.data import SUBSET_IDS, mix_subsets, rolebench_to_conversations
 from rolellm.training.packing import (
     PACKED_COLUMNS,
     PREFIX_GROUP_COLUMN,

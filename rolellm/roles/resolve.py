@@ -1,0 +1,161 @@
+"""One way to get role profiles from whatever a user has: `load_profiles(source)`.
+
+Every command and API that takes profiles (`rolellm generate`, `train`, `evaluate`) resolves them here, so a source
+that works for one works for all. Accepted sources, told apart by what is on disk:
+
+| source | read with |
+|---|---|
+| a RoleBench release folder (holding `profiles-eng/` and/or `profiles-zh/`) | `read_release_profiles`, each language |
+| a `profiles-eng/` or `profiles-zh/` folder, or its `desc.json` | `read_release_profiles` |
+| a screenplay-profile folder (`desc.json` + `{script}-{role}.jsonl`), or its `desc.json` | `read_screenplay_folder` |
+| a Character Card V2/V3, `.json` or `.png`, or a folder of cards | `read_character_card` |
+| a screenplay text file (`.txt`, `.fountain`), with `roles=` naming who to profile | `read_screenplay` |
+
+>>> import tempfile, pathlib
+>>> from rolellm.roles.release import write_release_profiles
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = write_release_profiles({"Po": RoleProfile("Po", "en", "A kung fu panda.")}, folder)
+>>> sorted(load_profiles(folder))
+['Po']
+>>> sorted(load_profiles(folder / "profiles-eng" / "desc.json", roles=["po"]))
+['Po']
+"""
+
+import contextlib
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from rolellm.roles.character_card import read_character_card
+from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles, read_screenplay_folder
+from rolellm.roles.screenplay import read_screenplay
+
+
+SCREENPLAY_SUFFIXES = (".txt", ".fountain", ".spmd")
+CARD_SUFFIXES = (".json", ".png")
+ACCEPTED = (
+    "a RoleBench release folder (with profiles-eng/ or profiles-zh/), a profiles-eng/ or profiles-zh/ folder, a "
+    "screenplay-profile folder (desc.json + {script}-{role}.jsonl), a desc.json, a Character Card (.json or .png) "
+    "or a folder of cards, or a screenplay file (.txt, .fountain) with roles"
+)
+_RELEASE_FOLDERS = {f"profiles-{suffix}": lang for lang, suffix in RELEASE_LANG_DIRS.items()}
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+class ProfileSourceError(ValueError):
+    """A profile source that is missing or of no accepted kind; the message names it and lists the accepted kinds."""
+
+
+def load_profiles(
+    source: str | Path | Iterable[str | Path], lang: str | None = None, roles: Iterable[str] | None = None
+) -> dict[str, RoleProfile]:
+    """Read role profiles from any accepted source (see the module docstring), or several.
+
+    Args:
+        source (`str`, `os.PathLike` or a list of them): where the profiles are. With several sources a role read
+            again replaces the earlier profile, keeping the earlier description and catchphrases when the later
+            source has none (a screenplay folder adds dialogue to a release role, say).
+        lang (`str`, *optional*): `"en"` or `"zh"`: only this language of a release folder, and the language of
+            screenplays and cards (guessed from their text when not given).
+        roles (`list[str]`, *optional*): keep only these roles, matched spelling-insensitively (`role_key`:
+            `"Dr. Frank N Furter"` finds `"Dr. Frank-N-Furter"`); required for a screenplay text file.
+
+    Returns:
+        `dict[str, RoleProfile]`: role name -> profile, in the order read.
+
+    Raises:
+        `ProfileSourceError`: a source that does not exist or is of no accepted kind, or a role of `roles` that no
+        source has (the message lists the roles found).
+        `DataFormatError`: a file of the source that is malformed (named with its line).
+    """
+    sources = [source] if isinstance(source, (str, Path)) else list(source)
+    if not sources:
+        raise ProfileSourceError(f"no profile source given: pass {ACCEPTED}")
+    roles = list(roles) if roles is not None else None
+    profiles: dict[str, RoleProfile] = {}
+    for item in sources:
+        for name, profile in _read_source(Path(item), lang, roles).items():
+            known = profiles.pop(name, None)
+            if known is not None and not profile.description:
+                profile.description, profile.catchphrases = known.description, known.catchphrases
+            profiles[name] = profile
+    return select_roles(profiles, roles, where=", ".join(str(item) for item in sources)) if roles else profiles
+
+
+def select_roles(profiles: dict[str, RoleProfile], roles: Iterable[str], where: str = "the profiles") -> dict:
+    """The profiles of `roles`, in the order of `roles`, matched spelling-insensitively with `role_key`.
+
+    >>> profiles = {"Dr. Frank-N-Furter": RoleProfile("Dr. Frank-N-Furter", "en")}
+    >>> list(select_roles(profiles, ["Dr. Frank N Furter"]))
+    ['Dr. Frank-N-Furter']
+    """
+    by_key = {role_key(name): name for name in profiles}
+    missing = [role for role in roles if role_key(role) not in by_key]
+    if missing:
+        raise ProfileSourceError(f"roles {missing} are not in {where}; roles found: {sorted(profiles)}")
+    return {by_key[role_key(role)]: profiles[by_key[role_key(role)]] for role in roles}
+
+
+def _read_source(path: Path, lang: str | None, roles: list[str] | None) -> dict[str, RoleProfile]:
+    if not path.exists():
+        raise ProfileSourceError(f"{path}: no such file or folder; profiles are read from {ACCEPTED}")
+    if path.is_file():
+        return _read_file(path, lang, roles)
+    if path.name in _RELEASE_FOLDERS:
+        return _release(path, _RELEASE_FOLDERS[path.name], lang)
+    release = [name for name in _RELEASE_FOLDERS if (path / name).is_dir()]
+    if release:
+        profiles = {}
+        for name in release:
+            if lang is None or _RELEASE_FOLDERS[name] == lang:
+                profiles.update(read_release_profiles(path, _RELEASE_FOLDERS[name]))
+        return profiles
+    if (path / "desc.json").is_file():
+        return dict(read_screenplay_folder(path, lang or _guess_lang(path / "desc.json")))
+    cards = sorted(p for p in path.iterdir() if p.suffix.lower() in CARD_SUFFIXES and p.is_file())
+    if cards:
+        profiles = {}
+        for card in cards:
+            profile = read_character_card(card, lang)
+            profiles[profile.name] = profile
+        return profiles
+    raise ProfileSourceError(f"{path}: a folder with no role profiles in it; profiles are read from {ACCEPTED}")
+
+
+def _read_file(path: Path, lang: str | None, roles: list[str] | None) -> dict[str, RoleProfile]:
+    suffix = path.suffix.lower()
+    if path.name == "desc.json":
+        folder = path.parent
+        if folder.name in _RELEASE_FOLDERS:
+            return _release(folder, _RELEASE_FOLDERS[folder.name], lang)
+        return dict(read_screenplay_folder(folder, lang or _guess_lang(path)))
+    if suffix in CARD_SUFFIXES:
+        profile = read_character_card(path, lang)
+        return {profile.name: profile}
+    if suffix in SCREENPLAY_SUFFIXES:
+        if not roles:
+            raise ProfileSourceError(f"{path}: a screenplay needs the roles to profile: pass roles (--roles NAME)")
+        text_lang = lang or _guess_lang(path)
+        return {role: read_screenplay(path, role, lang=text_lang) for role in roles}
+    raise ProfileSourceError(f"{path}: not a kind of profile file rolellm reads; profiles are read from {ACCEPTED}")
+
+
+def _release(folder: Path, folder_lang: str, lang: str | None) -> dict[str, RoleProfile]:
+    if lang is not None and lang != folder_lang:
+        raise ProfileSourceError(f"{folder} holds {folder_lang!r} profiles, but lang={lang!r} was asked for")
+    return dict(read_release_profiles(folder, folder_lang))
+
+
+def _guess_lang(path: Path) -> str:
+    """`"zh"` when at least a tenth of the file's first 4,000 letters are CJK, else `"en"`."""
+    try:
+        text = path.read_bytes()[:16000].decode("utf-8", errors="ignore")
+    except OSError as error:
+        raise ProfileSourceError(f"{path}: cannot be read ({error.strerror})") from None
+    if path.suffix == ".json":
+        with contextlib.suppress(ValueError, AttributeError):  # a truncated or odd file: guess from the raw text
+            text = " ".join(str(value) for value in json.loads(text).values())
+    letters = [c for c in text[:4000] if c.isalpha()]
+    return "zh" if letters and len(_CJK.findall("".join(letters))) * 10 >= len(letters) else "en"
