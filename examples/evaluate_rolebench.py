@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 from rolellm.evaluation.config import EvaluateConfig
-from rolellm.evaluation.prompting import PROMPTING_MODES
 from rolellm.evaluation.report import format_table
 from rolellm.evaluation.runner import run_benchmark
+from rolellm.roles.prompts import PROMPTING_MODES
 from rolellm.testing import build_tiny_llama, find_rolebench_data
 
 

@@ -57,6 +57,7 @@ _EXPORTS = {
     "clean_answer": "rolellm.generation.filters",
     "build_system_instruction": "rolellm.roles.prompts",
     "to_role_messages": "rolellm.roles.prompts",
+    "build_role_messages": "rolellm.roles.prompts",
     "encode_chat": "rolellm.encoding.encode",
     "set_role_chat_template": "rolellm.encoding.chat_template",
     "RoCITConfig": "rolellm.training.config",

@@ -6,10 +6,9 @@ import shutil
 import pytest
 
 from rolellm.data import read_rolebench_jsonl
-from rolellm.evaluation.prompting import PROMPTING_MODES, build_messages
 from rolellm.evaluation.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
 from rolellm.roles.profile import role_key
-from rolellm.roles.prompts import build_system_instruction
+from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction
 from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
 from rolellm.testing import ChatCompletionsServer, Fault
 
@@ -60,33 +59,46 @@ def test_profiles_join_release_and_screenplay(zh_profiles):
 
 def test_every_mode_builds_the_documented_messages(zh_profiles):
     profile = zh_profiles[role_key("孙悟空")]
-    retriever = DialogueRetriever(profile)
-    question = " 孙悟空，你为什么大闹天宫？ "
-    groups = retriever.retrieve(question.strip(), k=3)
+    question = "孙悟空，你为什么大闹天宫？"
+    groups = DialogueRetriever(profile).retrieve(question, k=3)
     instruction = build_system_instruction(profile, "zh")
-    by_mode = {m: build_messages(question, profile, mode=m, retriever=retriever) for m in PROMPTING_MODES}
+    by_mode = {m: build_role_messages(profile, question, m, examples=groups) for m in PROMPTING_MODES}
 
-    assert by_mode["system"] == [
-        {"role": "system", "content": instruction},
-        {"role": "user", "content": question.strip()},
-    ]
-    assert by_mode["zero-shot"] == [{"role": "user", "content": instruction + "\n\n" + question.strip()}]
+    assert by_mode["system"] == [{"role": "system", "content": instruction}, {"role": "user", "content": question}]
+    assert by_mode["zero-shot"] == [{"role": "user", "content": instruction + "\n\n" + question}]
     assert by_mode["few-shot-dialogue"] == [
         {"role": "system", "content": instruction},
         *dialogue_to_messages(groups, "孙悟空"),
-        {"role": "user", "content": question.strip()},
+        {"role": "user", "content": question},
     ]
-    [prompt] = by_mode["few-shot-prompt"]
-    assert prompt["role"] == "user" and prompt["content"].startswith(instruction)
-    assert prompt["content"].endswith("现在请回答：\n" + question.strip())
-    assert all(f"{u.speaker}：“{u.content}”" in prompt["content"] for group in groups for u in group)
+    lines = ["".join(f"{u.speaker}: “{u.content}”\n" for u in group) for group in groups]
+    pasted = "以下是你在剧本中的一些对话：\n\n" + "\n".join(lines)  # a blank line between groups
+    assert by_mode["few-shot"] == [
+        {"role": "system", "content": instruction},
+        {"role": "user", "content": pasted + "\n" + question},
+    ]
+    assert by_mode["few-shot-prompt"] == [{"role": "user", "content": instruction + "\n\n" + pasted + "\n" + question}]
     assert by_mode["retrieval"][0] == {
         "role": "system",
         "content": build_system_instruction(profile, "zh", retrieved_dialogue=groups),
     }
     assert len(groups) == 3 and by_mode["retrieval"][0]["content"] != instruction
-    with pytest.raises(ValueError, match="pass retriever="):
-        build_messages(question, profile, mode="retrieval")
+    with pytest.raises(ValueError, match="pass examples="):
+        build_role_messages(profile, question, mode="retrieval")
+    with pytest.raises(ValueError, match="mode='chat' is not a prompting mode"):
+        build_role_messages(profile, question, mode="chat")
+
+
+def test_rolegpt_and_the_runner_share_the_builder(zh_profiles):
+    """RoleGPT's paper modes are prompting modes of the one builder: the same messages from both stages."""
+    from rolellm.generation.rolegpt import PROMPTING_MODE, RoleGPT, RoleGPTConfig
+
+    profile = zh_profiles[role_key("孙悟空")]
+    question = "孙悟空，你为什么大闹天宫？"
+    for rolegpt_mode, mode in PROMPTING_MODE.items():
+        rolegpt = RoleGPT(RoleGPTConfig(prompt_mode=rolegpt_mode, num_examples=2))
+        examples = DialogueRetriever(profile).retrieve(question, k=2) if mode != "system" else None
+        assert rolegpt.prompt(profile, question) == build_role_messages(profile, question, mode, examples)
 
 
 def _answer(body):

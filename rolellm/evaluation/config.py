@@ -6,12 +6,11 @@
 """
 
 from dataclasses import dataclass, field
-from typing import Literal
+
+from rolellm.roles.prompts import PromptingMode
 
 
 ROLEGPT = "rolegpt"
-# the prompting modes of `rolellm.evaluation.prompting.build_messages`
-PromptingMode = Literal["system", "zero-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"]
 # the fields of EvaluateConfig that decide what is generated: a resumed run must agree on all of them
 GENERATION_FIELDS = (
     "model_name_or_path", "base_url", "dataset_name", "split", "mode", "num_examples", "roles", "max_samples_per_role",
@@ -48,7 +47,7 @@ class EvaluateConfig:
 
     > Parameters that control generation
 
-        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.evaluation.prompting`).
+        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.roles.prompts.build_role_messages`).
         num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved by the few-shot modes.
         system_template (`str`, *optional*): Jinja source replacing the paper's system instruction.
         max_new_tokens (`int`, *optional*, defaults to 256): the longest answer.

@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 
 from rolellm.evaluation.config import GENERATION_FIELDS, EvaluateConfig
-from rolellm.evaluation.prompting import FEW_SHOT_MODES, build_messages
 from rolellm.evaluation.scoring import read_raw_targets, references_as_released, score_predictions
 
 
@@ -195,6 +194,7 @@ def build_requests(rows: list[dict], indices: list[int], profiles: dict, config:
     """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0)."""
     from rolellm.clients.openai_compatible import ChatRequest
     from rolellm.roles.profile import role_key
+    from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages
     from rolellm.roles.retrieval import DialogueRetriever
 
     retrievers = {}
@@ -203,7 +203,7 @@ def build_requests(rows: list[dict], indices: list[int], profiles: dict, config:
     for index in indices:
         row = rows[index]
         profile = profiles[role_key(row["role"])]
-        if config.mode in FEW_SHOT_MODES and row["role"] not in retrievers:
+        if config.mode in EXAMPLE_MODES and row["role"] not in retrievers:
             try:
                 retrievers[row["role"]] = DialogueRetriever(profile)
             except ValueError as error:
@@ -211,10 +211,13 @@ def build_requests(rows: list[dict], indices: list[int], profiles: dict, config:
                     f"mode={config.mode!r} needs script dialogue of {row['role']!r}: {error}. Pass profiles_dir= "
                     "with a screenplay profile folder of this role, or use mode='system'"
                 ) from error
-        messages = build_messages(
-            row["question"], profile, mode=config.mode, retriever=retrievers.get(row["role"]),
-            num_examples=config.num_examples, lang=row["lang"], system_template=config.system_template,
-        )  # fmt: skip
+        question = row["question"].strip()  # the English release starts every question with a space
+        examples = (
+            retrievers[row["role"]].retrieve(question, k=config.num_examples) if row["role"] in retrievers else None
+        )
+        messages = build_role_messages(
+            profile, question, config.mode, examples, lang=row["lang"], system_template=config.system_template
+        )
         requests.append(ChatRequest(messages=messages, params=dict(params), metadata={"index": index}))
     return requests
 

@@ -33,8 +33,8 @@ from rolellm.generation.job import (
     write_jsonl,
 )
 from rolellm.roles.profile import RoleProfile
-from rolellm.roles.prompts import build_system_instruction
-from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
+from rolellm.roles.prompts import build_role_messages
+from rolellm.roles.retrieval import DialogueRetriever
 
 
 @dataclass
@@ -103,6 +103,10 @@ class RoleGPTConfig:
             raise ValueError(f"num_examples={self.num_examples}: use prompt_mode='zero_shot' for no examples")
 
 
+# RoleGPT's prompt modes (the paper's names) as prompting modes of `build_role_messages`
+PROMPTING_MODE = {"zero_shot": "system", "few_shot": "few-shot", "dialogue": "few-shot-dialogue"}
+
+
 def address_question(question: str, role: str, lang: str) -> str:
     """Prepend the role's name to `question` unless the question already contains it.
 
@@ -143,26 +147,22 @@ class RoleGPT:
             reference (`str`, *optional*): the instruction's raw reference answer; used with `include_reference`.
         """
         config = self.config
-        lang = profile.lang
-        system = build_system_instruction(profile, template=config.system_template)
-        asked = address_question(question, profile.name, lang) if config.prepend_role_name else question.strip()
+        asked = (
+            address_question(question, profile.name, profile.lang) if config.prepend_role_name else question.strip()
+        )
         final = render_prompt(
-            f"rolegpt_question_{lang}.jinja",
+            f"rolegpt_question_{profile.lang}.jinja",
             question=asked,
             reference=reference.strip() if config.include_reference and reference is not None else None,
             role=profile.name,
         )
-        if config.prompt_mode == "zero_shot":
-            return [{"role": "system", "content": system}, {"role": "user", "content": final}]
-        groups = self.retriever(profile).retrieve(question, k=config.num_examples)
-        if config.prompt_mode == "few_shot":
-            content = render_prompt(f"rolegpt_few_shot_{lang}.jinja", examples=groups, question=final)
-            return [{"role": "system", "content": system}, {"role": "user", "content": content}]
-        return [
-            {"role": "system", "content": system},
-            *dialogue_to_messages(groups, profile.name),
-            {"role": "user", "content": final},
-        ]
+        examples = (
+            None
+            if config.prompt_mode == "zero_shot"
+            else self.retriever(profile).retrieve(question, k=config.num_examples)
+        )
+        mode = PROMPTING_MODE[config.prompt_mode]
+        return build_role_messages(profile, final, mode, examples, system_template=config.system_template)
 
     def parse(self, text: str, role: str | None = None) -> str:
         """The answer without a leading `{role}:` (when `role` is given) and without quotes around the whole of it.

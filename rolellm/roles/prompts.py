@@ -2,6 +2,8 @@
 
 - `build_system_instruction` renders the RoleGPT/RoCIT system instruction of the paper (English or Chinese, verbatim)
   from a `RoleProfile`; a user-supplied Jinja template can replace it.
+- `build_role_messages` puts a question to a model playing a role, in every prompting mode: the one builder of
+  RoleGPT's requests and of the benchmark runner's.
 - `to_role_messages` turns one RoleBench row into `messages` (system, user, assistant) samples.
 - `load_prompt` compiles a packaged prompt file of `rolellm/prompts/`.
 
@@ -14,17 +16,22 @@
 import random
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import jinja2
 
-from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.profile import RoleProfile, Utterance, role_key
 
 
 PROMPTS_DIR = Path(__file__).parent.parent / "prompts"
 
 # the environment of every rolellm prompt, packaged or user-supplied: a missing variable is an error
 JINJA_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+# How a question is put to a model playing a role; see `build_role_messages`.
+PromptingMode = Literal["system", "zero-shot", "few-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"]
+PROMPTING_MODES = get_args(PromptingMode)
+EXAMPLE_MODES = ("few-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval")  # the modes that show script lines
 
 
 @cache
@@ -151,3 +158,72 @@ def to_role_messages(
         ]
         for answer in references
     ]
+
+
+def build_role_messages(
+    profile: RoleProfile,
+    question: str,
+    mode: PromptingMode = "system",
+    examples: list[list[Utterance]] | None = None,
+    lang: str | None = None,
+    system_template: str | None = None,
+) -> list[dict]:
+    """The chat messages that put `question` to a model playing `profile`, in one of the prompting modes.
+
+    | mode | messages |
+    |---|---|
+    | `system` | the role's system instruction as a system turn, then the question (how RoCIT trains) |
+    | `zero-shot` | one user turn: the instruction, a blank line, the question (for templates without a system role) |
+    | `few-shot` | the system turn, then one user turn: the `examples` pasted as script lines before the question (the
+      paper's *few-shot prompt engineering*, `rolegpt_few_shot_{lang}.jinja`) |
+    | `few-shot-prompt` | as `few-shot`, with the instruction at the top of the one user turn instead of a system turn |
+    | `few-shot-dialogue` | the system turn, the `examples` as real user/assistant turns, the question (the paper's
+      *dialogue engineering*) |
+    | `retrieval` | the paper's "-script" baseline: the `examples` inside the system instruction, then the question |
+
+    Args:
+        profile (`RoleProfile`): the role; its description fills the system instruction.
+        question (`str`): the final user turn, as it is to be sent.
+        mode (`str`, *optional*, defaults to `"system"`): one of `PROMPTING_MODES` (the table above).
+        examples (`list[list[Utterance]]`, *optional*): script dialogue groups, e.g.
+            `DialogueRetriever(profile).retrieve(question, k=3)`; required by the `EXAMPLE_MODES`.
+        lang (`str`, *optional*, defaults to `profile.lang`): the language of the instruction and the example header.
+        system_template (`str`, *optional*): Jinja source replacing the paper's system instruction (see
+            `build_system_instruction`).
+
+    Returns:
+        `list[dict]`: `{"role", "content"}` messages ending with the user's question.
+
+    >>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，爱好饮酒作诗。")
+    >>> [m["role"] for m in build_role_messages(profile, "你最爱喝什么酒？")]
+    ['system', 'user']
+    >>> build_role_messages(profile, "你最爱喝什么酒？", mode="zero-shot")[0]["content"][-10:]
+    '\\n\\n你最爱喝什么酒？'
+    """
+    if mode not in PROMPTING_MODES:
+        raise ValueError(f"mode={mode!r} is not a prompting mode; choose one of {', '.join(PROMPTING_MODES)}")
+    if mode in EXAMPLE_MODES and examples is None:
+        raise ValueError(
+            f"mode={mode!r} shows script dialogue: pass examples=DialogueRetriever(profile).retrieve(...)"
+        )
+    lang = lang if lang is not None else profile.lang
+    retrieved = examples if mode == "retrieval" else None
+    instruction = build_system_instruction(profile, lang=lang, template=system_template, retrieved_dialogue=retrieved)
+    if mode in ("system", "retrieval"):
+        return [{"role": "system", "content": instruction}, {"role": "user", "content": question}]
+    if mode == "zero-shot":
+        return [{"role": "user", "content": f"{instruction}\n\n{question}"}]
+    if mode == "few-shot-dialogue":
+        from rolellm.roles.retrieval import dialogue_to_messages  # numpy, for BM25: loaded when dialogue is shown
+
+        return [
+            {"role": "system", "content": instruction},
+            *dialogue_to_messages(examples, profile.name),
+            {"role": "user", "content": question},
+        ]
+    pasted = load_prompt(f"rolegpt_few_shot_{'zh' if lang == 'zh' else 'en'}.jinja").render(
+        examples=examples, question=question
+    )
+    if mode == "few-shot":
+        return [{"role": "system", "content": instruction}, {"role": "user", "content": pasted}]
+    return [{"role": "user", "content": f"{instruction}\n\n{pasted}"}]
