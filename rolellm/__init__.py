@@ -45,6 +45,8 @@ _EXPORTS = {
     "ChatResult": "rolellm.clients.openai_compatible",
     "OpenAIChatClient": "rolellm.clients.openai_compatible",
     "EndpointError": "rolellm.clients.base",
+    "ClientConfig": "rolellm.clients.config",
+    "make_client": "rolellm.clients.config",
     "LocalChatClient": "rolellm.clients.local",
     "DialogueRetriever": "rolellm.roles.retrieval",
     "dialogue_to_messages": "rolellm.roles.retrieval",

@@ -10,6 +10,7 @@ import importlib
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage
 from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens
 from rolellm.clients.cache import ChatCache, request_key
+from rolellm.clients.config import ClientConfig, make_client
 from rolellm.clients.openai_compatible import OpenAIChatClient
 
 
@@ -18,6 +19,7 @@ __all__ = [
     "ChatClient",
     "ChatRequest",
     "ChatResult",
+    "ClientConfig",
     "EndpointError",
     "LocalChatClient",
     "OpenAIChatClient",
@@ -25,6 +27,7 @@ __all__ = [
     "RunEstimate",
     "Usage",
     "estimate_tokens",
+    "make_client",
     "request_key",
 ]
 

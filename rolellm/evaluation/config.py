@@ -5,8 +5,10 @@
 (True, 'RoleGPT')
 """
 
+import os
 from dataclasses import dataclass, field
 
+from rolellm.clients.config import ClientConfig
 from rolellm.roles.prompts import PromptingMode
 
 
@@ -120,6 +122,21 @@ class EvaluateConfig:
         if self.model_label is None:
             name = self.model_name_or_path.rstrip("/").split("/")[-1]
             self.model_label = "RoleGPT" if self.is_rolegpt_baseline else name
+
+    def client_config(self) -> ClientConfig:
+        """The client answering for the evaluated model; answers are cached in `<output_dir>/cache.sqlite`."""
+        return ClientConfig(
+            self.model_name_or_path, base_url=self.base_url, max_concurrency=self.max_concurrency,
+            batch_size=self.batch_size, max_new_tokens=self.max_new_tokens, chat_template=self.chat_template,
+            dtype=self.dtype, device=self.device, cache_path=os.path.join(self.output_dir, "cache.sqlite"),
+        )  # fmt: skip
+
+    def judge_client_config(self) -> ClientConfig:
+        """The judge's client (an endpoint); its answers are cached in `<output_dir>/judge_cache.sqlite`."""
+        return ClientConfig(
+            self.judge_model, backend="openai", base_url=self.judge_base_url, max_concurrency=self.judge_max_concurrency,
+            cache_path=os.path.join(self.output_dir, "judge_cache.sqlite"),
+        )  # fmt: skip
 
     @property
     def is_rolegpt_baseline(self) -> bool:

@@ -17,6 +17,7 @@ import logging
 import os
 from pathlib import Path
 
+from rolellm.clients.config import make_client
 from rolellm.evaluation.config import GENERATION_FIELDS, EvaluateConfig
 from rolellm.evaluation.scoring import read_raw_targets, references_as_released, score_predictions
 
@@ -89,37 +90,6 @@ def read_profiles(config: EvaluateConfig, lang: str) -> dict:
         logger.info("No release profiles of %r in %s", lang, config.data_dir)
     profiles = load_profiles(sources, lang) if sources else {}
     return {role_key(name): profile for name, profile in profiles.items()}
-
-
-def make_client(config: EvaluateConfig):
-    """The chat client answering for `config`: an endpoint (`OpenAIChatClient`) or a local model (`LocalChatClient`).
-
-    Answers are cached in `<output_dir>/cache.sqlite` as they arrive, so even a run killed in the middle of a batch
-    re-sends nothing that was answered.
-    """
-    from rolellm.clients.local import LocalChatClient
-    from rolellm.clients.openai_compatible import OpenAIChatClient
-
-    cache_path = os.path.join(config.output_dir, "cache.sqlite")
-    if config.base_url is not None:
-        return OpenAIChatClient(
-            config.model_name_or_path,
-            base_url=config.base_url,
-            max_concurrency=config.max_concurrency,
-            cache_path=cache_path,
-        )
-    import torch
-
-    device = config.device or ("cuda" if torch.cuda.is_available() else None)
-    return LocalChatClient(
-        config.model_name_or_path,
-        device=device,
-        batch_size=config.batch_size,
-        max_new_tokens=config.max_new_tokens,
-        chat_template=config.chat_template,
-        dtype=config.dtype,
-        cache_path=cache_path,
-    )
 
 
 class GenerationLog:
@@ -242,7 +212,7 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
         pending = [i for i in range(len(rows)) if i not in log.answers]
         requests = build_requests(rows, pending, profiles, config) if pending else []
         if requests:
-            client = client if client is not None else make_client(config)
+            client = client if client is not None else make_client(config.client_config())
             estimate = client.estimate(requests, max_tokens=config.max_new_tokens)
             logger.info("%d of %d rows to answer: %s", len(pending), len(rows), estimate)
         for start in range(0, len(requests), config.save_every):
@@ -295,16 +265,10 @@ def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline, p
     Returns:
         `dict`: `WinRateResult.to_dict()`: `win_rate`, `ci_low`, `ci_high`, `average_rank`, counts, `outcomes`.
     """
-    from rolellm.clients.openai_compatible import OpenAIChatClient
     from rolellm.evaluation.judge import judge_win_rate
     from rolellm.roles.profile import role_key
 
-    client = OpenAIChatClient(
-        config.judge_model,
-        base_url=config.judge_base_url,
-        max_concurrency=config.judge_max_concurrency,
-        cache_path=os.path.join(config.output_dir, "judge_cache.sqlite"),
-    )
+    client = make_client(config.judge_client_config())
     descriptions = {row["role"]: profiles[role_key(row["role"])].description_with_catchphrases() for row in rows}
     answers = ["" if p is None else p for p in predictions]
     result = judge_win_rate(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
+from rolellm.clients.config import ClientConfig, make_client
 from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
@@ -77,6 +78,14 @@ class GenerateArguments:
         default=None, metadata={"help": "Answer cache (default <output_dir>/cache.sqlite)."}
     )
 
+    def client_config(self) -> ClientConfig:
+        """The chat client these arguments describe."""
+        return ClientConfig(
+            self.model, backend=self.backend, base_url=self.base_url, max_concurrency=self.max_concurrency,
+            requests_per_minute=self.requests_per_minute, timeout=self.timeout, batch_size=self.batch_size,
+            chat_template=self.chat_template, cache_path=self.cache_path or str(Path(self.output_dir) / "cache.sqlite"),
+        )  # fmt: skip
+
 
 @dataclass
 class InstructionArguments:
@@ -125,22 +134,6 @@ def read_profiles(args: GenerateArguments) -> list:
     return list(profiles.values()) if args.roles else [p for p in profiles.values() if p.dialogue]
 
 
-def build_client(args: GenerateArguments):
-    cache_path = args.cache_path or str(Path(args.output_dir) / "cache.sqlite")  # ChatCache creates its folder
-    if args.backend == "local":
-        from rolellm.clients.local import LocalChatClient
-
-        return LocalChatClient(
-            args.model, batch_size=args.batch_size, chat_template=args.chat_template, cache_path=cache_path
-        )
-    from rolellm.clients.openai_compatible import OpenAIChatClient
-
-    return OpenAIChatClient(
-        args.model, base_url=args.base_url, max_concurrency=args.max_concurrency,
-        requests_per_minute=args.requests_per_minute, timeout=args.timeout, cache_path=cache_path,
-    )  # fmt: skip
-
-
 def read_instructions(args: InstructionArguments, roles: list[str]):
     """The instructions file as a `Dataset`; rows of a `role` column naming another role than `roles` are left out."""
     import datasets
@@ -163,7 +156,7 @@ def main(args=None):
     values = vars(args)
     built = [cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values}) for cls in dataclass_types]
     job, config = built[0], built[-1]
-    profiles, client = read_profiles(job), build_client(job)
+    profiles, client = read_profiles(job), make_client(job.client_config())
     if args.generator == "rolegpt":
         from rolellm.generation.rolegpt import RoleGPT
 
