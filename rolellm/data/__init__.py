@@ -5,7 +5,8 @@
 
 import importlib
 
-from rolellm.data.readers import LANGS, SUBSETS, TYPES, iter_rolebench_jsonl, normalize_row, read_rolebench_jsonl
+from rolellm.data.readers import iter_rolebench_jsonl, normalize_row, read_rolebench_jsonl
+from rolellm.data.release import CITATION, HUB_REPO_ID, LANGS, SUBSETS, TYPES
 
 
 _LAZY = {
@@ -25,7 +26,17 @@ _LAZY = {
     "push_rolebench": "rolellm.data.hub",
 }
 
-__all__ = ["LANGS", "SUBSETS", "TYPES", "iter_rolebench_jsonl", "normalize_row", "read_rolebench_jsonl", *_LAZY]
+__all__ = [
+    "CITATION",
+    "HUB_REPO_ID",
+    "LANGS",
+    "SUBSETS",
+    "TYPES",
+    "iter_rolebench_jsonl",
+    "normalize_row",
+    "read_rolebench_jsonl",
+    *_LAZY,
+]
 
 
 def __getattr__(name):

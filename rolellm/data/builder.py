@@ -35,22 +35,13 @@ from rolellm.data.layout import (
     get_spec,
 )
 from rolellm.data.readers import iter_rolebench_jsonl
+from rolellm.data.release import CITATION, HOMEPAGE, LICENSE
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.profile import RoleProfile, role_key
 from rolellm.roles.release import read_release_profiles
 
 
-CITATION = """\
-@article{wang2023rolellm,
-  title   = {RoleLLM: Benchmarking, Eliciting, and Enhancing Role-Playing Abilities of Large Language Models},
-  author  = {Zekun Moore Wang and Zhongyuan Peng and Haoran Que and Jiaheng Liu and Wangchunshu Zhou and Yuhan Wu and Hongcheng Guo and Ruitong Gan and Zehao Ni and Jian Yang and Man Zhang and Zhaoxiang Zhang and Wanli Ouyang and Ke Xu and Stephen W. Huang and Jie Fu and Junran Peng},
-  year    = {2023},
-  journal = {arXiv preprint arXiv:2310.00746}
-}
-"""
 _DESCRIPTION = "RoleBench: role-playing instructions and references for 100 roles (RoleLLM, arXiv 2310.00746)."
-_HOMEPAGE = "https://huggingface.co/datasets/ZenMoore/RoleBench"
-_LICENSE = "apache-2.0"
 
 
 @dataclass
@@ -91,7 +82,7 @@ class RoleBench(datasets.GeneratorBasedBuilder):
                 {**ROW_FEATURES, **({"raw": datasets.Value("string")} if self.config.keep_raw else {})}
             )
         return datasets.DatasetInfo(
-            description=_DESCRIPTION, features=features, homepage=_HOMEPAGE, license=_LICENSE, citation=CITATION
+            description=_DESCRIPTION, features=features, homepage=HOMEPAGE, license=LICENSE, citation=CITATION
         )
 
     def _split_generators(self, dl_manager):

@@ -11,8 +11,8 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from rolellm.data.builder import CITATION
 from rolellm.data.layout import CONFIG_SPECS
+from rolellm.data.release import CITATION
 
 
 def data_file_pattern(config: str, split: str) -> str:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import datasets
 
-from rolellm.data.readers import SUBSETS
+from rolellm.data.release import HUB_REPO_ID, RELEASE_LANG_DIRS, SUBSETS
 
 
+EN, ZH = RELEASE_LANG_DIRS["en"], RELEASE_LANG_DIRS["zh"]  # the release's folder suffixes
 SPLITS = ("train", "test", "rolegpt_baseline")
-HUB_REPO_ID = "ZenMoore/RoleBench"
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,13 @@ def _row_specs(prefix: str, release_dir: str, lang: str, what: str) -> list[Conf
 CONFIG_SPECS = {
     spec.name: spec
     for spec in [
-        *_row_specs("zh", "rolebench-zh", "zh", "Chinese (5 roles)"),
-        *_row_specs("en-instruction", "rolebench-eng/instruction-generalization", "en",
+        *_row_specs("zh", f"rolebench-{ZH}", "zh", "Chinese (5 roles)"),
+        *_row_specs("en-instruction", f"rolebench-{EN}/instruction-generalization", "en",
                     "English instruction generalization (95 roles, held-out instructions)"),
-        *_row_specs("en-role", "rolebench-eng/role-generalization", "en",
+        *_row_specs("en-role", f"rolebench-{EN}/role-generalization", "en",
                     "English role generalization (10 held-out roles)"),
-        ConfigSpec("profiles-en", "profiles-eng", "en", (), "profiles", "English role profiles."),
-        ConfigSpec("profiles-zh", "profiles-zh", "zh", (), "profiles", "Chinese role profiles."),
+        ConfigSpec("profiles-en", f"profiles-{EN}", "en", (), "profiles", "English role profiles."),
+        ConfigSpec("profiles-zh", f"profiles-{ZH}", "zh", (), "profiles", "Chinese role profiles."),
     ]
 }  # fmt: skip
 CONFIG_NAMES = tuple(CONFIG_SPECS)

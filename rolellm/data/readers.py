@@ -22,12 +22,8 @@ recoverable. Role names keep the data's spelling (`Dr. Frank-N-Furter`); profile
 from collections.abc import Iterator
 from pathlib import Path
 
+from rolellm.data.release import LANGS, SUBSETS, TYPES
 from rolellm.roles.profile import DataFormatError, parse_json_line
-
-
-SUBSETS = ("general", "role_specific")
-TYPES = ("script_based", "script_agnostic")
-LANGS = ("en", "zh")
 
 
 def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str, keep_raw: bool = False) -> Iterator[dict]:

@@ -6,7 +6,7 @@
 
 import datasets
 
-from rolellm.data.readers import LANGS, SUBSETS, TYPES  # noqa: F401  (re-exported: the schema's vocabularies)
+from rolellm.data.release import LANGS, SUBSETS, TYPES  # noqa: F401  (re-exported: the schema's vocabularies)
 
 
 ROW_FEATURES = datasets.Features(

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.data.layout import CONFIG_SPECS, available_splits, config_files
-from rolellm.data.readers import SUBSETS, iter_rolebench_jsonl
+from rolellm.data.readers import iter_rolebench_jsonl
+from rolellm.data.release import SUBSETS
 
 
 STATS_SPLITS = ("train", "test")

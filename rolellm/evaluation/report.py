@@ -20,6 +20,7 @@
 import warnings
 from pathlib import Path
 
+from rolellm.data.release import HUB_REPO_ID
 from rolellm.evaluation.scoring import METRICS, is_number
 
 
@@ -186,7 +187,7 @@ def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]
     }
 
 
-def eval_results(result: dict, dataset_type: str = "ZenMoore/RoleBench") -> list:
+def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
     """The available scores of a run as `huggingface_hub.EvalResult`s (the entries of a card's `model-index`)."""
     from huggingface_hub import EvalResult
 

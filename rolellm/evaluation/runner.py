@@ -20,6 +20,7 @@ from pathlib import Path
 from rolellm.clients.config import make_client
 from rolellm.evaluation.config import GENERATION_FIELDS, EvaluateConfig
 from rolellm.evaluation.scoring import read_raw_targets, references_as_released, score_predictions
+from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,6 @@ def read_profiles(config: EvaluateConfig, lang: str) -> dict:
     """The profiles of `lang`, keyed by `role_key(name)`: the release's (in `data_dir`), with the roles and dialogue
     of the `config.profiles_dir` sources added (any source `rolellm.roles.load_profiles` reads)."""
     from rolellm.roles.profile import role_key
-    from rolellm.roles.release import RELEASE_LANG_DIRS
     from rolellm.roles.resolve import load_profiles
 
     sources = list(config.profiles_dir or [])
@@ -241,7 +241,7 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
         if not Path(config.raw_targets_file).is_file():
             raise FileNotFoundError(f"raw_targets_file={config.raw_targets_file!r} does not exist")
         return Path(config.raw_targets_file)
-    relative = f"instructions-{'eng' if lang == 'en' else lang}/instructions-general.jsonl"
+    relative = f"instructions-{RELEASE_LANG_DIRS[lang]}/instructions-general.jsonl"
     if config.data_dir is None:  # the release on the Hub
         from huggingface_hub import hf_hub_download
 

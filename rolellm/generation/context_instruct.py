@@ -36,6 +36,7 @@ from rolellm.generation.job import (
     write_jsonl,
 )
 from rolellm.roles.profile import RoleProfile, Utterance
+from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
 COMPLETENESS = ("High", "Medium", "Low")
@@ -51,7 +52,6 @@ ITEM_SCHEMA = {
     "required": ["question", "type", "completeness", "confidence", "answer"],
 }
 _VALIDATOR = Draft202012Validator(ITEM_SCHEMA)
-LANG_DIRS = {"en": "eng", "zh": "zh"}  # the release's folder suffixes
 
 
 @dataclass
@@ -341,7 +341,7 @@ class ContextInstruct:
             )  # fmt: skip
             write_jsonl(output_dir / "role_specific" / f"{split}.jsonl", records)
         for lang_code in sorted(set(lang.values())):
-            folder = output_dir / f"instructions-{LANG_DIRS[lang_code]}"
+            folder = output_dir / f"instructions-{RELEASE_LANG_DIRS[lang_code]}"
             roles = [role for role in self.items if lang[role] == lang_code]
             for role in roles:
                 records = (

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from rolellm.data.release import HUB_REPO_ID
+
 
 DESCRIPTION = "RoleBench data: statistics (paper Table 1), leakage checks, export/push in the Hub's no-code layout."
 STATS_COLUMNS = ["part", "split", "subset", "rows", "instructions", "roles", "script_based", "script_agnostic",
@@ -28,7 +30,7 @@ def make_parser(subparsers=None):
     def add_common(sub):
         sub.add_argument("--data-dir", type=Path, default=None,
                          help="A folder in the release layout (default: fetch the files from the Hub).")  # fmt: skip
-        sub.add_argument("--repo-id", default="ZenMoore/RoleBench", help="The Hub dataset read without --data-dir.")
+        sub.add_argument("--repo-id", default=HUB_REPO_ID, help="The Hub dataset read without --data-dir.")
         sub.add_argument("--revision", default=None, help="The Hub revision read without --data-dir.")
 
     stats = actions.add_parser("stats", help="Print the paper's Table 1 statistics for the files present.")

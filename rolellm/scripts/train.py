@@ -80,6 +80,7 @@ def train(script_args, training_args, model_args):
     """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from trl import get_peft_config, get_quantization_config
 
+    from rolellm.data.release import HUB_REPO_ID
     from rolellm.training import RoCITTrainer
 
     training_args.model_init_kwargs = {
@@ -104,7 +105,7 @@ def train(script_args, training_args, model_args):
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    dataset_name = script_args.dataset_name or script_args.data_dir or "ZenMoore/RoleBench"
+    dataset_name = script_args.dataset_name or script_args.data_dir or HUB_REPO_ID
     trainer.create_model_card(dataset_name=dataset_name)
     samples = trainer.role_stats["train"]["samples"]
     trainer.accelerator.print(

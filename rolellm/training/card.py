@@ -14,7 +14,7 @@ import platform
 import yaml
 
 from rolellm import __version__
-from rolellm.data.builder import CITATION
+from rolellm.data.release import CITATION
 
 
 def build_model_card(

@@ -4,19 +4,9 @@ import datasets
 import evaluate
 import numpy as np
 
+from rolellm.data.release import CITATION
 from rolellm.evaluation.rouge import rouge_l_scores
 
-
-_CITATION = """\
-@article{wang2023rolellm,
-  title   = {RoleLLM: Benchmarking, Eliciting, and Enhancing Role-Playing Abilities of Large Language Models},
-  author  = {Zekun Moore Wang and Zhongyuan Peng and Haoran Que and Jiaheng Liu and Wangchunshu Zhou and Yuhan Wu
-             and Hongcheng Guo and Ruitong Gan and Zehao Ni and Man Zhang and Zhaoxiang Zhang and Wanli Ouyang and
-             Ke Xu and Wenhu Chen and Jie Fu and Junran Peng},
-  journal = {arXiv preprint arXiv:2310.00746},
-  year    = {2023}
-}
-"""
 
 _DESCRIPTION = """\
 ROUGE-L as the RoleLLM paper reports it for RoleBench (the RAW, CUS and SPE columns): the recall of the summary-level
@@ -51,7 +41,7 @@ class RolebenchRouge(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
-            citation=_CITATION,
+            citation=CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             features=[
                 datasets.Features(
