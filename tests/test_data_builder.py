@@ -44,16 +44,19 @@ def test_every_config_builds_from_a_full_release_folder(mini_release, cache):
 
 
 def test_rows_are_normalised(mini_release, cache):
-    dataset = load_rolebench("en-instruction", data_dir=mini_release, cache_dir=cache, keep_raw=True)
+    dataset = load_rolebench("en-instruction", data_dir=mini_release, cache_dir=cache)
     train, test = dataset["train"], dataset["test"]
     assert train.unique("subset") == ["general", "role_specific"]
     specific = train.filter(lambda row: row["subset"] == "role_specific")
     assert specific[0]["type"] == ["script_based"] and specific[1]["type"] == ["script_agnostic"]
-    assert specific[0]["question"] == "Ada Quill, what happened in scene 0 of train?"  # leading space stripped
-    assert specific[0]["raw"].startswith('{"role": "Ada Quill", "question": " Ada Quill, what')
+    assert specific[0]["question"] == " Ada Quill, what happened in scene 0 of train?"  # text as released
     test_specific = test.filter(lambda row: row["subset"] == "role_specific")
     assert test_specific[0]["type"] == ["script_based", "script_based"]
-    assert test_specific[0]["generated"] == ["As Ada Quill, memory 0.", "Another take 0."]
+    assert [answer.strip() for answer in test_specific[0]["generated"]] == [
+        "As Ada Quill, memory 0.",
+        "Another take 0.",
+    ]
+    assert test_specific[0]["generated"][0] == " As Ada Quill, memory 0."  # text as released
     assert sorted(set(train["role"])) == ["Ada Quill", "Dr. Frank-N-Furter", "Moss Brindle"]
 
 
@@ -166,7 +169,7 @@ def test_builder_class_is_a_plain_generator_based_builder(mini_release, cache):
     builder.download_and_prepare()
     test = builder.as_dataset(split="test")
     expected = list(release_rows()["rolebench-zh/general/test.jsonl"])
-    assert test["question"] == [row["question"].strip() for row in expected]
+    assert test["question"] == [row["question"] for row in expected]  # as released
     assert builder.info.license == "apache-2.0" and "wang2023rolellm" in builder.info.citation
 
 

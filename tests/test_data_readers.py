@@ -24,11 +24,16 @@ def test_release_files_read_with_release_counts(rolebench_dir, key, count):
     file, subset, lang = key
     rows = read_rolebench_jsonl(rolebench_dir / file, subset, lang)
     assert len(rows) == count
-    for row in rows:
+    lines = (rolebench_dir / file).read_text(encoding="utf-8").splitlines()
+    released = [json.loads(line) for line in lines if line.strip()]
+    for row, record in zip(rows, released, strict=True):
         assert set(row) == {"role", "question", "generated", "type", "subset", "lang"}
         assert row["subset"] == subset and row["lang"] == lang
-        assert row["question"] == row["question"].strip() and row["role"] == row["role"].strip()
-        assert all(answer == answer.strip() for answer in row["generated"])
+        assert (row["role"], row["question"], row["generated"]) == (
+            record["role"],
+            record["question"],
+            record["generated"],
+        )
         assert isinstance(row["type"], list)
         assert len(row["type"]) in (0, len(row["generated"]))
 
@@ -43,14 +48,15 @@ def test_type_becomes_a_list_per_reference(rolebench_dir):
     assert all(row["type"] == [] for row in general)
 
 
-def test_english_leading_spaces_are_stripped_and_raw_is_kept(rolebench_dir):
+def test_text_stays_as_released(rolebench_dir):
     path = rolebench_dir / "rolebench-eng/instruction-generalization/role_specific/test.jsonl"
-    rows = read_rolebench_jsonl(path, "role_specific", "en", keep_raw=True)
-    first_line = path.read_text(encoding="utf-8").splitlines()[0]
-    assert rows[0]["raw"] == first_line
-    raw = json.loads(rows[0]["raw"])
-    assert raw["question"].startswith(" ") and raw["question"].strip() == rows[0]["question"]
-    assert rows[0]["question"].startswith("John Coffey, what are")
+    rows = read_rolebench_jsonl(path, "role_specific", "en")
+    released = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert [(r["role"], r["question"], r["generated"]) for r in rows] == [
+        (r["role"], r["question"], r["generated"]) for r in released
+    ]
+    assert rows[0]["question"].startswith(" John Coffey, what are")  # the English leading space is kept
+    assert any(answer.endswith(" ") for row in rows for answer in row["generated"])
     assert len({row["role"] for row in rows}) == 95
     assert "Dr. Frank-N-Furter" in {row["role"] for row in rows}
 

@@ -149,7 +149,7 @@ def test_run_on_endpoint_scores_and_resumes(lang, rolebench_dir, english_data_di
         # RAW: the two questions with a target, scored against it with the `rouge` package
         records = _released(tmp_path / "run/generations.jsonl")
         predictions = {(r["role"], r["question"]): r["prediction"] for r in records}
-        scored = [(p, targets[q]) for (role, q), p in predictions.items() if q in targets]
+        scored = [(p, targets[q.strip()]) for (role, q), p in predictions.items() if q.strip() in targets]
         assert results["counts"]["RAW"] == len(scored) and results["counts"]["RAW_missing"] == 6 - len(scored)
         expected = sum(_paper_rouge_l(p, [t], "zh") for p, t in scored) / len(scored)
         assert results["metrics"]["RAW"] == pytest.approx(expected, abs=1e-12)
@@ -175,7 +175,7 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     records = _released(tmp_path / "run/generations.jsonl")
     assert len(records) == results["counts"]["rows"] == (4 if lang == "zh" else 2)
     # what was generated is what was scored: SPE recomputed from the saved answers with the `rouge` package
-    released = {r["question"].strip(): r["generated"] for r in _released(
+    released = {r["question"]: r["generated"] for r in _released(
         rolebench_dir / ("rolebench-zh/role_specific/test.jsonl" if lang == "zh"
                          else "rolebench-eng/instruction-generalization/role_specific/test.jsonl"))}  # fmt: skip
     specific = [r for r in records if r["subset"] == "role_specific"]

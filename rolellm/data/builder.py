@@ -13,8 +13,8 @@ told apart by the `subset` column), the same with `-general` or `-role_specific`
 >>> dataset = load_rolebench("zh-general", data_dir=root, cache_dir=root / "cache")
 >>> {split: dataset[split].num_rows for split in dataset}
 {'train': 1, 'test': 1, 'rolegpt_baseline': 1}
->>> dataset["test"][0]["question"]
-'test？'
+>>> dataset["test"][0]["question"]  # the text as released
+' test？'
 """
 
 import warnings
@@ -50,7 +50,6 @@ class RoleBenchConfig(datasets.BuilderConfig):
 
     Args:
         splits (`tuple[str]`, *optional*): the splits to build (default: all three, every file required).
-        keep_raw (`bool`, *optional*, defaults to `False`): add a `raw` column with each row's original jsonl line.
         repo_id (`str`, *optional*, defaults to `"ZenMoore/RoleBench"`): the Hub dataset read when `data_dir` is not
             given.
         revision (`str`, *optional*): the Hub revision.
@@ -58,7 +57,6 @@ class RoleBenchConfig(datasets.BuilderConfig):
     """
 
     splits: tuple[str, ...] | None = None
-    keep_raw: bool = False
     repo_id: str = HUB_REPO_ID
     revision: str | None = None
     fingerprint: str | None = None
@@ -78,9 +76,7 @@ class RoleBench(datasets.GeneratorBasedBuilder):
         if get_spec(self.config.name).kind == "profiles":
             features = PROFILE_FEATURES
         else:
-            features = datasets.Features(
-                {**ROW_FEATURES, **({"raw": datasets.Value("string")} if self.config.keep_raw else {})}
-            )
+            features = datasets.Features(ROW_FEATURES)
         return datasets.DatasetInfo(
             description=_DESCRIPTION, features=features, homepage=HOMEPAGE, license=LICENSE, citation=CITATION
         )
@@ -104,7 +100,7 @@ class RoleBench(datasets.GeneratorBasedBuilder):
                 yield Key(0, index), row
             return
         for shard, (path, subset) in enumerate(files):
-            for index, row in enumerate(iter_rolebench_jsonl(path, subset, spec.lang, keep_raw=self.config.keep_raw)):
+            for index, row in enumerate(iter_rolebench_jsonl(path, subset, spec.lang)):
                 yield Key(shard, index), row
 
 
@@ -112,7 +108,6 @@ def load_rolebench(
     name: str,
     data_dir: str | Path | None = None,
     splits: list[str] | None = None,
-    keep_raw: bool = False,
     with_profile: bool = False,
     cache_dir: str | Path | None = None,
     repo_id: str = HUB_REPO_ID,
@@ -128,7 +123,6 @@ def load_rolebench(
         data_dir (`str` or `os.PathLike`, *optional*): a folder in the release layout; when `None` the files the
             config needs are fetched from `repo_id` with `huggingface_hub`.
         splits (`list[str]`, *optional*): build only these splits (for a folder that lacks the others).
-        keep_raw (`bool`, *optional*, defaults to `False`): add a `raw` column with the original jsonl line.
         with_profile (`bool`, *optional*, defaults to `False`): add each row's role `description` and
             `catchphrases` from the release's profiles (see `add_profile_columns`).
         cache_dir (`str` or `os.PathLike`, *optional*): the `datasets` cache folder.
@@ -160,7 +154,6 @@ def load_rolebench(
         cache_dir=None if cache_dir is None else str(cache_dir),
         dataset_name="rolebench",
         splits=tuple(splits) if splits else None,
-        keep_raw=keep_raw,
         fingerprint=fingerprint_files(paths),
         token=token,
     )

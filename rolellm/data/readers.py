@@ -1,22 +1,22 @@
-"""Read the release's jsonl files into normalised rows of the shared schema (`ROW_FEATURES`).
+"""Read the release's jsonl files into rows of the shared schema (`ROW_FEATURES`).
 
-The release's quirks, normalised here once so that no later stage meets them:
+Text stays as released: `role`, `question` and every `generated` answer are the file's strings, whitespace
+included (every English question starts with a space, and some references end with one, which the paper's scorer
+counts as a word). Stages that show text to a model strip it there (`to_role_messages`, `build_role_messages`
+callers), so scoring and export never need the raw files again. What is normalised is the structure:
 
-- leading/trailing whitespace on `role`, `question` and every `generated` answer (every English question starts
-  with a space) is stripped; inner whitespace and line breaks are kept;
 - `type` is a string in `role_specific/train.jsonl`, a list parallel to `generated` in `test.jsonl` and absent in
   the general and baseline files: it becomes a list with one entry per reference (empty when absent);
 - `subset` and `lang` columns say where a row came from.
 
-With `keep_raw=True` every row also carries `raw`, the exact line of the file, so the original text stays
-recoverable. Role names keep the data's spelling (`Dr. Frank-N-Furter`); profiles join through `role_key`.
+Role names keep the data's spelling (`Dr. Frank-N-Furter`); profiles join through `role_key`.
 
 >>> import json, tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "train.jsonl"
 >>> _ = path.write_text(json.dumps({"role": "Po", "question": " Who are you?", "generated": [" Po! "],
 ...                                 "type": "script_agnostic"}) + "\\n")
 >>> read_rolebench_jsonl(path, "role_specific", "en")
-[{'role': 'Po', 'question': 'Who are you?', 'generated': ['Po!'], 'type': ['script_agnostic'], 'subset': 'role_specific', 'lang': 'en'}]
+[{'role': 'Po', 'question': ' Who are you?', 'generated': [' Po! '], 'type': ['script_agnostic'], 'subset': 'role_specific', 'lang': 'en'}]
 """
 
 from collections.abc import Iterator
@@ -26,8 +26,8 @@ from rolellm.data.release import LANGS, SUBSETS, TYPES
 from rolellm.roles.profile import DataFormatError, parse_json_line
 
 
-def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str, keep_raw: bool = False) -> Iterator[dict]:
-    """Yield the normalised rows of one release jsonl file, in file order (see `read_rolebench_jsonl`)."""
+def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> Iterator[dict]:
+    """Yield the rows of one release jsonl file, in file order (see `read_rolebench_jsonl`)."""
     if subset not in SUBSETS:
         raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
     if lang not in LANGS:
@@ -37,36 +37,32 @@ def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str, keep_raw: boo
         for line_no, line in enumerate(file, start=1):
             if not line.strip():
                 continue
-            row = normalize_row(parse_json_line(line, path, line_no), subset, lang, where=f"{path}:{line_no}")
-            if keep_raw:
-                row["raw"] = line.rstrip("\n")
-            yield row
+            yield normalize_row(parse_json_line(line, path, line_no), subset, lang, where=f"{path}:{line_no}")
 
 
-def read_rolebench_jsonl(path: str | Path, subset: str, lang: str, keep_raw: bool = False) -> list[dict]:
+def read_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> list[dict]:
     """Read one release jsonl file into rows of the shared schema.
 
     Args:
         path (`str` or `os.PathLike`): a `train.jsonl`, `test.jsonl` or `rolegpt_baseline.jsonl` of the release.
         subset (`str`): `"general"` or `"role_specific"` (the folder the file sits in).
         lang (`str`): `"en"` or `"zh"`.
-        keep_raw (`bool`, *optional*, defaults to `False`): add a `raw` column holding the line as it is in the file.
 
     Returns:
-        `list[dict]`: rows with `role`, `question`, `generated`, `type`, `subset`, `lang` (and `raw`).
+        `list[dict]`: rows with `role`, `question`, `generated` (as released), `type`, `subset`, `lang`.
 
     Raises:
         `DataFormatError`: a truncated or non-JSON line, a missing field, a field of the wrong type, a `type` list
         not parallel to `generated`; the message names the file, the line and the field.
     """
-    return list(iter_rolebench_jsonl(path, subset, lang, keep_raw=keep_raw))
+    return list(iter_rolebench_jsonl(path, subset, lang))
 
 
 def normalize_row(record: dict, subset: str, lang: str, where: str = "row") -> dict:
-    """Normalise one release record (already parsed) into the shared schema; `where` prefixes error messages.
+    """One release record (already parsed) in the shared schema, its text unchanged; `where` prefixes errors.
 
     >>> normalize_row({"role": "李白", "question": "你好 ", "generated": ["好！"]}, "general", "zh")
-    {'role': '李白', 'question': '你好', 'generated': ['好！'], 'type': [], 'subset': 'general', 'lang': 'zh'}
+    {'role': '李白', 'question': '你好 ', 'generated': ['好！'], 'type': [], 'subset': 'general', 'lang': 'zh'}
     """
     for key in ("role", "question", "generated"):
         if key not in record:
@@ -83,9 +79,9 @@ def normalize_row(record: dict, subset: str, lang: str, where: str = "row") -> d
     if not generated:
         raise DataFormatError(f"{where}: field 'generated' is an empty list; every row needs at least one reference")
     return {
-        "role": record["role"].strip(),
-        "question": record["question"].strip(),
-        "generated": [answer.strip() for answer in generated],
+        "role": record["role"],
+        "question": record["question"],
+        "generated": list(generated),
         "type": _normalize_type(record.get("type"), len(generated), where),
         "subset": subset,
         "lang": lang,

@@ -64,7 +64,7 @@ def compute_stats(rows: Iterable[dict], zh_tokenizer: Literal["jieba", "chars"] 
     types = {"script_based": 0, "script_agnostic": 0}
     for row in rows:
         n_rows += 1
-        questions.add(row["question"])
+        questions.add(row["question"].strip())
         roles.add(row["role"])
         instruction_words += count_words(row["question"], row["lang"], zh_tokenizer)
         for answer in row["generated"]:

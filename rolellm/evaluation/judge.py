@@ -220,7 +220,8 @@ def judge_win_rate(
     for index, (row, prediction, other) in enumerate(zip(rows, predictions, baseline)):
         for position in orders:  # position of the judged model's answer
             answers = [prediction, other] if position == 0 else [other, prediction]
-            messages = build_judge_messages(row["role"], descriptions[row["role"]], row["question"], answers, lang)
+            question = row["question"].strip()  # as released, the English questions start with a space
+            messages = build_judge_messages(row["role"], descriptions[row["role"]], question, answers, lang)
             params = {"temperature": 0.0, "max_tokens": max_tokens}
             requests.append(ChatRequest(messages, params=params, metadata={"index": index, "position": position}))
     estimate = client.estimate(requests)

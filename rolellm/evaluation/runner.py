@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rolellm.clients.config import make_client
 from rolellm.evaluation.config import GENERATION_FIELDS, EvaluateConfig
-from rolellm.evaluation.scoring import read_raw_targets, references_as_released, score_predictions
+from rolellm.evaluation.scoring import read_raw_targets, score_predictions
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
@@ -47,9 +47,8 @@ def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
 
 
 def _match_key(row: dict) -> tuple:
-    # the released question text: stripping it would merge distinct English questions (" Q" and " Q ")
-    question = json.loads(row["raw"])["question"] if row.get("raw") else row["question"].strip()
-    return row["subset"], row["role"], question
+    # the question as released: stripping it would merge distinct English questions (" Q" and " Q ")
+    return row["subset"], row["role"], row["question"]
 
 
 def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
@@ -60,7 +59,7 @@ def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
     """
     answers = {}
     for row in baseline:
-        answers.setdefault(_match_key(row), []).append(references_as_released(row)[0])
+        answers.setdefault(_match_key(row), []).append(row["generated"][0])
     predictions, missing = [], []
     for row in rows:
         found = answers.get(_match_key(row))
@@ -295,8 +294,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
 
     needs_baseline = config.is_rolegpt_baseline or config.judge_model is not None
     splits = [config.split, "rolegpt_baseline"] if needs_baseline else [config.split]
-    # keep_raw: references are scored as released (see `rolellm.evaluation.scoring.references_as_released`)
-    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits, keep_raw=True)
+    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
     rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")

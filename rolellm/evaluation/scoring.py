@@ -62,16 +62,6 @@ def sample_scores(predictions: list[str], references: list[list[str]], lang: str
     return rouge_l_scores(predictions, references, lang=lang, measure="recall")
 
 
-def references_as_released(row: dict) -> list[str]:
-    """A row's references exactly as the release has them: from its `raw` line when the row carries one.
-
-    The data layer strips the whitespace around answers, but the paper scored the released text: some English
-    references end with a space after their final period, which the `rouge` package counts as one more word.
-    Scoring the stripped text gives the English RoleGPT SPE 0.3233 instead of the paper's 0.3229.
-    """
-    return json.loads(row["raw"])["generated"] if row.get("raw") else row["generated"]
-
-
 def _mean(values):
     return sum(values) / len(values) if values else None
 
@@ -87,8 +77,9 @@ def score_predictions(
     """Score answers to RoleBench rows: RAW / CUS / SPE overall, per role and per question type.
 
     Args:
-        rows (`list[dict]`): RoleBench rows (`role`, `question`, `generated`, `type`, `subset`, `lang`, and `raw`
-            when loaded with `keep_raw=True`: then the references are taken as released).
+        rows (`list[dict]`): RoleBench rows (`role`, `question`, `generated`, `type`, `subset`, `lang`); the
+            references are scored as the rows hold them, which the readers keep as released (the paper's scorer
+            counts a trailing space after a final period as one more word).
         predictions (`list[str | None]`): one answer per row; `None` is a failed generation, scored as an empty
             answer and counted in `counts["failed"]`.
         raw_targets (`dict[str, str]`, *optional*): `read_raw_targets(...)`; without it RAW is unavailable. General
@@ -113,9 +104,9 @@ def score_predictions(
         return dict(zip(indices, sample_scores([answers[i] for i in indices], [refs(i) for i in indices], lang)))
 
     per_sample = {
-        "CUS": score(general, lambda i: references_as_released(rows[i])),
+        "CUS": score(general, lambda i: rows[i]["generated"]),
         "RAW": score(raw, lambda i: [raw_targets[rows[i]["question"].strip()]]),
-        "SPE": score(specific, lambda i: references_as_released(rows[i])),
+        "SPE": score(specific, lambda i: rows[i]["generated"]),
     }
     unavailable = {}
     if not general:
