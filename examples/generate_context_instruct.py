@@ -55,12 +55,14 @@ def main():
     print(generator.prompt(profile, segments[0])[0]["content"][:400])
 
     client = make_client(args, Path(args.output_dir) / "cache.sqlite")
-    print(generator.generate(client, [profile], output_dir=Path(args.output_dir) / "context_instruct"))
-    print(generator.stats)
+    result = generator.generate(client, [profile], output_dir=Path(args.output_dir) / "context_instruct")
+    print(result.dataset)
+    print(result.stats)
 
     describer = ProfileDescriber(ProfileDescriptionConfig(max_dialogue_tokens=1000, max_tokens=args.max_tokens))
-    print(describer.generate(client, [profile], output_dir=Path(args.output_dir) / "profiles"))
-    print(describer.stats)
+    result = describer.generate(client, [profile], output_dir=Path(args.output_dir) / "profiles")
+    print(result.dataset)
+    print(result.stats)
 
 
 if __name__ == "__main__":

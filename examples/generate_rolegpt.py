@@ -45,8 +45,8 @@ def main():
 
     client = make_client(args, Path(args.output_dir) / "cache.sqlite")
     result = rolegpt.generate(client, [profiles["华妃"]], instructions, output_dir=args.output_dir)
-    print(result)
-    print(rolegpt.stats)
+    print(result.dataset)
+    print(result.stats)
 
 
 if __name__ == "__main__":

@@ -149,7 +149,7 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
     assert counts == [1] * 16  # every body once: the prose and the truncated answers were asked again...
     reasked = [json.loads(key) for key in answered if json.loads(key)["seed"] >= REASK_SEED_STRIDE]
     assert len(reasked) == 2  # ...each with another seed
-    stats = generator.stats
+    stats = result.stats
     assert stats["usage"]["reasks"] == 2 and stats["failed"] == {}
     # per segment: 1 unique script-based item kept, the shared question kept once, 3 dropped for different reasons
     assert stats["dropped"] == {
@@ -157,7 +157,7 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
     }  # fmt: skip
     assert stats["items"] == {"华妃": 11, "皇帝": 6}
     assert (stats["train"], stats["test"]) == (11, 6)
-    rows = result["train"].to_list() + result["test"].to_list()
+    rows = result.dataset["train"].to_list() + result.dataset["test"].to_list()
     assert len({(r["role"], r["question"]) for r in rows}) == 17
     assert {r["question"] for r in rows if r["role"] == "华妃"} == {
         f"华妃，片段{t}里发生了什么？" for t in tags["华妃"]
@@ -178,7 +178,7 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
     assert isinstance(train[0]["type"], str) and isinstance(test[0]["type"], list)
     for split in ("train", "test"):  # the data layer reads both files back into the same rows
         path = out / "role_specific" / f"{split}.jsonl"
-        assert read_rolebench_jsonl(path, "role_specific", "zh") == result[split].to_list()
+        assert read_rolebench_jsonl(path, "role_specific", "zh") == result.dataset[split].to_list()
     assert json.loads((out / "generation_config.json").read_text("utf-8"))["config"]["num_test"] == 3
 
 
@@ -256,9 +256,9 @@ def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_m
     assert requests[0].messages == generator.prompt(profile, segment_profile(profile, 400)[0])
     result = generator.generate(client, [profile], output_dir=tmp_path / "out")
     # a random tiny model writes no JSON: every segment is asked three times, then counted as unparseable
-    assert generator.stats["failed"] == {"unparseable": 3}
-    assert generator.stats["usage"]["reasks"] == 6 and generator.stats["usage"]["requests"] == 9
-    assert len(result["train"]) == len(result["test"]) == 0
+    assert result.stats["failed"] == {"unparseable": 3}
+    assert result.stats["usage"]["reasks"] == 6 and result.stats["usage"]["requests"] == 9
+    assert len(result.dataset["train"]) == len(result.dataset["test"]) == 0
     assert (tmp_path / "out" / "instructions-zh" / "split_info.txt").read_text("utf-8") == "华妃\t3\n"
 
 
@@ -291,7 +291,9 @@ def test_english_profiles_from_a_dataset(tmp_path):
         "Script segment:\nGibbs: The Pearl is gone, Captain!\nJack Sparrow: Then we'll take her back, savvy?\n"
         in prompt
     )
-    assert (len(result["train"]), len(result["test"])) == (1, 1)
-    assert sorted([*result["train"]["question"], *result["test"]["question"]]) == sorted(i["question"] for i in items)
-    assert set(result["train"]["lang"]) == {"en"}
+    assert (len(result.dataset["train"]), len(result.dataset["test"])) == (1, 1)
+    assert sorted([*result.dataset["train"]["question"], *result.dataset["test"]["question"]]) == sorted(
+        i["question"] for i in items
+    )
+    assert set(result.dataset["train"]["lang"]) == {"en"}
     assert (tmp_path / "instructions-eng" / "role-specific-Jack Sparrow.jsonl").exists()

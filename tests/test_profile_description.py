@@ -43,15 +43,15 @@ def test_describe_real_profiles_against_server(zhenhuan, tmp_path):
         client = OpenAIChatClient(
             "test-model", base_url=server.base_url, cache_path=tmp_path / "c.sqlite", progress=False
         )
-        dataset = describer.generate(client, profiles, output_dir=tmp_path / "out")
-    assert dataset["name"] == ["华妃", "皇帝"] and dataset["generated"] == [True, True]
-    huafei, emperor = describer.profiles
+        result = describer.generate(client, profiles, output_dir=tmp_path / "out")
+    assert result.dataset["name"] == ["华妃", "皇帝"] and result.dataset["generated"] == [True, True]
+    huafei, emperor = result.details["profiles"]
     assert (huafei.description, huafei.catchphrases) == ("华妃的性格描述。", ["本宫", "欢宜香"])
     assert (emperor.description, emperor.catchphrases) == ("皇帝的性格描述。", ["朕", "苏培盛"])
     assert len(huafei.dialogue) == len(zhenhuan["华妃"].dialogue)
     assert zhenhuan["华妃"].generated is False  # the input profiles are left as they were
-    assert describer.stats["dropped"] == {"catchphrase_not_in_script": 1}  # 华妃 never says 天下第一
-    assert describer.stats["failed"] == {"unparseable": 1} and describer.stats["usage"]["reasks"] == 3
+    assert result.stats["dropped"] == {"catchphrase_not_in_script": 1}  # 华妃 never says 天下第一
+    assert result.stats["failed"] == {"unparseable": 1} and result.stats["usage"]["reasks"] == 3
 
     written = read_release_profiles(tmp_path / "out", "zh")
     assert written["华妃"].description_with_catchphrases() == "华妃的性格描述。常用口头禅是：“本宫”、“欢宜香”"

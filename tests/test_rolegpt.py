@@ -155,7 +155,7 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         )
         assert faults == ["garbled", "rate_limit"] + ["server_error"] * (1 + 3) + ["truncated"]  # 3: 1 try + 2 retries
 
-        rows = result["train"].to_list()
+        rows = result.dataset["train"].to_list()
         assert [(r["role"], r["question"], len(r["generated"])) for r in rows] == [
             ("华妃", QUESTIONS[0], 3), ("皇帝", QUESTIONS[0], 2),
             ("华妃", QUESTIONS[1], 3), ("皇帝", QUESTIONS[1], 2),
@@ -167,13 +167,13 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
             "华妃第4答：写一首关，不过如此。",
         ]
         assert {(r["subset"], r["lang"], tuple(r["type"])) for r in rows} == {("general", "zh", ())}
-        assert [r["generated"] for r in result["rolegpt_baseline"]][:2] == [
+        assert [r["generated"] for r in result.dataset["rolegpt_baseline"]][:2] == [
             ["华妃第5答：写一首关，不过如此。"],
             ["皇帝第5答：写一首关，不过如此。"],
         ]
-        assert rolegpt.stats["rejected"] == {"exposes_ai": 6, "exposes_role": 6, "incomplete": 1}
-        assert rolegpt.stats["failed"] == {"request_failed": 1, "unparseable": 1}
-        assert rolegpt.stats["references"] == 15 and rolegpt.stats["baseline_rows"] == 6
+        assert result.stats["rejected"] == {"exposes_ai": 6, "exposes_role": 6, "incomplete": 1}
+        assert result.stats["failed"] == {"request_failed": 1, "unparseable": 1}
+        assert result.stats["references"] == 15 and result.stats["baseline_rows"] == 6
 
         # the output files are the release's records, beside the config that made them
         lines = (tmp_path / "out" / "general" / "train.jsonl").read_text(encoding="utf-8").splitlines()
@@ -181,7 +181,7 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         # and the data layer reads them back into the same rows
         assert read_rolebench_jsonl(tmp_path / "out" / "general" / "train.jsonl", "general", "zh") == rows
         baseline = read_rolebench_jsonl(tmp_path / "out" / "general" / "rolegpt_baseline.jsonl", "general", "zh")
-        assert baseline == result["rolegpt_baseline"].to_list()
+        assert baseline == result.dataset["rolegpt_baseline"].to_list()
         saved = json.loads((tmp_path / "out" / "generation_config.json").read_text(encoding="utf-8"))
         assert saved["config"]["prompt_mode"] == "zero_shot" and saved["client"]["model"] == "test-model"
         assert "api_key" not in json.dumps(saved)
@@ -192,10 +192,11 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
             "test-model", base_url=server.base_url, max_retries=0, cache_path=tmp_path / "cache.sqlite", progress=False
         )
         again = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot"))
-        assert again.generate(client, profiles, QUESTIONS)["train"].to_list() == rows
+        rerun = again.generate(client, profiles, QUESTIONS)
+        assert rerun.dataset["train"].to_list() == rows
         resent = server.answered_counts() - answered
         assert sorted(json.loads(key)["seed"] for key in resent) == [4 + REASK_SEED_STRIDE * i for i in range(3)]
-        assert again.stats["usage"]["requests"] == 3 and again.stats["usage"]["cached"] == 34
+        assert rerun.stats["usage"]["requests"] == 3 and rerun.stats["usage"]["cached"] == 34
 
 
 @pytest.mark.slow
@@ -217,17 +218,18 @@ def test_rolegpt_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path
         "assistant",
     ] * 3 + ["user"]
     assert requests[0].messages == rolegpt.prompt(zhenhuan["华妃"], questions[0])
-    stats = rolegpt.stats
+    stats = result.stats
     # every reference sample is accounted for: kept, rejected by a named check, or failed
     kept, rejected, failed = stats["references"], sum(stats["rejected"].values()), sum(stats["failed"].values())
     assert kept + rejected + failed == 2 * 2
     assert set(stats["rejected"]) <= {"incomplete", "exposes_ai", "exposes_role", "unresponsive"}
     assert stats["baseline_rows"] + stats["usage"]["failures"] - failed == 2
-    assert len(result["train"]) == stats["rows"] and all(r["subset"] == "general" for r in result["train"])
+    assert len(result.dataset["train"]) == stats["rows"] and all(
+        r["subset"] == "general" for r in result.dataset["train"]
+    )
     # a second run answers everything from the cache, identically
     again = RoleGPT(config)
     client = LocalChatClient(tiny_model_path, chat_template="chatml", batch_size=6, cache_path=cache, progress=False)
-    assert again.generate(client, [zhenhuan["华妃"]], questions)["rolegpt_baseline"].to_list() == (
-        result["rolegpt_baseline"].to_list()
-    )
-    assert again.stats["usage"]["requests"] == 0
+    rerun = again.generate(client, [zhenhuan["华妃"]], questions)
+    assert rerun.dataset["rolegpt_baseline"].to_list() == result.dataset["rolegpt_baseline"].to_list()
+    assert rerun.stats["usage"]["requests"] == 0

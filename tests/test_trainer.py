@@ -225,3 +225,24 @@ def test_base_tokenizer_without_chatml_tokens_gets_them_trained_with_lora(tmp_pa
     trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
     assert any("trainable_tokens_delta" in n for n in trainable) and any("lm_head" in n for n in trainable)
     assert trainer.train().global_step == 2
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # plain rows, assistant-only loss from prefix-rendered spans
+        {"packing": True, "max_length": 512},  # TRL's packing
+        {"prefix_sharing": True, "max_length": 512},  # prefix-shared rows with their own attention mask
+        {"assistant_only_loss": False},  # the whole sequence trained
+    ],
+    ids=["plain", "packing", "prefix_sharing", "full_sequence"],
+)
+def test_the_users_config_is_never_changed(tmp_path, tiny_model_path, overrides):
+    args = config(tmp_path, max_steps=1, model_init_kwargs={"dtype": "float32"}, **overrides)
+    before = args.to_dict()
+    trainer = RoCITTrainer(str(tiny_model_path), args=args, train_dataset=rows(), profiles=PROFILES)
+    trainer.train()
+    assert args.to_dict() == before
+    assert trainer.args is not args  # the trainer works on its own copy...
+    assert trainer.args.assistant_only_loss == args.assistant_only_loss  # ...which says what was trained
+    assert trainer.state.log_history[0]["num_tokens"] > 0

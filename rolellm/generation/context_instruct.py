@@ -12,7 +12,6 @@ questions are dropped and counted; a fixed number per role is held out for test.
 """
 
 import contextlib
-import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,12 +25,13 @@ from rolellm.clients.openai_compatible import ChatRequest, estimate_tokens
 from rolellm.data.schema import TYPES
 from rolellm.generation.job import (
     DropCounter,
+    GenerationJob,
+    GenerationResult,
     as_profiles,
     extract_json,
     failure_reason,
     rows_to_dataset,
     sampling_params,
-    save_generation_metadata,
     user_prompt,
     write_jsonl,
 )
@@ -205,16 +205,15 @@ def parse_items(text: str) -> dict:
     return {"items": items, "invalid": invalid}
 
 
-class ContextInstruct:
+class ContextInstruct(GenerationJob):
     """The Context-Instruct generator: `prompt()` builds a segment's request, `parse()` reads its items.
 
     Args:
         config (`ContextInstructConfig`, *optional*): defaults to `ContextInstructConfig()`.
     """
 
-    def __init__(self, config: ContextInstructConfig | None = None):
-        self.config = config if config is not None else ContextInstructConfig()
-        self.stats: dict = {}
+    config_class = ContextInstructConfig
+    desc = "Context-Instruct"
 
     def prompt(self, profile: RoleProfile, segment: str) -> list[dict]:
         """The chat messages asking for `num_questions` items about `profile` from one `segment`."""
@@ -249,7 +248,7 @@ class ContextInstruct:
                 )
         return requests, segments_per_role
 
-    def generate(self, client, profiles, output_dir=None) -> datasets.DatasetDict:
+    def generate(self, client, profiles, output_dir=None) -> GenerationResult:
         """Extract, filter, deduplicate and split role-specific items for every profile.
 
         Args:
@@ -260,14 +259,15 @@ class ContextInstruct:
                 release's `instructions-{lang}/` files, `generation_config.json` and `generation_stats.json`.
 
         Returns:
-            `datasets.DatasetDict` with `train` and `test` rows in `ROW_FEATURES` (`subset="role_specific"`, one
-            answer and its type per row). `self.stats` holds the counts, drops by reason included.
+            `GenerationResult`: `dataset` is a `datasets.DatasetDict` with `train` and `test` rows in `ROW_FEATURES`
+            (`subset="role_specific"`, one answer and its type per row); `stats` holds the counts, drops by reason
+            included; `details["items"]` the kept items per role with their metrics and split, and
+            `details["lang"]` each role's language.
         """
         config = self.config
         profiles = as_profiles(profiles)
         requests, segments_per_role = self.requests(profiles)
-        before = dataclasses.replace(client.usage)
-        results = client.generate(requests, parse=self.parse, desc="Context-Instruct")
+        results, usage = self.ask(client, requests, self.parse)
         dropped, failed = DropCounter(), DropCounter()
         items_per_role: dict[str, list[dict]] = {profile.name: [] for profile in profiles}
         for result in results:
@@ -284,10 +284,10 @@ class ContextInstruct:
                     items_per_role[result.request.metadata["role"]].append(item)
         lang = {profile.name: profile.lang for profile in profiles}
         split = {"train": [], "test": []}
-        self.items: dict[str, list[dict]] = {}
+        kept_items: dict[str, list[dict]] = {}
         for role, items in items_per_role.items():
             kept = self._deduplicate(items, dropped)
-            self.items[role] = kept
+            kept_items[role] = kept
             test = set(
                 random.Random(f"{config.split_seed}-{role}").sample(
                     range(len(kept)), min(config.num_test, len(kept) // 2)
@@ -302,20 +302,21 @@ class ContextInstruct:
                     "type": [item["type"]],
                 }
                 split[item["split"]].append({**row, "subset": "role_specific", "lang": lang[role]})
-        self.stats = {
+        stats = {
             "segments": segments_per_role,
             "requests": len(requests),
-            "items": {role: len(items) for role, items in self.items.items()},
+            "items": {role: len(items) for role, items in kept_items.items()},
             "train": len(split["train"]),
             "test": len(split["test"]),
             "dropped": dropped.as_dict(),
             "failed": failed.as_dict(),
-            "usage": dataclasses.asdict(client.usage - before),
+            "usage": usage,
         }
         dataset = datasets.DatasetDict({name: rows_to_dataset(rows) for name, rows in split.items()})
+        result = GenerationResult(dataset, stats, details={"items": kept_items, "lang": lang})
         if output_dir is not None:
-            self.save(dataset, output_dir, client, lang)
-        return dataset
+            self.save(output_dir, result, client)
+        return result
 
     def _deduplicate(self, items: list[dict], dropped: DropCounter) -> list[dict]:
         kept, questions = [], []
@@ -329,30 +330,28 @@ class ContextInstruct:
             questions.append(key)
         return kept
 
-    def save(self, dataset: datasets.DatasetDict, output_dir, client, lang: dict[str, str]) -> Path:
-        """Write `role_specific/{train,test}.jsonl` and `instructions-{lang}/` in the release's layout."""
-        output_dir = Path(output_dir)
+    def write(self, output_dir: Path, result: GenerationResult) -> None:
+        """`role_specific/{train,test}.jsonl` and `instructions-{lang}/` in the release's layout."""
+        items, lang = result.details["items"], result.details["lang"]
         for split in ("train", "test"):
             # the release writes `type` as a string in train and as a list parallel to `generated` in test
             records = (
                 {"role": r["role"], "question": r["question"], "generated": r["generated"],
                  "type": r["type"][0] if split == "train" else r["type"]}
-                for r in dataset[split]
+                for r in result.dataset[split]
             )  # fmt: skip
             write_jsonl(output_dir / "role_specific" / f"{split}.jsonl", records)
         for lang_code in sorted(set(lang.values())):
             folder = output_dir / f"instructions-{RELEASE_LANG_DIRS[lang_code]}"
-            roles = [role for role in self.items if lang[role] == lang_code]
+            roles = [role for role in items if lang[role] == lang_code]
             for role in roles:
                 records = (
                     {"id": i, "instruction": item["question"], "answer": item["answer"], "type": item["type"],
                      "metrics": f"Completeness: {item['completeness']}, Confidence: {item['confidence']:g}",
                      "split": item["split"]}
-                    for i, item in enumerate(self.items[role])
+                    for i, item in enumerate(items[role])
                 )  # fmt: skip
                 write_jsonl(folder / f"role-specific-{role}.jsonl", records)
-            write_jsonl(folder / "nums.jsonl", ({"role": role, "num": len(self.items[role])} for role in roles))
-            lines = "".join(f"{role}\t{self.stats['segments'][role]}\n" for role in roles)
+            write_jsonl(folder / "nums.jsonl", ({"role": role, "num": len(items[role])} for role in roles))
+            lines = "".join(f"{role}\t{result.stats['segments'][role]}\n" for role in roles)
             (folder / "split_info.txt").write_text(lines, encoding="utf-8")
-        save_generation_metadata(output_dir, self.config, client, self.stats)
-        return output_dir

@@ -1,4 +1,5 @@
-"""What the generators share: prompt files, profile inputs, and writing outputs beside their generation config.
+"""What the generators share: the job shape (`GenerationJob` -> `GenerationResult`), prompt files, profile inputs,
+and writing outputs beside their generation config.
 
 >>> render_prompt("rolegpt_question_en.jinja", question="What is rum?", reference=None, role="Jack Sparrow")
 'What is rum?'
@@ -122,6 +123,54 @@ def extract_json(text: str):
 def failure_reason(result) -> str:
     """The counted reason of a request that produced no usable answer (`ChatResult.error` names it)."""
     return "unparseable" if result.error.startswith("unparseable") else "request_failed"
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """What a generation job returns.
+
+    Args:
+        dataset (`datasets.DatasetDict` or `datasets.Dataset`): the rows made (RoleBench rows in `ROW_FEATURES`, or
+            profiles as rows).
+        stats (`dict`): the counts of the run: requests, rows, drops and failures by reason, the client's usage.
+        details (`dict`, *optional*): what a job's files need beyond the rows (Context-Instruct's items with their
+            metrics, the describer's `RoleProfile`s).
+    """
+
+    dataset: datasets.DatasetDict | datasets.Dataset
+    stats: dict
+    details: dict = dataclasses.field(default_factory=dict)
+
+
+class GenerationJob:
+    """The shape every generator shares: a config, `prompt()` and `parse()`, `generate(client, ...)` returning a
+    `GenerationResult`, and `save(output_dir, result, client)` writing what it is given.
+
+    Subclasses set `config_class` and `desc` (the progress bar's label), and implement `prompt`, `parse`,
+    `generate` and `write` (their files; `save` adds `generation_config.json` and `generation_stats.json`).
+    """
+
+    config_class: type
+    desc: str
+
+    def __init__(self, config=None):
+        self.config = config if config is not None else self.config_class()
+
+    def ask(self, client, requests: list, parse) -> tuple[list, dict]:
+        """Send `requests` through `client` with `parse`; the results and the client usage this run added."""
+        before = dataclasses.replace(client.usage)
+        results = client.generate(requests, parse=parse, desc=self.desc)
+        return results, dataclasses.asdict(client.usage - before)
+
+    def save(self, output_dir, result: GenerationResult, client) -> Path:
+        """Write `result` in the release's layout into `output_dir`, beside the config and the stats of the run."""
+        output_dir = Path(output_dir)
+        self.write(output_dir, result)
+        save_generation_metadata(output_dir, self.config, client, result.stats)
+        return output_dir
+
+    def write(self, output_dir: Path, result: GenerationResult) -> None:
+        raise NotImplementedError
 
 
 class DropCounter(Counter):

@@ -23,11 +23,12 @@ import datasets
 from rolellm.clients.openai_compatible import ChatRequest, estimate_tokens
 from rolellm.generation.job import (
     DropCounter,
+    GenerationJob,
+    GenerationResult,
     as_profiles,
     extract_json,
     failure_reason,
     sampling_params,
-    save_generation_metadata,
     user_prompt,
 )
 from rolellm.roles.profile import RoleProfile
@@ -84,16 +85,15 @@ def sample_dialogue(profile: RoleProfile, max_tokens: int = 3000) -> str:
     return "\n\n".join(chosen)
 
 
-class ProfileDescriber:
+class ProfileDescriber(GenerationJob):
     """The profile-description generator: `prompt()` builds a role's request, `parse()` reads the JSON answer.
 
     Args:
         config (`ProfileDescriptionConfig`, *optional*): defaults to `ProfileDescriptionConfig()`.
     """
 
-    def __init__(self, config: ProfileDescriptionConfig | None = None):
-        self.config = config if config is not None else ProfileDescriptionConfig()
-        self.stats: dict = {}
+    config_class = ProfileDescriptionConfig
+    desc = "Profile descriptions"
 
     def prompt(self, profile: RoleProfile) -> list[dict]:
         """The chat messages asking for `profile`'s description and catchphrases."""
@@ -119,7 +119,7 @@ class ProfileDescriber:
             raise ValueError("`catchphrases` must be a list of strings")
         return {"description": description.strip(), "catchphrases": [c.strip() for c in catchphrases if c.strip()]}
 
-    def generate(self, client, profiles, output_dir=None) -> datasets.Dataset:
+    def generate(self, client, profiles, output_dir=None) -> GenerationResult:
         """Describe every profile and return the profiles as rows (`RoleProfile.to_dict()`), marked generated.
 
         Args:
@@ -129,8 +129,8 @@ class ProfileDescriber:
                 the release's profile layout), `generation_config.json` and `generation_stats.json`.
 
         Returns:
-            `datasets.Dataset` of the described profiles; `self.profiles` holds them as `RoleProfile`s (a role whose
-            request failed keeps its old description and is left out). `self.stats` holds the counts.
+            `GenerationResult`: `dataset` is a `datasets.Dataset` of the described profiles (a role whose request
+            failed is left out), `details["profiles"]` the same as `RoleProfile`s, `stats` the counts.
         """
         config = self.config
         profiles = as_profiles(profiles)
@@ -143,8 +143,7 @@ class ProfileDescriber:
             requests.append(
                 ChatRequest(self.prompt(profile), params=sampling_params(config), metadata={"role": profile.name})
             )
-        before = dataclasses.replace(client.usage)
-        results = client.generate(requests, parse=self.parse, desc="Profile descriptions")
+        results, usage = self.ask(client, requests, self.parse)
         failed, dropped = DropCounter(), DropCounter()
         described = []
         for profile, result in zip(profiles, results):
@@ -162,31 +161,30 @@ class ProfileDescriber:
                 profile, description=result.parsed["description"], catchphrases=catchphrases, generated=True
             )
             described.append(new)
-        self.profiles = described
-        self.stats = {
+        stats = {
             "profiles": len(profiles),
             "described": [p.name for p in described],
             "dropped": dropped.as_dict(),
             "failed": failed.as_dict(),
-            "usage": dataclasses.asdict(client.usage - before),
+            "usage": usage,
         }
-        if output_dir is not None:
-            self.save(output_dir, client)
         rows = [p.to_dict() for p in described]
-        return datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({"name": []})
+        dataset = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({"name": []})
+        result = GenerationResult(dataset, stats, details={"profiles": described})
+        if output_dir is not None:
+            self.save(output_dir, result, client)
+        return result
 
-    def save(self, output_dir, client) -> Path:
-        """Write the described profiles in the release layout (`profiles-{lang}/desc.json`, ...) beside the config.
+    def write(self, output_dir: Path, result: GenerationResult) -> None:
+        """The described profiles in the release layout (`profiles-{lang}/desc.json`, ...).
 
         `profiles-{lang}/generated.json` lists the roles whose description was generated and not yet reviewed.
         """
         from rolellm.roles.release import write_release_profiles
 
-        output_dir = Path(output_dir)
-        for lang in sorted({p.lang for p in self.profiles}):
-            profiles = {p.name: p for p in self.profiles if p.lang == lang}
+        described = result.details["profiles"]
+        for lang in sorted({p.lang for p in described}):
+            profiles = {p.name: p for p in described if p.lang == lang}
             folder = write_release_profiles(profiles, output_dir)
             marker = {"generated": sorted(profiles), "reviewed": []}
             (folder / "generated.json").write_text(json.dumps(marker, ensure_ascii=False, indent=1), "utf-8")
-        save_generation_metadata(output_dir, self.config, client, self.stats)
-        return output_dir

@@ -12,7 +12,7 @@ the RoleGPT baseline the paper's tables score.
 {'role': 'user', 'content': '问题：<李白，你最喜欢哪首诗？>。参考回答：<《静夜思》。>。李白，请你回答这个问题。'}
 """
 
-import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +24,13 @@ from rolellm.clients.openai_compatible import ChatRequest
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.job import (
     DropCounter,
+    GenerationJob,
+    GenerationResult,
     as_profiles,
     failure_reason,
     render_prompt,
     rows_to_dataset,
     sampling_params,
-    save_generation_metadata,
     write_jsonl,
 )
 from rolellm.roles.profile import RoleProfile
@@ -121,15 +122,18 @@ def address_question(question: str, role: str, lang: str) -> str:
     return f"{role}，{question}" if lang == "zh" else f"{role}, {question}"
 
 
-class RoleGPT:
+class RoleGPT(GenerationJob):
     """The RoleGPT generator: `prompt()` builds a request's messages, `parse()` reads an answer, `generate()` runs.
 
     Args:
         config (`RoleGPTConfig`, *optional*): defaults to `RoleGPTConfig()`.
     """
 
+    config_class = RoleGPTConfig
+    desc = "RoleGPT"
+
     def __init__(self, config: RoleGPTConfig | None = None):
-        self.config = config if config is not None else RoleGPTConfig()
+        super().__init__(config)
         self._retrievers: dict[str, DialogueRetriever] = {}
 
     def retriever(self, profile: RoleProfile) -> DialogueRetriever:
@@ -164,8 +168,9 @@ class RoleGPT:
         mode = PROMPTING_MODE[config.prompt_mode]
         return build_role_messages(profile, final, mode, examples, system_template=config.system_template)
 
-    def parse(self, text: str, role: str | None = None) -> str:
-        """The answer without a leading `{role}:` (when `role` is given) and without quotes around the whole of it.
+    def parse(self, text: str, role: str | list[str] | None = None) -> str:
+        """The answer without a leading `{role}:` (for the role, or any of the roles, given) and without quotes
+        around the whole of it.
 
         Raises:
             `ValueError`: the answer is empty (the client then asks again).
@@ -173,7 +178,11 @@ class RoleGPT:
         >>> RoleGPT().parse('孙悟空：“俺老孙来也！”', "孙悟空")
         '俺老孙来也！'
         """
-        answer = text.strip() if role is None else re.sub(rf"^\s*{re.escape(role)}\s*[:：]\s*", "", text).strip()
+        roles = [role] if isinstance(role, str) else list(role or [])
+        answer = text.strip()
+        if roles:
+            names = "|".join(re.escape(name) for name in sorted(roles, key=len, reverse=True))
+            answer = re.sub(rf"^\s*(?:{names})\s*[:：]\s*", "", text).strip()
         if len(answer) >= 2 and answer[0] + answer[-1] in ("“”", '""'):
             answer = answer[1:-1].strip()
         if not answer:
@@ -221,7 +230,7 @@ class RoleGPT:
                 pairs.append((profile, question, reference))
         return pairs
 
-    def generate(self, client, profiles, instructions, output_dir=None) -> datasets.DatasetDict:
+    def generate(self, client, profiles, instructions, output_dir=None) -> GenerationResult:
         """Answer every (role, instruction) pair and return the cleaned references and the baseline.
 
         Args:
@@ -231,17 +240,18 @@ class RoleGPT:
             instructions (`datasets.Dataset` or `list`): the general instructions (see `pairs`).
             output_dir (`str` or `Path`, *optional*): where to write `general/train.jsonl`,
                 `general/rolegpt_baseline.jsonl` (the release's records), `generation_config.json` and
-                `generation_stats.json`.
+                `generation_stats.json` (see `save`).
 
         Returns:
-            `datasets.DatasetDict` with `train` (one row per pair with at least one clean reference) and
-            `rolegpt_baseline` (one row per pair whose baseline sample was answered), both in `ROW_FEATURES`.
-            `self.stats` holds the counts, rejections by reason included.
+            `GenerationResult`: `dataset` is a `datasets.DatasetDict` with `train` (one row per pair with at least
+            one clean reference) and `rolegpt_baseline` (one row per pair whose baseline sample was answered), both
+            in `ROW_FEATURES`; `stats` holds the counts, rejections by reason included.
         """
         config = self.config
         requests = self.requests(profiles, instructions)
-        before = dataclasses.replace(client.usage)
-        results = client.generate(requests, parse=self.parse, desc="RoleGPT")
+        roles = sorted({request.metadata["role"] for request in requests})
+        # one parse per answer, in the client: it strips a `{role}:` prefix naming any role of the run
+        results, usage = self.ask(client, requests, functools.partial(self.parse, role=roles))
         num_references = config.num_samples - config.num_baseline
         by_pair: dict[int, list] = {}
         for result in results:
@@ -259,9 +269,10 @@ class RoleGPT:
             }
             references = []
             for result in sorted(pair_results, key=lambda r: r.request.sample_index):
-                answer = self._answer(result, failed)
-                if answer is None:
+                if not result.ok:
+                    failed[failure_reason(result)] += 1
                     continue
+                answer = result.parsed
                 if result.request.sample_index >= num_references:
                     baseline.append({**row, "generated": [answer]})
                     continue
@@ -272,7 +283,7 @@ class RoleGPT:
                     references.append(answer)
             if references:
                 rows.append({**row, "generated": references})
-        self.stats = {
+        stats = {
             "pairs": len(by_pair),
             "requests": len(requests),
             "rows": len(rows),
@@ -281,28 +292,16 @@ class RoleGPT:
             "baseline_rows": len(baseline),
             "rejected": rejected.as_dict(),
             "failed": failed.as_dict(),
-            "usage": dataclasses.asdict(client.usage - before),
+            "usage": usage,
         }
         dataset = datasets.DatasetDict(train=rows_to_dataset(rows), rolegpt_baseline=rows_to_dataset(baseline))
+        result = GenerationResult(dataset, stats)
         if output_dir is not None:
-            self.save(dataset, output_dir, client)
-        return dataset
+            self.save(output_dir, result, client)
+        return result
 
-    def _answer(self, result, failed: DropCounter) -> str | None:
-        if not result.ok:
-            failed[failure_reason(result)] += 1
-            return None
-        try:
-            return self.parse(result.text, result.request.metadata["role"])
-        except ValueError:
-            failed["unparseable"] += 1
-            return None
-
-    def save(self, dataset: datasets.DatasetDict, output_dir, client) -> Path:
-        """Write the release's `general/train.jsonl` and `general/rolegpt_baseline.jsonl` beside the config."""
-        output_dir = Path(output_dir)
+    def write(self, output_dir: Path, result: GenerationResult) -> None:
+        """The release's `general/train.jsonl` and `general/rolegpt_baseline.jsonl`."""
         for split, name in (("train", "train.jsonl"), ("rolegpt_baseline", "rolegpt_baseline.jsonl")):
-            records = ({k: row[k] for k in ("role", "question", "generated")} for row in dataset[split])
+            records = ({k: row[k] for k in ("role", "question", "generated")} for row in result.dataset[split])
             write_jsonl(output_dir / "general" / name, records)
-        save_generation_metadata(output_dir, self.config, client, self.stats)
-        return output_dir

@@ -173,8 +173,8 @@ def main(args=None):
 
         generator = ProfileDescriber(config)
         result = generator.generate(client, profiles, output_dir=job.output_dir)
-    print(result)
-    print(f"Stats: {generator.stats}")
+    print(result.dataset)
+    print(f"Stats: {result.stats}")
     print(f"Wrote the data, generation_config.json and generation_stats.json to {job.output_dir}")
 
 

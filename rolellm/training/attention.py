@@ -161,21 +161,21 @@ def causal_lm_loss(model, inputs: dict, num_items_in_batch=None, fused_lm_head: 
     return loss, stats
 
 
-def resolve_prefix_sharing(model, args) -> AttentionBackend | None:
-    """The attention backend prefix sharing uses for `model` under `args` (`None` when it is off or cannot run).
+def resolve_prefix_sharing(model, args) -> tuple[AttentionBackend | None, bool]:
+    """The attention backend prefix sharing uses for `model` under `args` (`None` when it is off or cannot run),
+    and whether TRL's best-fit packing must stand in for it.
 
     When `args.prefix_sharing` is set but the model's attention takes no custom mask, TRL's best-fit packing
-    (`packing=True`) is used instead, with a warning.
+    (`packing=True`) is used instead, with a warning; `args` itself is left as it is.
     """
     if not args.prefix_sharing:
-        return None
+        return None, False
     backend = choose_attention_backend(model, args.device)
     if backend is None:
         logger.warning(
             "prefix_sharing=True cannot run with this attention backend: falling back to packing=True (TRL)"
         )
-        args.packing = True
-    return backend
+    return backend, backend is None
 
 
 def _use_fused_lm_head(device: torch.device) -> bool:
@@ -199,7 +199,7 @@ def log_subset_losses(trainer, mode: str, nll: torch.Tensor, subset_ids: torch.T
         count = gather(selected.sum()).sum()
         if count > 0:
             total = gather(nll[selected].sum().float()).sum()
-            trainer._metrics[mode][f"loss_{name}"].append((total / count).item())
+            trainer.record_metric(mode, f"loss_{name}", (total / count).item())
 
 
 def compute_prefix_shared_loss(
@@ -225,11 +225,11 @@ def compute_prefix_shared_loss(
     gather = trainer.accelerator.gather_for_metrics
     num_valid = gather(stats["num_trained"]).sum()
     if num_valid > 0:
-        trainer._metrics[mode]["entropy"].append((gather(stats["entropy_sum"]).sum() / num_valid).item())
-        trainer._metrics[mode]["mean_token_accuracy"].append((gather(stats["num_correct"]).sum() / num_valid).item())
+        trainer.record_metric(mode, "entropy", (gather(stats["entropy_sum"]).sum() / num_valid).item())
+        trainer.record_metric(mode, "mean_token_accuracy", (gather(stats["num_correct"]).sum() / num_valid).item())
     if mode == "train":
-        trainer._total_train_tokens += gather(real_tokens).sum().item() // trainer._tp_size
-    trainer._metrics[mode]["num_tokens"] = [trainer._total_train_tokens]
+        trainer.count_train_tokens(gather(real_tokens).sum().item())
+    trainer.record_metric(mode, "num_tokens", trainer.num_train_tokens, cumulative=True)
     if subset_ids is not None and trainer.args.log_subset_losses:
         targets = subset_ids[:, 1:][inputs["labels"][:, 1:] != -100].to(stats["nll"].device)
         log_subset_losses(trainer, mode, stats["nll"], targets)

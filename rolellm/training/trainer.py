@@ -17,6 +17,7 @@ copy of the role's system prompt (`rolellm.training.packing`), collate them with
 compute the loss with the rows' own attention mask and a compact output layer (`rolellm.training.attention`).
 """
 
+import copy
 import dataclasses
 import logging
 import warnings
@@ -160,7 +161,7 @@ class RoCITTrainer(SFTTrainer):
             init_kwargs.setdefault("trust_remote_code", args.trust_remote_code)
             model = create_model_from_path(model, **init_kwargs)
             quantization_config = None  # applied: `SFTTrainer` would warn that it ignores it
-        self._attention_backend = resolve_prefix_sharing(model, args)
+        self._attention_backend, packing_instead = resolve_prefix_sharing(model, args)
         if processing_class.chat_template is None:
             added = set_role_chat_template(processing_class, model)
             if added and peft_config is not None:
@@ -168,40 +169,41 @@ class RoCITTrainer(SFTTrainer):
                 peft_config.modules_to_save = [*(peft_config.modules_to_save or []), "lm_head"]
 
         self.role_stats = {}
+        self.role_metrics: dict[str, dict[str, list[float]]] = {"train": {}, "eval": {}}  # see `record_metric`
+        self.num_train_tokens = 0
         train_dataset = self.build_role_dataset(train_dataset, "train")
         if isinstance(eval_dataset, dict):
             eval_dataset = {key: self.build_role_dataset(ds, key) for key, ds in eval_dataset.items()}
         elif eval_dataset is not None:
             eval_dataset = self.build_role_dataset(eval_dataset, "eval")
 
-        # rolellm computes the assistant spans itself (`encode_chat`): TRL would otherwise insist on patching a
-        # template that has no {% generation %} markers.
+        # `SFTTrainer` works on a copy of the configuration, so the user's `RoCITConfig` is never changed:
+        # - rolellm computes the assistant spans itself (`encode_chat`): TRL would otherwise insist on patching a
+        #   template that has no {% generation %} markers;
+        # - a model loaded above used `model_init_kwargs`: `SFTTrainer` would warn that it ignores them;
+        # - prefix sharing that cannot run falls back to TRL's packing.
         prefix_spans = args.assistant_only_loss and not has_generation_markers(processing_class.chat_template)
-        args.assistant_only_loss = not prefix_spans and args.assistant_only_loss
-        self._train_on_assistant_only = args.assistant_only_loss or prefix_spans
-        # A model loaded above used `model_init_kwargs`; `SFTTrainer` would warn that it ignores them.
-        model_init_kwargs = args.model_init_kwargs
-        if loaded_here:
-            args.model_init_kwargs = None
-        try:
-            with warnings.catch_warnings():
-                # peft's `PeftModel` reads the deprecated `is_gradient_checkpointing` of transformers 5.x; nothing a
-                # user of this trainer could change.
-                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-                super().__init__(
-                    model,
-                    args=args,
-                    train_dataset=train_dataset,
-                    eval_dataset=eval_dataset,
-                    processing_class=processing_class,
-                    peft_config=peft_config,
-                    quantization_config=quantization_config,
-                    **kwargs,
-                )
-        finally:
-            args.assistant_only_loss = self._train_on_assistant_only
-            args.model_init_kwargs = model_init_kwargs
-        if args.packing or args.padding_free:
+        self._train_on_assistant_only = args.assistant_only_loss
+        trl_args = copy.copy(args)
+        trl_args.assistant_only_loss = args.assistant_only_loss and not prefix_spans
+        trl_args.model_init_kwargs = None if loaded_here else args.model_init_kwargs
+        trl_args.packing = args.packing or packing_instead
+        with warnings.catch_warnings():
+            # peft's `PeftModel` reads the deprecated `is_gradient_checkpointing` of transformers 5.x; nothing a user
+            # of this trainer could change.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            super().__init__(
+                model,
+                args=trl_args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                peft_config=peft_config,
+                quantization_config=quantization_config,
+                **kwargs,
+            )
+        self.args.assistant_only_loss = self._train_on_assistant_only  # the trainer's copy says what is trained
+        if self.args.packing or self.args.padding_free:
             # With a cache in the forward, transformers stops reading sample boundaries from `position_ids`.
             self.model.config.use_cache = False
         if self._attention_backend is not None and type(self.data_collator) is DataCollatorForLanguageModeling:
@@ -336,6 +338,24 @@ class RoCITTrainer(SFTTrainer):
         targets = subset_ids[:, 1:].to(trained.device)  # the subset of each predicted token
         log_subset_losses(self, mode, -outputs.log_probs.detach()[trained], targets[trained])
 
+    # ----------------------------------------------------------------------------------------------- logging
+    def record_metric(self, mode: str, name: str, value: float, cumulative: bool = False) -> None:
+        """Keep a value of `name` for the next log of `mode` (`"train"` / `"eval"`), where the values are averaged;
+        a `cumulative` metric keeps only its latest value."""
+        values = self.role_metrics[mode].setdefault(name, [])
+        values[:] = [*([] if cumulative else values), value]
+
+    def count_train_tokens(self, num_tokens: int) -> None:
+        """Add the real (unpadded) tokens of a training batch, summed over processes, to `num_train_tokens`."""
+        self.num_train_tokens += num_tokens // self.get_tp_size()
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        prefix = "eval_" if mode == "eval" else ""
+        logs.update({f"{prefix}{name}": sum(values) / len(values) for name, values in self.role_metrics[mode].items()})
+        self.role_metrics[mode] = {}
+        super().log(logs, start_time)
+
     # ----------------------------------------------------------------------------------------------- card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir`: the roles, the data, the chat template, the training setup, the paper."""
@@ -354,7 +374,7 @@ class RoCITTrainer(SFTTrainer):
             tags=sorted({*self._tag_names, *([tags] if isinstance(tags, str) else tags or [])}),
         )
         Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(self.args.output_dir) / "README.md").write_text(card, encoding="utf-8")
+        card.save(Path(self.args.output_dir) / "README.md")
 
     def _base_model_id(self):
         name = self.model.config._name_or_path
