@@ -1,7 +1,7 @@
 """Train a RoleLLaMA-style model with RoCIT: RoleBench rows + role profiles -> `rolellm.RoCITTrainer`.
 
-This is rolellm's training script (`rolellm train`, `rolellm/scripts/train.py`): `make_parser()` is a `TrlParser` over
-`RoleBenchArguments`, `RoCITConfig` and `trl.ModelConfig` that reads `--config recipe.yaml`, and `main()` trains,
+This is rolellm's training script (`rolellm train`, `rolellm/scripts/train.py`): `make_parser()` is rolellm's recipe
+parser over `RoleBenchArguments`, `RoCITConfig` and `trl.ModelConfig` that reads `--config recipe.yaml`, and `main()` trains,
 saves the model with its chat template and model card (`train()` does the work and returns the trainer). It runs with
 `python`, `accelerate launch` and `torchrun`:
 

@@ -3,7 +3,7 @@ import json
 import pytest
 from fixtures.mini_release import write_mini_release
 
-from rolellm import cli
+from rolellm.scripts import cli
 from rolellm.data.stats import LeakageError, check_leakage, check_release_leakage, count_words, rolebench_stats
 
 

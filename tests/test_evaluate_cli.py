@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rolellm import cli
+from rolellm.scripts import cli
 from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
 
 

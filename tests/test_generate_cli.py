@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rolellm.cli import main
+from rolellm.scripts.cli import main
 from rolellm.scripts.generate import GenerateArguments
 from rolellm.scripts.recipe import read_recipe
 from rolellm.testing import ChatCompletionsServer

@@ -106,3 +106,11 @@ def test_roles_depends_on_nothing_else_of_rolellm():
 def test_the_cycle_finder_finds_cycles():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_module_lives_in_a_stage_folder():
+    # besides the package's own entry files, only the test kit sits at the top (no stage imports it)
+    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py", "testing.py"]
+    assert sorted(path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__") == sorted(
+        [*FLOORS, "prompts"]
+    )

@@ -2,7 +2,7 @@ import subprocess
 import sys
 
 import rolellm
-from rolellm import cli
+from rolellm.scripts import cli
 
 
 def test_import_is_lazy():
@@ -38,7 +38,7 @@ def test_cli_help_lists_every_command(capsys):
 
 
 def test_cli_version():
-    out = subprocess.run([sys.executable, "-m", "rolellm.cli", "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-m", "rolellm", "--version"], capture_output=True, text=True).stdout
     assert out.strip() == f"rolellm {rolellm.__version__}"
 
 

@@ -27,7 +27,7 @@ def test_recipe_parses_into_the_script_dataclasses(make_parser, recipe):
     path = EXAMPLES / "recipes" / f"{recipe}.yaml"
     values = yaml.safe_load(path.read_text())
     # GPU recipes ask for bf16, which TrainingArguments refuses on a machine without a GPU unless told use_cpu.
-    script_args, training_args, model_args = make_parser().parse_args_and_config(
+    script_args, training_args, model_args = make_parser().parse_args_into_dataclasses(
         ["--config", str(path), "--use_cpu", "true"]
     )
     parsed = {**vars(script_args), **vars(model_args), **training_args.to_dict()}
@@ -51,12 +51,14 @@ def test_recipes_cover_the_paper_models():
 
 
 def test_rolellm_train_command_parses_a_recipe_with_overrides():
-    from rolellm.cli import COMMANDS
+    from rolellm.scripts.cli import COMMANDS
     from rolellm.scripts.train import make_parser
 
     assert COMMANDS["train"][0] == "rolellm.scripts.train"
     recipe = str(EXAMPLES / "recipes" / "tiny-cpu.yaml")
-    script_args, training_args, model_args = make_parser().parse_args(["--config", recipe, "--max_steps", "7"])
+    script_args, training_args, model_args = make_parser().parse_args_into_dataclasses(
+        ["--config", recipe, "--max_steps", "7"]
+    )
     assert script_args.dataset_configs == ["en-instruction", "zh"] and training_args.reference == "all"
     assert training_args.max_steps == 7 and model_args.model_name_or_path == "tiny-llama"
 
@@ -72,3 +74,19 @@ def test_accelerate_config_loads(name):
         assert config.fsdp_config["fsdp_version"] == 2
     if name == "deepspeed_zero3":
         assert config.deepspeed_config["zero_stage"] == 3
+
+
+def test_every_command_reads_recipes_with_the_one_parser(tmp_path):
+    from rolellm.scripts import evaluate, generate, recipe, train
+
+    bad = tmp_path / "recipe.yaml"
+    bad.write_text("output_dir: out\nlearning_rat: 0.1\n")
+    parsers = {
+        "train": train.make_parser(),
+        "evaluate": evaluate.make_parser(),
+        "generate rolegpt": generate.make_parser()._subparsers._group_actions[0].choices["rolegpt"],
+    }
+    for name, parser in parsers.items():
+        assert isinstance(parser, recipe.recipe_parser_class().__mro__[1]), name
+        with pytest.raises(ValueError, match=r"recipe.yaml: unknown keys \['learning_rat'\]"):
+            parser.parse_args(["--config", str(bad)])

@@ -19,7 +19,7 @@ import json
 import logging
 
 from rolellm.evaluation.runner import EvaluateConfig
-from rolellm.scripts.recipe import recipe_parser_class
+from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
 
 
 def make_parser(subparsers=None):
@@ -45,8 +45,8 @@ def main(args=None):
     for noisy in ("httpx", "httpx2", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    values = {k: v for k, v in vars(args).items() if k in EvaluateConfig.__dataclass_fields__}
-    results = run_benchmark(EvaluateConfig(**values))
+    [config] = dataclasses_from(args, [EvaluateConfig])
+    results = run_benchmark(config)
     print(format_table([results]))
     if "win_rate" in results:
         judged = results["win_rate"]

@@ -18,7 +18,7 @@ recipes. Command-line flags override the values of `--config`.
 """
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +26,7 @@ from rolellm.clients.config import ClientConfig, make_client
 from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
-from rolellm.scripts.recipe import recipe_parser_class
+from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
 
 
 @dataclass
@@ -153,8 +153,7 @@ def main(args=None):
     if args is None:
         args = make_parser().parse_args()
     dataclass_types, _ = SUBCOMMANDS[args.generator]
-    values = vars(args)
-    built = [cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values}) for cls in dataclass_types]
+    built = dataclasses_from(args, dataclass_types)
     job, config = built[0], built[-1]
     profiles, client = read_profiles(job), make_client(job.client_config())
     if args.generator == "rolegpt":

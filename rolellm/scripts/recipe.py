@@ -1,4 +1,5 @@
-"""YAML recipes for the commands built on dataclasses: `--config recipe.yaml` sets the fields, flags override them.
+"""The one recipe parser of every command built on dataclasses: `--config recipe.yaml` sets the fields, flags
+override them, and `dataclasses_from` turns the parsed namespace into the command's dataclasses.
 
 >>> import tempfile
 >>> from rolellm.evaluation.runner import EvaluateConfig
@@ -31,6 +32,20 @@ def read_recipe(path: str, dataclass_types) -> dict:
     return recipe
 
 
+def dataclasses_from(namespace, dataclass_types) -> tuple:
+    """One instance of each of `dataclass_types` from a parsed namespace (each takes the fields it declares).
+
+    >>> from argparse import Namespace
+    >>> from rolellm.clients.config import ClientConfig
+    >>> dataclasses_from(Namespace(model="m", base_url="http://h/v1", other=1), [ClientConfig])[0].backend
+    'openai'
+    """
+    values = vars(namespace)
+    return tuple(
+        cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values}) for cls in dataclass_types
+    )
+
+
 def recipe_parser_class():
     """`HfArgumentParser` that reads `--config recipe.yaml` first (like `trl.TrlParser`, but `parse_args` returns a
     namespace and the recipe is checked by `read_recipe`); flags given on the command line override the recipe.
@@ -53,5 +68,9 @@ def recipe_parser_class():
                     if action.dest in self._defaults:
                         action.required = False
             return super().parse_known_args(args, namespace)
+
+        def parse_args_into_dataclasses(self, args=None, **kwargs) -> tuple:
+            """One instance of each dataclass of the command, from the recipe and the flags."""
+            return dataclasses_from(self.parse_args(args), self.dataclass_types)
 
     return RecipeParser

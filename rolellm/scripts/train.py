@@ -22,6 +22,8 @@ e.g. one exported by `rolellm`), or the official release on the Hub when neither
 import argparse
 from dataclasses import dataclass, field
 
+from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
+
 
 @dataclass
 class RoleBenchArguments:
@@ -120,27 +122,32 @@ def train(script_args, training_args, model_args):
 
 
 def main(args):
-    """The `rolellm train` entry point: `args` is the tuple of dataclasses of `make_parser().parse_args()`."""
-    train(*args)
-
-
-def make_parser(subparsers: argparse._SubParsersAction | None = None):
-    """`TrlParser` over (`RoleBenchArguments`, `RoCITConfig`, `trl.ModelConfig`) with `--config recipe.yaml`.
-
-    Its `parse_args` returns the three dataclasses (flags override the recipe), which `main` takes.
-    """
-    from trl import ModelConfig, TrlParser
+    """The `rolellm train` entry point: `args` is the namespace of `make_parser().parse_args()`."""
+    from trl import ModelConfig
 
     from rolellm.training import RoCITConfig
 
-    class TrainParser(TrlParser):
-        def parse_args(self, args=None, namespace=None):
-            return self.parse_args_and_config(args)
+    train(*dataclasses_from(args, (RoleBenchArguments, RoCITConfig, ModelConfig)))
+
+
+def make_parser(subparsers: argparse._SubParsersAction | None = None):
+    """The recipe parser (`rolellm.scripts.recipe`) over (`RoleBenchArguments`, `RoCITConfig`, `trl.ModelConfig`)
+    with `--config recipe.yaml`; flags override the recipe. `parse_args_into_dataclasses` gives the three
+    dataclasses, `parse_args` the namespace `main` takes."""
+    from trl import ModelConfig
+
+    from rolellm.training import RoCITConfig
 
     dataclass_types = (RoleBenchArguments, RoCITConfig, ModelConfig)
-    if subparsers is not None:
-        return subparsers.add_parser("train", help="Train with RoCIT on RoleBench", dataclass_types=dataclass_types)
-    return TrainParser(dataclass_types, prog="rolellm train")
+    description = "Train with RoCIT on RoleBench rows and role profiles (LoRA, QLoRA, full)."
+    if subparsers is not None:  # made with parser_class=recipe_parser_class(), as `rolellm generate` does
+        parser = subparsers.add_parser(
+            "train", help=description, description=description, dataclass_types=dataclass_types
+        )
+    else:
+        parser = recipe_parser_class()(dataclass_types, prog="rolellm train", description=description)
+    parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
+    return parser
 
 
 if __name__ == "__main__":
