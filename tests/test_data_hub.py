@@ -7,10 +7,10 @@ import yaml
 from fixtures.mini_release import EXPECTED_ROWS, write_mini_release
 from huggingface_hub import HfApi
 
-from rolellm.scripts import cli
 from rolellm.data import CONFIG_NAMES, export_rolebench, load_rolebench, push_rolebench
 from rolellm.data.hub import upload_export
 from rolellm.data.schema import ROW_FEATURES
+from rolellm.scripts import cli
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ import json
 import pytest
 from fixtures.mini_release import write_mini_release
 
-from rolellm.scripts import cli
 from rolellm.data.stats import LeakageError, check_leakage, check_release_leakage, count_words, rolebench_stats
+from rolellm.scripts import cli
 
 
 @pytest.fixture(scope="module")

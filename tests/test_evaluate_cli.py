@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from rolellm.scripts import cli
 from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
+from rolellm.scripts import cli
 
 
 def test_recipe_and_flags_give_the_api_result(rolebench_dir, tmp_path, capsys):

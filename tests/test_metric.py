@@ -7,10 +7,10 @@ import evaluate
 import pytest
 import yaml
 
-from rolellm.scripts import cli
 from rolellm.evaluation.rouge import rouge_l_scores
 from rolellm.metrics import METRICS_DIR
 from rolellm.metrics.rolebench_rouge import RolebenchRouge
+from rolellm.scripts import cli
 
 
 METRIC_DIR = METRICS_DIR / "rolebench_rouge"
