@@ -319,3 +319,24 @@ def test_flex_attention_on_gpu_gives_the_gradients_of_samples_alone(tiny_model_p
     assert loss.item() == pytest.approx((alone / total).item(), abs=1e-4)
     for name, p in model.named_parameters():
         torch.testing.assert_close(packed[name], p.grad, atol=1e-5, rtol=1e-3, msg=name)
+
+
+def test_packing_and_its_collator_leave_their_inputs_as_they_were():
+    import copy
+
+    import numpy as np
+
+    from rolellm.training.packing import DataCollatorForPrefixSharing, pack_samples
+
+    samples = [
+        {"input_ids": np.array([1, 2, 3, 4]), "labels": np.array([-100, -100, 3, 4]), "subset_ids": [0, 0, 0, 0]},
+        {"input_ids": [1, 2, 5], "labels": [-100, -100, 5], "subset_ids": [1, 1, 1]},
+    ]
+    before = copy.deepcopy(samples)
+    row = pack_samples([(2, samples)], token_columns=["subset_ids"])
+    assert all(np.array_equal(a[key], b[key]) for a, b in zip(samples, before) for key in a)
+    assert row["input_ids"] == [1, 2, 3, 4, 5] and row["labels"] == [-100, -100, -100, 4, -100]
+    rows = [row, copy.deepcopy(row)]
+    rows_before = copy.deepcopy(rows)
+    batch = DataCollatorForPrefixSharing(pad_token_id=0, pad_to_multiple_of=8, token_columns=("subset_ids",))(rows)
+    assert rows == rows_before and batch["input_ids"].shape == (2, 8)

@@ -356,6 +356,19 @@ class RoCITTrainer(SFTTrainer):
         self.role_metrics[mode] = {}
         super().log(logs, start_time)
 
+    def end(self):
+        """Finish the run: release the distributed model wrapper on every process while all of them are alive, then
+        destroy the process group (`Trainer.end`).
+
+        A DDP wrapper freed after its peer has exited waits for that peer forever (gloo joins its threads), so the
+        wrapper goes first, in step on every process.
+        """
+        self.accelerator.wait_for_everyone()
+        self.model_wrapped = self.model
+        self.accelerator.free_memory()
+        self.accelerator.wait_for_everyone()
+        super().end()
+
     # ----------------------------------------------------------------------------------------------- card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir`: the roles, the data, the chat template, the training setup, the paper."""
