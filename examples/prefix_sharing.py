@@ -71,8 +71,8 @@ def pack_real_data():
     from rolellm.data import read_rolebench_jsonl
     from rolellm.encoding.chat_template import set_role_chat_template
     from rolellm.encoding.encode import encode_chat
-    from rolellm.testing import find_rolebench_data, train_tiny_tokenizer
     from rolellm.roles import load_profiles
+    from rolellm.testing import find_rolebench_data, train_tiny_tokenizer
     from rolellm.training import rolebench_to_conversations
     from rolellm.training.packing import pack_with_shared_prefix
 
