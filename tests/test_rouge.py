@@ -205,7 +205,6 @@ def test_stripping_the_release_text_changes_the_english_spe(rolebench_dir):
     assert round(rouge_l([p.strip() for p in predictions], stripped), 4) == 0.3232
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "part,split,pairs",
     [
@@ -215,9 +214,13 @@ def test_stripping_the_release_text_changes_the_english_spe(rolebench_dir):
         ("rolebench-zh/general", "train", 27572),  # the Chinese baseline file answers the train questions too
     ],
 )
-def test_identical_to_rouge_on_every_release_pair(rolebench_dir, part, split, pairs):
+def test_identical_to_rouge_on_release_pairs(rolebench_dir, part, split, pairs):
+    """A fixed sample of each part's pairs; `bench/bench_rouge_all_pairs.py` (`make bench`) checks every pair."""
     predictions, references = release_pairs(rolebench_dir, part, split)
     tokenizer = "char" if RELEASE_PARTS[part] == "zh" else "whitespace"
-    flat_predictions = [to_rouge_text(p, tokenizer) for p, refs in zip(predictions, references) for _ in refs]
-    flat_references = [to_rouge_text(r, tokenizer) for refs in references for r in refs]
-    assert assert_same_as_rouge(flat_predictions, flat_references) == pairs
+    flat = [(p, r) for p, refs in zip(predictions, references) for r in refs]
+    assert len(flat) == pairs
+    sample = random.Random(0).sample(flat, min(300, len(flat)))
+    flat_predictions = [to_rouge_text(p, tokenizer) for p, _ in sample]
+    flat_references = [to_rouge_text(r, tokenizer) for _, r in sample]
+    assert assert_same_as_rouge(flat_predictions, flat_references) == len(sample)
