@@ -19,19 +19,12 @@ import json
 import logging
 
 from rolellm.evaluation.runner import EvaluateConfig
-from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
+from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
 def make_parser(subparsers=None):
     description = "Answer a RoleBench config with a model (or score RoleGPT's answers), score RAW/CUS/SPE, report."
-    if subparsers is not None:  # made with parser_class=recipe_parser_class(), as `rolellm generate` does
-        parser = subparsers.add_parser(
-            "evaluate", help=description, description=description, dataclass_types=EvaluateConfig
-        )
-    else:
-        parser = recipe_parser_class()(EvaluateConfig, prog="rolellm evaluate", description=description)
-    parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
-    return parser
+    return make_command_parser("evaluate", EvaluateConfig, description, subparsers)
 
 
 def main(args=None):

@@ -46,6 +46,21 @@ def dataclasses_from(namespace, dataclass_types) -> tuple:
     )
 
 
+def make_command_parser(name: str, dataclass_types, description: str, subparsers=None):
+    """The parser of `rolellm {name}` over `dataclass_types`, with `--config recipe.yaml`.
+
+    With `subparsers` (made with `parser_class=recipe_parser_class()`) it is added as the sub-command `name`.
+    """
+    if subparsers is not None:
+        parser = subparsers.add_parser(
+            name, help=description, description=description, dataclass_types=dataclass_types
+        )
+    else:
+        parser = recipe_parser_class()(dataclass_types, prog=f"rolellm {name}", description=description)
+    parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
+    return parser
+
+
 def recipe_parser_class():
     """`HfArgumentParser` that reads `--config recipe.yaml` first (like `trl.TrlParser`, but `parse_args` returns a
     namespace and the recipe is checked by `read_recipe`); flags given on the command line override the recipe.

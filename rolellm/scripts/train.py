@@ -22,7 +22,7 @@ e.g. one exported by `rolellm`), or the official release on the Hub when neither
 import argparse
 from dataclasses import dataclass, field
 
-from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
+from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
 @dataclass
@@ -138,16 +138,8 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None):
 
     from rolellm.training import RoCITConfig
 
-    dataclass_types = (RoleBenchArguments, RoCITConfig, ModelConfig)
     description = "Train with RoCIT on RoleBench rows and role profiles (LoRA, QLoRA, full)."
-    if subparsers is not None:  # made with parser_class=recipe_parser_class(), as `rolellm generate` does
-        parser = subparsers.add_parser(
-            "train", help=description, description=description, dataclass_types=dataclass_types
-        )
-    else:
-        parser = recipe_parser_class()(dataclass_types, prog="rolellm train", description=description)
-    parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
-    return parser
+    return make_command_parser("train", (RoleBenchArguments, RoCITConfig, ModelConfig), description, subparsers)
 
 
 if __name__ == "__main__":
