@@ -13,6 +13,7 @@ from rolellm.clients.base import REASK_SEED_STRIDE
 from rolellm.clients.openai_compatible import OpenAIChatClient, estimate_tokens
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig, parse_items, segment_profile
+from rolellm.generation.job import NothingGenerated
 from rolellm.roles.profile import RoleProfile
 from rolellm.testing import ChatCompletionsServer, Fault, content_key
 
@@ -254,12 +255,16 @@ def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_m
     requests, segments = generator.requests([profile])
     assert segments == {"华妃": len(requests)} and len(requests) == 3
     assert requests[0].messages == generator.prompt(profile, segment_profile(profile, 400)[0])
-    result = generator.generate(client, [profile], output_dir=tmp_path / "out")
+    result = generator.generate(client, [profile])
     # a random tiny model writes no JSON: every segment is asked three times, then counted as unparseable
     assert result.stats["failed"] == {"unparseable": 3}
     assert result.stats["usage"]["reasks"] == 6 and result.stats["usage"]["requests"] == 9
     assert len(result.dataset["train"]) == len(result.dataset["test"]) == 0
-    assert (tmp_path / "out" / "instructions-zh" / "split_info.txt").read_text("utf-8") == "华妃\t3\n"
+    assert [f["segment"] for f in result.failures] == [0, 1, 2]
+    # saving such a run writes the failures and nothing that looks like data
+    with pytest.raises(NothingGenerated, match="no row generated and 3 requests failed"):
+        generator.save(tmp_path / "out", result, client)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["failures.jsonl"]
 
 
 def test_english_profiles_from_a_dataset(tmp_path):

@@ -34,10 +34,13 @@ def test_recipe_and_flags_give_the_api_result(rolebench_dir, tmp_path, capsys):
 def test_bad_input_is_refused(tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("model_name_or_path: rolegpt\noutput_dir: out\nmodel_path: typo\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"recipe.yaml: unknown keys \['model_path'\]"):
-        cli.main(["evaluate", "--config", str(recipe)])
+    assert cli.main(["evaluate", "--config", str(recipe)]) == 2
+    assert "recipe.yaml: unknown keys ['model_path']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["evaluate", "--model_name_or_path", "m", "--output_dir", "o", "--mode", "one-shot"])
     assert "invalid choice: 'one-shot'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="drop base_url"):
+    assert (
         cli.main(["evaluate", "--model_name_or_path", "rolegpt", "--output_dir", "o", "--base_url", "http://x/v1"])
+        == 2
+    )
+    assert "drop base_url" in capsys.readouterr().err

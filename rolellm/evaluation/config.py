@@ -61,6 +61,8 @@ class EvaluateConfig:
         device (`str`, *optional*): local models: where to run (`"cuda"`, `"cuda:1"`, `"cpu"`); defaults to the first
             GPU when there is one, else the CPU.
         max_concurrency (`int`, *optional*, defaults to 8): endpoints: requests in flight.
+        max_retries (`int`, *optional*, defaults to 6): endpoints (the model's and the judge's): retries of a request
+            before it counts as failed.
         save_every (`int`, *optional*, defaults to 256): generations are written to disk after every this many.
 
     > Parameters that control the output
@@ -79,6 +81,9 @@ class EvaluateConfig:
         judge_max_concurrency (`int`, *optional*, defaults to 8): judge requests in flight.
         overwrite_output_dir (`bool`, *optional*, defaults to `False`): discard the generations of a different run
             in `output_dir` instead of stopping.
+        allow_partial (`bool`, *optional*, defaults to `False`): accept a run where some generations or judge verdicts
+            failed: `rolellm evaluate` exits 0 and the model card receives the scores. Without it such a run still
+            writes `results.json` (with the failures counted), exits 1 and leaves the model card alone.
     """
 
     model_name_or_path: str = field(metadata={"help": "Local folder, Hub id, served model name, or 'rolegpt'."})
@@ -104,6 +109,7 @@ class EvaluateConfig:
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
     max_concurrency: int = field(default=8, metadata={"help": "Endpoints: requests in flight."})
+    max_retries: int = field(default=6, metadata={"help": "Endpoints: retries before a request counts as failed."})
     save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
     compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})
     model_card: str | None = field(default=None, metadata={"help": "Model card whose model-index gets the scores."})
@@ -111,6 +117,9 @@ class EvaluateConfig:
     judge_base_url: str | None = field(default=None, metadata={"help": "Judge's OpenAI-compatible endpoint."})
     judge_max_concurrency: int = field(default=8, metadata={"help": "Judge requests in flight."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Discard another run's generations."})
+    allow_partial: bool = field(
+        default=False, metadata={"help": "Accept a run where some generations or verdicts failed (exit 0)."}
+    )
 
     def __post_init__(self):
         if self.is_rolegpt_baseline and self.base_url is not None:
@@ -127,6 +136,7 @@ class EvaluateConfig:
         """The client answering for the evaluated model; answers are cached in `<output_dir>/cache.sqlite`."""
         return ClientConfig(
             self.model_name_or_path, base_url=self.base_url, max_concurrency=self.max_concurrency,
+            max_retries=self.max_retries,
             batch_size=self.batch_size, max_new_tokens=self.max_new_tokens, chat_template=self.chat_template,
             dtype=self.dtype, device=self.device, cache_path=os.path.join(self.output_dir, "cache.sqlite"),
         )  # fmt: skip
@@ -135,6 +145,7 @@ class EvaluateConfig:
         """The judge's client (an endpoint); its answers are cached in `<output_dir>/judge_cache.sqlite`."""
         return ClientConfig(
             self.judge_model, backend="openai", base_url=self.judge_base_url, max_concurrency=self.judge_max_concurrency,
+            max_retries=self.max_retries,
             cache_path=os.path.join(self.output_dir, "judge_cache.sqlite"),
         )  # fmt: skip
 

@@ -255,8 +255,8 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline, profiles) -> dict:
-    """The paper's GPT-judge win rate of `predictions` against the release's RoleGPT answers to the same rows.
+def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline: list[str], profiles) -> dict:
+    """The paper's GPT-judge win rate of `predictions` against `baseline`, the RoleGPT answers to the same rows.
 
     Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
     re-run sends nothing already judged. A failed generation is judged as an empty answer.
@@ -270,10 +270,12 @@ def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline, p
     client = make_client(config.judge_client_config())
     descriptions = {row["role"]: profiles[role_key(row["role"])].description_with_catchphrases() for row in rows}
     answers = ["" if p is None else p for p in predictions]
-    result = judge_win_rate(
-        rows, answers, rolegpt_predictions(rows, baseline), descriptions, client, lang=rows[0]["lang"]
-    )
+    result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
     return result.to_dict()
+
+
+class NothingEvaluated(RuntimeError):
+    """Every generation of a run failed: there is nothing to score, and no result is written."""
 
 
 def run_benchmark(config: EvaluateConfig, client=None) -> dict:
@@ -299,20 +301,26 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
+    # the RoleGPT answers are matched before any generation: a row without one stops the run at once
+    baseline = rolegpt_predictions(rows, dataset["rolegpt_baseline"]) if needs_baseline else None
     if config.is_rolegpt_baseline:
-        predictions = rolegpt_predictions(rows, dataset["rolegpt_baseline"])
-        mode = None
+        predictions, mode = baseline, None
     else:
         profiles = read_profiles(config, lang)
         predictions = generate_predictions(rows, profiles, config, client=client)
         mode = config.mode
+        if all(prediction is None for prediction in predictions):
+            raise NothingEvaluated(
+                f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged "
+                f"above and in {Path(config.output_dir) / 'generations.jsonl'}"
+            )
     raw_path = find_raw_targets(config, lang)
     scores = score_predictions(rows, predictions, read_raw_targets(raw_path) if raw_path else None)
     scores["metrics"]["win_rate"] = None
     if config.judge_model is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
     else:
-        judged = judge_against_rolegpt(config, rows, predictions, dataset["rolegpt_baseline"], profiles)
+        judged = judge_against_rolegpt(config, rows, predictions, baseline, profiles)
         scores["metrics"]["win_rate"] = judged["win_rate"]
         scores["win_rate"] = judged
     results = {
@@ -331,6 +339,11 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     )
     others = [json.loads(Path(path).read_text(encoding="utf-8")) for path in config.compare_with or []]
     write_report([*others, results], output_dir)
-    if config.model_card is not None:
+    failed = results["counts"].get("failed", 0) or (results.get("win_rate") or {}).get("failed", 0)
+    if config.model_card is not None and (not failed or config.allow_partial):
         update_model_card(config.model_card, results)
+    elif config.model_card is not None:
+        logger.warning(
+            "%s not updated: %d generations or verdicts failed (allow_partial not set)", config.model_card, failed
+        )
     return results

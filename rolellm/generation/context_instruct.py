@@ -313,7 +313,9 @@ class ContextInstruct(GenerationJob):
             "usage": usage,
         }
         dataset = datasets.DatasetDict({name: rows_to_dataset(rows) for name, rows in split.items()})
-        result = GenerationResult(dataset, stats, details={"items": kept_items, "lang": lang})
+        result = GenerationResult(
+            dataset, stats, details={"items": kept_items, "lang": lang}, failures=self.failures(results)
+        )
         if output_dir is not None:
             self.save(output_dir, result, client)
         return result

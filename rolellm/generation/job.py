@@ -21,6 +21,11 @@ from rolellm.roles.prompts import JINJA_ENV, load_prompt
 
 GENERATION_CONFIG_NAME = "generation_config.json"
 GENERATION_STATS_NAME = "generation_stats.json"
+FAILURES_NAME = "failures.jsonl"
+
+
+class NothingGenerated(RuntimeError):
+    """Every request of a generation run failed: no data file is written (the failures are, in `failures.jsonl`)."""
 
 
 def render_prompt(name: str, **variables) -> str:
@@ -135,11 +140,20 @@ class GenerationResult:
         stats (`dict`): the counts of the run: requests, rows, drops and failures by reason, the client's usage.
         details (`dict`, *optional*): what a job's files need beyond the rows (Context-Instruct's items with their
             metrics, the describer's `RoleProfile`s).
+        failures (`list[dict]`, *optional*): one record per request that produced no usable answer: its metadata
+            (role, question or segment, sample) and the error.
     """
 
     dataset: datasets.DatasetDict | datasets.Dataset
     stats: dict
     details: dict = dataclasses.field(default_factory=dict)
+    failures: list[dict] = dataclasses.field(default_factory=list)
+
+    @property
+    def num_rows(self) -> int:
+        if isinstance(self.dataset, datasets.DatasetDict):
+            return sum(split.num_rows for split in self.dataset.values())
+        return self.dataset.num_rows
 
 
 class GenerationJob:
@@ -162,9 +176,35 @@ class GenerationJob:
         results = client.generate(requests, parse=parse, desc=self.desc)
         return results, dataclasses.asdict(client.usage - before)
 
+    @staticmethod
+    def failures(results: list) -> list[dict]:
+        """One record per failed result: its request's metadata, its sample index and the error."""
+        return [
+            {**result.request.metadata, "sample_index": result.request.sample_index, "error": result.error}
+            for result in results
+            if not result.ok
+        ]
+
     def save(self, output_dir, result: GenerationResult, client) -> Path:
-        """Write `result` in the release's layout into `output_dir`, beside the config and the stats of the run."""
+        """Write `result` in the release's layout into `output_dir`, beside the config and the stats of the run.
+
+        The requests that failed are listed in `failures.jsonl` (removed when there are none). When every request
+        failed nothing else is written and `NothingGenerated` is raised.
+
+        Raises:
+            `NothingGenerated`: the run produced no row and some requests failed.
+        """
         output_dir = Path(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / FAILURES_NAME).unlink(missing_ok=True)
+        if result.failures:
+            write_jsonl(output_dir / FAILURES_NAME, result.failures)
+        if result.failures and not result.num_rows:
+            first = result.failures[0]["error"]
+            raise NothingGenerated(
+                f"no row generated and {len(result.failures)} requests failed; nothing written but "
+                f"{output_dir / FAILURES_NAME} (first error: {first})"
+            )
         self.write(output_dir, result)
         save_generation_metadata(output_dir, self.config, client, result.stats)
         return output_dir

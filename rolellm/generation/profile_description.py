@@ -170,7 +170,7 @@ class ProfileDescriber(GenerationJob):
         }
         rows = [p.to_dict() for p in described]
         dataset = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict({"name": []})
-        result = GenerationResult(dataset, stats, details={"profiles": described})
+        result = GenerationResult(dataset, stats, details={"profiles": described}, failures=self.failures(results))
         if output_dir is not None:
             self.save(output_dir, result, client)
         return result

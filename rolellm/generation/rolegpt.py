@@ -295,7 +295,7 @@ class RoleGPT(GenerationJob):
             "usage": usage,
         }
         dataset = datasets.DatasetDict(train=rows_to_dataset(rows), rolegpt_baseline=rows_to_dataset(baseline))
-        result = GenerationResult(dataset, stats)
+        result = GenerationResult(dataset, stats, failures=self.failures(results))
         if output_dir is not None:
             self.save(output_dir, result, client)
         return result

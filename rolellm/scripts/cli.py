@@ -6,9 +6,11 @@ shape of `trl/scripts/*.py`. Scripts are imported only when their command runs, 
 
 import argparse
 import importlib
+import os
 import sys
 
 from rolellm import __version__
+from rolellm.scripts.exit_codes import EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 # command -> (module, one-line help). Add a command by adding its script and a line here.
@@ -31,6 +33,7 @@ def make_parser():
         description="RoleLLM on the Hugging Face stack: build role data, train with RoCIT, evaluate like the paper.",
     )
     parser.add_argument("--version", action="version", version=f"rolellm {__version__}")
+    parser.add_argument("--debug", action="store_true", help="Show the traceback of an error (or ROLELLM_DEBUG=1).")
     subparsers = parser.add_subparsers(dest="command", metavar="<command>", title="commands")
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
@@ -38,16 +41,59 @@ def make_parser():
 
 
 def main(argv=None):
+    """Run one command; returns its exit code (`rolellm.scripts.exit_codes`).
+
+    A mistake in the input (a flag, a file, a recipe value) or a run that could not be done is reported in a few
+    lines naming the command and the cause, without a traceback; `--debug` anywhere on the line (or
+    `ROLELLM_DEBUG=1`) shows it.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get("ROLELLM_DEBUG", "") not in ("", "0")
+    argv = [arg for arg in argv if arg != "--debug"]
     parser = make_parser()
     if not argv or argv[0] not in COMMANDS:
         args = parser.parse_args(argv)  # handles --help, --version and unknown commands
         parser.print_help()
-        return 0 if args.command is None and not argv else 2
+        return 0 if args.command is None and not argv else EXIT_USAGE
     script = importlib.import_module(COMMANDS[argv[0]][0])
     script_parser = script.make_parser()
     script_parser.prog = f"rolellm {argv[0]}"
-    return script.main(script_parser.parse_args(argv[1:])) or 0
+    try:
+        return script.main(script_parser.parse_args(argv[1:])) or EXIT_OK
+    except KeyboardInterrupt:
+        print(
+            f"rolellm {argv[0]}: interrupted; what was answered is in the cache, run again to go on", file=sys.stderr
+        )
+        return 130
+    except Exception as error:  # noqa: BLE001  (the user gets the cause in a few lines; --debug shows the rest)
+        if debug:
+            raise
+        code, message = describe_error(error)
+        print(f"rolellm {argv[0]}: {message}", file=sys.stderr)
+        if code == EXIT_BUG:
+            print("This is a bug in rolellm: run again with --debug and report the traceback.", file=sys.stderr)
+        return code
+
+
+def describe_error(error: BaseException) -> tuple[int, str]:
+    """The exit code of an error and its message in at most five lines.
+
+    >>> describe_error(ValueError("--roles ['Shifu'] not found"))
+    (2, "--roles ['Shifu'] not found")
+    """
+    from rolellm.clients.base import EndpointError
+
+    while type(error).__name__ == "DatasetGenerationError" and error.__cause__ is not None:
+        error = error.__cause__  # `datasets` wraps the builder's own errors
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    message = "\n".join(lines[:5]) + (f"\n... ({len(lines) - 5} more lines)" if len(lines) > 5 else "")
+    if isinstance(error, EndpointError) or type(error).__name__ in ("NothingGenerated", "NothingEvaluated"):
+        return EXIT_FAILED, message
+    if isinstance(error, (ValueError, LookupError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return EXIT_USAGE, message
+    if isinstance(error, PermissionError) or type(error).__name__ == "YAMLError" or "yaml" in type(error).__module__:
+        return EXIT_USAGE, message
+    return EXIT_BUG, f"unexpected {type(error).__name__}: {message}"
 
 
 if __name__ == "__main__":

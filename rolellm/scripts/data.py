@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from rolellm.data.release import HUB_REPO_ID
+from rolellm.scripts.exit_codes import EXIT_PARTIAL, EXIT_USAGE
 
 
 DESCRIPTION = "RoleBench data: statistics (paper Table 1), leakage checks, export/push in the Hub's no-code layout."
@@ -108,7 +109,14 @@ def run_check(args) -> int:
             failed += not report.ok
     checked = sum(report is not None for report in reports.values())
     print(f"\n{checked} part(s) checked, {failed} with leakage")
-    return 1 if failed else 0
+    if not checked:
+        print(
+            f"rolellm data check: no RoleBench part with both train and test files in {data_dir}: nothing was "
+            "checked (pass --data-dir with a folder in the release layout)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return EXIT_PARTIAL if failed else 0
 
 
 def run_export(args) -> int:

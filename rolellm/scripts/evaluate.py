@@ -17,8 +17,10 @@ Command-line flags override the values of `--config`.
 
 import json
 import logging
+import sys
 
 from rolellm.evaluation.runner import EvaluateConfig
+from rolellm.scripts.exit_codes import EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -43,16 +45,28 @@ def main(args=None):
     print(format_table([results]))
     if "win_rate" in results:
         judged = results["win_rate"]
-        print(
-            f"Win rate vs RoleGPT: {judged['win_rate']:.2%} (95% CI {judged['ci_low']:.2%}-{judged['ci_high']:.2%}), "
-            f"average rank {judged['average_rank']:.2f}; wins {judged['wins']}, ties {judged['ties']}, "
-            f"losses {judged['losses']}, failed {judged['failed']}"
-        )
+        if judged["win_rate"] is None:
+            print(f"Win rate vs RoleGPT: none, no sample was judged ({judged['failed']} failed)")
+        else:
+            print(
+                f"Win rate vs RoleGPT: {judged['win_rate']:.2%} (95% CI {judged['ci_low']:.2%}-"
+                f"{judged['ci_high']:.2%}), average rank {judged['average_rank']:.2f}; {judged['judged']} judged: "
+                f"wins {judged['wins']}, ties {judged['ties']}, losses {judged['losses']}; failed {judged['failed']}"
+            )
     for metric, reason in results["unavailable"].items():
         print(f"{metric}: unavailable ({reason})")
     print(f"Wrote results.json, results.md, per_role.png and comparison.png to {args.output_dir}")
     counts = json.dumps(results["counts"])
     print(f"Counts: {counts}")
+    failed = {
+        "generations": results["counts"].get("failed", 0),
+        "verdicts": results.get("win_rate", {}).get("failed", 0),
+    }
+    if any(failed.values()) and not config.allow_partial:
+        what = ", ".join(f"{n} {name}" for name, n in failed.items() if n)
+        print(f"rolellm evaluate: {what} failed (pass --allow_partial to accept a partial run)", file=sys.stderr)
+        return EXIT_PARTIAL
+    return 0
 
 
 if __name__ == "__main__":

@@ -18,14 +18,17 @@ recipes. Command-line flags override the values of `--config`.
 """
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from rolellm.clients.config import ClientConfig, make_client
 from rolellm.generation.context_instruct import ContextInstructConfig
+from rolellm.generation.job import FAILURES_NAME
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
+from rolellm.scripts.exit_codes import EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
 
 
@@ -55,9 +58,12 @@ class GenerateArguments:
         max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once (endpoint).
         requests_per_minute (`int`, *optional*): request rate limit (endpoint).
         timeout (`float`, *optional*, defaults to 120.0): seconds before a request is retried (endpoint).
+        max_retries (`int`, *optional*, defaults to 6): retries of a request before it counts as failed (endpoint).
         batch_size (`int`, *optional*, defaults to 8): prompts per batch (local).
         chat_template (`str`, *optional*): a chat template for a local model without one (`"chatml"`).
         cache_path (`str`, *optional*): the answer cache, defaults to `<output_dir>/cache.sqlite`.
+        allow_partial (`bool`, *optional*, defaults to `False`): exit 0 although some requests failed (they are
+            listed in `<output_dir>/failures.jsonl` either way; without it the exit code is 1).
     """
 
     output_dir: str = field(metadata={"help": "Where the data, generation_config.json and stats go."})
@@ -72,17 +78,22 @@ class GenerateArguments:
     max_concurrency: int = field(default=16, metadata={"help": "Requests in flight at once (endpoint)."})
     requests_per_minute: int | None = field(default=None, metadata={"help": "Request rate limit (endpoint)."})
     timeout: float = field(default=120.0, metadata={"help": "Seconds before a request is retried (endpoint)."})
+    max_retries: int = field(default=6, metadata={"help": "Retries of a request before it counts as failed."})
     batch_size: int = field(default=8, metadata={"help": "Prompts per batch (local)."})
     chat_template: str | None = field(default=None, metadata={"help": "Chat template for a local model ('chatml')."})
     cache_path: str | None = field(
         default=None, metadata={"help": "Answer cache (default <output_dir>/cache.sqlite)."}
+    )
+    allow_partial: bool = field(
+        default=False, metadata={"help": "Exit 0 when some requests failed (they are listed in failures.jsonl)."}
     )
 
     def client_config(self) -> ClientConfig:
         """The chat client these arguments describe."""
         return ClientConfig(
             self.model, backend=self.backend, base_url=self.base_url, max_concurrency=self.max_concurrency,
-            requests_per_minute=self.requests_per_minute, timeout=self.timeout, batch_size=self.batch_size,
+            requests_per_minute=self.requests_per_minute, timeout=self.timeout, max_retries=self.max_retries,
+            batch_size=self.batch_size,
             chat_template=self.chat_template, cache_path=self.cache_path or str(Path(self.output_dir) / "cache.sqlite"),
         )  # fmt: skip
 
@@ -175,6 +186,14 @@ def main(args=None):
     print(result.dataset)
     print(f"Stats: {result.stats}")
     print(f"Wrote the data, generation_config.json and generation_stats.json to {job.output_dir}")
+    if result.failures:
+        print(
+            f"{len(result.failures)} requests failed; listed in {Path(job.output_dir) / FAILURES_NAME}"
+            + ("" if job.allow_partial else " (pass --allow_partial to accept a partial run)"),
+            file=sys.stderr,
+        )
+        return 0 if job.allow_partial else EXIT_PARTIAL
+    return 0
 
 
 if __name__ == "__main__":
