@@ -1,7 +1,8 @@
 """Context-Instruct and profile descriptions on a Chinese screenplay profile (华妃 of 甄嬛传).
 
 Offline by default (a tiny random local model: it writes no JSON, so every segment is re-asked and then counted
-as unparseable — the segmentation, prompts, validation and output files are the real ones). Point it at a real
+as unparseable, and saving writes only `failures.jsonl` — the segmentation, prompts, validation and failure handling
+are the real ones). Point it at a real
 model with `--model <folder or Hub id>` (local) or `--base_url http://localhost:8000/v1 --model <served model>`.
 
     python examples/generate_context_instruct.py --output_dir runs/example-context-instruct
@@ -21,6 +22,7 @@ from rolellm import (
     read_screenplay_folder,
 )
 from rolellm.generation.context_instruct import segment_profile
+from rolellm.generation.job import NothingGenerated
 from rolellm.testing import build_tiny_llama, find_rolebench_data
 
 
@@ -55,14 +57,15 @@ def main():
     print(generator.prompt(profile, segments[0])[0]["content"][:400])
 
     client = make_client(args, Path(args.output_dir) / "cache.sqlite")
-    result = generator.generate(client, [profile], output_dir=Path(args.output_dir) / "context_instruct")
-    print(result.dataset)
-    print(result.stats)
-
     describer = ProfileDescriber(ProfileDescriptionConfig(max_dialogue_tokens=1000, max_tokens=args.max_tokens))
-    result = describer.generate(client, [profile], output_dir=Path(args.output_dir) / "profiles")
-    print(result.dataset)
-    print(result.stats)
+    for job, folder in ((generator, "context_instruct"), (describer, "profiles")):
+        result = job.generate(client, [profile])
+        print(result.dataset)
+        print(result.stats)
+        try:
+            print(f"saved to {job.save(Path(args.output_dir) / folder, result, client)}")
+        except NothingGenerated as error:  # a run with nothing to show writes only its failures
+            print(f"nothing saved: {error}")
 
 
 if __name__ == "__main__":
