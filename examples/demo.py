@@ -25,7 +25,7 @@ def train_tiny_rocit(model_path: Path, output_dir: Path):
 
     args = ["--config", str(RECIPE), "--model_name_or_path", str(model_path), "--output_dir", str(output_dir),
             "--data_dir", str(DEMO_DATA)]  # fmt: skip
-    return train(*make_parser().parse_args(args))
+    return train(*make_parser().parse_args_into_dataclasses(args))
 
 
 def answer(model, tokenizer, messages: list[dict], max_new_tokens: int = 48) -> str:
