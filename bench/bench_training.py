@@ -37,8 +37,9 @@ from transformers.utils import logging as hf_logging
 from trl import SFTConfig, SFTTrainer
 
 from rolellm.encoding.chat_template import set_role_chat_template
+from rolellm.roles import load_profiles
 from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
-from rolellm.training import RoCITConfig, RoCITTrainer, load_profiles, rolebench_to_conversations
+from rolellm.training import RoCITConfig, RoCITTrainer, rolebench_to_conversations
 
 
 def make_parser():
