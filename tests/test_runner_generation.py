@@ -183,3 +183,10 @@ def test_generation_with_tiny_local_model_resumes_without_the_model(zh_rows, zh_
     assert len(predictions) == 4 and all(isinstance(p, str) for p in predictions)
     shutil.rmtree(model)  # everything is answered: a re-run must not even load the model
     assert generate_predictions(rows, zh_profiles, config) == predictions
+
+
+def test_roles_are_selected_however_they_are_spelled():
+    rows = [{"role": "Dr. Frank-N-Furter", "subset": "general"}, {"role": "Po", "subset": "general"}]
+    assert select_rows(rows, roles=["Dr. Frank N Furter"]) == rows[:1]
+    with pytest.raises(ValueError, match=r"roles=\['Shifu'\] are not in the dataset"):
+        select_rows(rows, roles=["Shifu"])

@@ -29,15 +29,19 @@ logger = logging.getLogger(__name__)
 def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
     """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
 
-    `dataset` is a `datasets.Dataset` or a list of row dicts.
+    `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched however they are spelled
+    (`role_key`: `"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
     """
+    from rolellm.roles.profile import role_key
+
     known = {row["role"] for row in dataset}
-    unknown = sorted(set(roles or []) - known)
+    wanted = {role_key(role) for role in roles or []}
+    unknown = sorted(role for role in roles or [] if role_key(role) not in {role_key(name) for name in known})
     if unknown:
         raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(known)}")
     rows, seen = [], {}
     for row in dataset:
-        if roles and row["role"] not in roles:
+        if wanted and role_key(row["role"]) not in wanted:
             continue
         key = (row["role"], row["subset"])
         seen[key] = seen.get(key, 0) + 1
@@ -202,9 +206,10 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
 
     missing = sorted({row["role"] for row in rows if role_key(row["role"]) not in profiles})
     if missing:
+        folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}"
         raise ValueError(
             f"no profile for roles {missing}: the system instruction needs each role's description. Give data_dir "
-            "with the release's profiles-{lang}/desc.json, or profiles_dir= with a folder holding desc.json"
+            f"with the release's {folder}/desc.json, or profiles_dir with any profile source of these roles"
         )
     failures = []
     with GenerationLog(config, rows) as log:

@@ -29,14 +29,21 @@ def make_parser(subparsers=None):
     actions = parser.add_subparsers(dest="action", metavar="<action>", required=True)
 
     def add_common(sub):
-        sub.add_argument("--data-dir", type=Path, default=None,
+        sub.add_argument("--data_dir", "--data-dir", dest="data_dir", type=Path, default=None,
                          help="A folder in the release layout (default: fetch the files from the Hub).")  # fmt: skip
-        sub.add_argument("--repo-id", default=HUB_REPO_ID, help="The Hub dataset read without --data-dir.")
-        sub.add_argument("--revision", default=None, help="The Hub revision read without --data-dir.")
+        sub.add_argument(
+            "--repo_id",
+            "--repo-id",
+            dest="repo_id",
+            default=HUB_REPO_ID,
+            help="The Hub dataset read without --data_dir.",
+        )
+        sub.add_argument("--revision", default=None, help="The Hub revision read without --data_dir.")
 
     stats = actions.add_parser("stats", help="Print the paper's Table 1 statistics for the files present.")
     add_common(stats)
-    stats.add_argument("--zh-tokenizer", choices=["jieba", "chars"], default="jieba",
+    stats.add_argument("--zh_tokenizer", "--zh-tokenizer", dest="zh_tokenizer", choices=["jieba", "chars"],
+                       default="jieba",
                        help="How Chinese words are counted for the average lengths.")  # fmt: skip
     stats.add_argument("--json", action="store_true", help="Print JSON lines instead of a table.")
     check = actions.add_parser(
@@ -47,7 +54,14 @@ def make_parser(subparsers=None):
     export.add_argument("output_dir", type=Path, help="Where to write the no-code Hub layout.")
     add_common(export)
     export.add_argument("--configs", nargs="+", default=None, help="Only these configs (default: every one present).")
-    export.add_argument("--push-to-hub", metavar="REPO_ID", default=None, help="Also push the export to this repo.")
+    export.add_argument(
+        "--push_to_hub",
+        "--push-to-hub",
+        dest="push_to_hub",
+        metavar="REPO_ID",
+        default=None,
+        help="Also push the export to this repo.",
+    )
     export.add_argument("--private", action="store_true", help="Create the pushed repo as private.")
     return parser
 
@@ -55,7 +69,7 @@ def make_parser(subparsers=None):
 def resolve_data_dir(args) -> Path:
     if args.data_dir is not None:
         if not args.data_dir.is_dir():
-            raise SystemExit(f"--data-dir {args.data_dir} is not a folder")
+            raise SystemExit(f"rolellm data: --data_dir {args.data_dir} is not a folder")
         return args.data_dir
     from huggingface_hub import snapshot_download
 
