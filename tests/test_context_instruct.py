@@ -252,8 +252,8 @@ def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_m
     config = ContextInstructConfig(max_segment_tokens=400, max_tokens=12)
     client = LocalChatClient(tiny_model_path, chat_template="chatml", cache_path=tmp_path / "c.sqlite", progress=False)
     generator = ContextInstruct(config)
-    requests, segments = generator.requests([profile])
-    assert segments == {"华妃": len(requests)} and len(requests) == 3
+    requests = generator.requests([profile])
+    assert [r.metadata["segment"] for r in requests] == [0, 1, 2]
     assert requests[0].messages == generator.prompt(profile, segment_profile(profile, 400)[0])
     result = generator.generate(client, [profile])
     # a random tiny model writes no JSON: every segment is asked three times, then counted as unparseable

@@ -137,3 +137,14 @@ def test_a_user_mistake_is_2_in_a_few_lines_and_debug_shows_the_traceback(argv, 
     assert messages(err)[0].startswith(expected) and "Traceback" not in err and len(err.strip().splitlines()) <= 5
     with pytest.raises(Exception):  # noqa: B017  (any error: --debug lets it through)
         main([*argv, "--debug"])
+
+
+def test_a_dry_run_counts_the_requests_and_sends_nothing(job, tmp_path, capsys):
+    with ChatCompletionsServer(answer) as server:
+        assert main([*job, "--base_url", server.base_url, "--dry_run", "true"]) == 0
+        assert server.requests == []
+        assert main([*job, "--base_url", server.base_url]) == 0  # the real run fills the cache...
+        capsys.readouterr()
+        assert main([*job, "--base_url", server.base_url, "--dry_run", "true"]) == 0
+    out = capsys.readouterr().out
+    assert "RoleGPT would send 8 requests (8 already cached, 0 to send)" in out  # ...which the dry run counts

@@ -230,23 +230,21 @@ class ContextInstruct(GenerationJob):
         """`parse_items(text)`: the valid items and the counts of invalid ones; `ValueError` asks again."""
         return parse_items(text)
 
-    def requests(self, profiles: list[RoleProfile]) -> tuple[list[ChatRequest], dict[str, int]]:
-        """One request per segment of every profile, and the number of segments per role."""
+    def requests(self, profiles: list[RoleProfile]) -> list[ChatRequest]:
+        """One request per segment of every profile (`metadata`: role, lang, segment index)."""
         config = self.config
-        requests, segments_per_role = [], {}
+        requests = []
         for profile in profiles:
             if not profile.dialogue:
                 raise ValueError(
                     f"Profile {profile.name!r} has no dialogue to segment: Context-Instruct needs its script"
                 )
-            segments = segment_profile(profile, config.max_segment_tokens)
-            segments_per_role[profile.name] = len(segments)
-            for index, segment in enumerate(segments):
+            for index, segment in enumerate(segment_profile(profile, config.max_segment_tokens)):
                 metadata = {"role": profile.name, "lang": profile.lang, "segment": index}
                 requests.append(
                     ChatRequest(self.prompt(profile, segment), params=sampling_params(config), metadata=metadata)
                 )
-        return requests, segments_per_role
+        return requests
 
     def generate(self, client, profiles, output_dir=None) -> GenerationResult:
         """Extract, filter, deduplicate and split role-specific items for every profile.
@@ -266,7 +264,10 @@ class ContextInstruct(GenerationJob):
         """
         config = self.config
         profiles = as_profiles(profiles)
-        requests, segments_per_role = self.requests(profiles)
+        requests = self.requests(profiles)
+        segments_per_role = {profile.name: 0 for profile in profiles}
+        for request in requests:
+            segments_per_role[request.metadata["role"]] += 1
         results, usage = self.ask(client, requests, self.parse)
         dropped, failed = DropCounter(), DropCounter()
         items_per_role: dict[str, list[dict]] = {profile.name: [] for profile in profiles}

@@ -119,6 +119,19 @@ class ProfileDescriber(GenerationJob):
             raise ValueError("`catchphrases` must be a list of strings")
         return {"description": description.strip(), "catchphrases": [c.strip() for c in catchphrases if c.strip()]}
 
+    def requests(self, profiles: list[RoleProfile]) -> list[ChatRequest]:
+        """One request per profile (`metadata`: role); a profile without a line of its own is an error."""
+        requests = []
+        for profile in profiles:
+            if not any(u.speaker == profile.name for u in profile.dialogue):
+                raise ValueError(
+                    f"Profile {profile.name!r} has no line of its own in its dialogue to describe it from"
+                )
+            requests.append(
+                ChatRequest(self.prompt(profile), params=sampling_params(self.config), metadata={"role": profile.name})
+            )
+        return requests
+
     def generate(self, client, profiles, output_dir=None) -> GenerationResult:
         """Describe every profile and return the profiles as rows (`RoleProfile.to_dict()`), marked generated.
 
@@ -134,15 +147,7 @@ class ProfileDescriber(GenerationJob):
         """
         config = self.config
         profiles = as_profiles(profiles)
-        requests = []
-        for profile in profiles:
-            if not any(u.speaker == profile.name for u in profile.dialogue):
-                raise ValueError(
-                    f"Profile {profile.name!r} has no line of its own in its dialogue to describe it from"
-                )
-            requests.append(
-                ChatRequest(self.prompt(profile), params=sampling_params(config), metadata={"role": profile.name})
-            )
+        requests = self.requests(profiles)
         results, usage = self.ask(client, requests, self.parse)
         failed, dropped = DropCounter(), DropCounter()
         described = []

@@ -64,6 +64,8 @@ class GenerateArguments:
         cache_path (`str`, *optional*): the answer cache, defaults to `<output_dir>/cache.sqlite`.
         allow_partial (`bool`, *optional*, defaults to `False`): exit 0 although some requests failed (they are
             listed in `<output_dir>/failures.jsonl` either way; without it the exit code is 1).
+        dry_run (`bool`, *optional*, defaults to `False`): print how many requests the run would send (and how many
+            the cache already answers) with an estimate of their tokens, then stop without sending or writing.
     """
 
     output_dir: str = field(metadata={"help": "Where the data, generation_config.json and stats go."})
@@ -86,6 +88,9 @@ class GenerateArguments:
     )
     allow_partial: bool = field(
         default=False, metadata={"help": "Exit 0 when some requests failed (they are listed in failures.jsonl)."}
+    )
+    dry_run: bool = field(
+        default=False, metadata={"help": "Print the requests and tokens the run would send; send nothing."}
     )
 
     def client_config(self) -> ClientConfig:
@@ -171,18 +176,20 @@ def main(args=None):
         from rolellm.generation.rolegpt import RoleGPT
 
         generator = RoleGPT(config)
-        instructions = read_instructions(built[1], [p.name for p in profiles])
-        result = generator.generate(client, profiles, instructions, output_dir=job.output_dir)
+        inputs = (profiles, read_instructions(built[1], [p.name for p in profiles]))
     elif args.generator == "context-instruct":
         from rolellm.generation.context_instruct import ContextInstruct
 
-        generator = ContextInstruct(config)
-        result = generator.generate(client, profiles, output_dir=job.output_dir)
+        generator, inputs = ContextInstruct(config), (profiles,)
     else:
         from rolellm.generation.profile_description import ProfileDescriber
 
-        generator = ProfileDescriber(config)
-        result = generator.generate(client, profiles, output_dir=job.output_dir)
+        generator, inputs = ProfileDescriber(config), (profiles,)
+    if job.dry_run:
+        estimate = client.estimate(generator.requests(*inputs))
+        print(f"{generator.desc} would send {estimate} (dry run: nothing sent, no data written)")
+        return 0
+    result = generator.generate(client, *inputs, output_dir=job.output_dir)
     print(result.dataset)
     print(f"Stats: {result.stats}")
     print(f"Wrote the data, generation_config.json and generation_stats.json to {job.output_dir}")
