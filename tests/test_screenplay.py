@@ -95,7 +95,7 @@ def test_a_new_act_opens_a_new_group():
 def test_an_empty_screenplay_file_is_an_error(tmp_path):
     path = tmp_path / "empty.txt"
     path.write_text("\n\n")
-    with pytest.raises(ValueError, match="empty.txt is empty: no screenplay to parse"):
+    with pytest.raises(ValueError, match="empty.txt: the file is empty"):
         read_screenplay(path, "Po")
 
 

@@ -37,7 +37,7 @@ from rolellm.data.layout import (
 from rolellm.data.readers import iter_rolebench_jsonl
 from rolellm.data.release import CITATION, HOMEPAGE, LICENSE
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.profile import DataFormatError, RoleProfile, role_key
 from rolellm.roles.release import read_release_profiles
 
 
@@ -160,7 +160,12 @@ def load_rolebench(
     if streaming:
         dataset = builder.as_streaming_dataset()
     else:
-        builder.download_and_prepare(download_mode=download_mode)
+        try:
+            builder.download_and_prepare(download_mode=download_mode)
+        except datasets.exceptions.DatasetGenerationError as error:
+            if isinstance(error.__cause__, DataFormatError):  # the reader's own message names the file and line
+                raise error.__cause__ from None
+            raise
         dataset = builder.as_dataset()
     if with_profile and spec.kind == "rows":
         profiles_config = f"profiles-{spec.lang}"

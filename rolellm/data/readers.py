@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rolellm.data.release import LANGS, SUBSETS, TYPES
-from rolellm.roles.profile import DataFormatError, parse_json_line
+from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 
 
 def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> Iterator[dict]:
@@ -33,10 +33,8 @@ def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> Iterator[d
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
     path = Path(path)
-    with path.open(encoding="utf-8") as file:
-        for line_no, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
+    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
+        if line.strip():
             yield normalize_row(parse_json_line(line, path, line_no), subset, lang, where=f"{path}:{line_no}")
 
 

@@ -16,11 +16,10 @@ available ones and `avg_over` says which.
 (1.0, None, 'no raw targets given')
 """
 
-import json
 import math
 from pathlib import Path
 
-from rolellm.roles.profile import DataFormatError
+from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 
 
 METRICS = ("CUS", "RAW", "SPE")
@@ -35,21 +34,17 @@ def read_raw_targets(path: str | Path) -> dict[str, str]:
         `DataFormatError`: a line is not JSON or lacks a string `instruction` / `target`, naming file and line.
     """
     targets = {}
-    with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataFormatError(f"{path}:{number}: not a JSON object ({error.msg})") from error
-            for key in ("instruction", "target"):
-                if not isinstance(record.get(key), str):
-                    raise DataFormatError(
-                        f"{path}:{number}: field {key!r} must be a string, found {record.get(key)!r}; "
-                        'each line must be {"instruction": ..., "target": ...}'
-                    )
-            targets[record["instruction"].strip()] = record["target"]
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = parse_json_line(line, path, number)
+        for key in ("instruction", "target"):
+            if not isinstance(record.get(key), str):
+                raise DataFormatError(
+                    f"{path}:{number}: field {key!r} must be a string, found {record.get(key)!r}; "
+                    'each line must be {"instruction": ..., "target": ...}'
+                )
+        targets[record["instruction"].strip()] = record["target"]
     return targets
 
 

@@ -27,7 +27,14 @@ import zlib
 from pathlib import Path
 from typing import Literal
 
-from rolellm.roles.profile import DataFormatError, RoleProfile, Utterance, join_catchphrases, split_catchphrases
+from rolellm.roles.profile import (
+    DataFormatError,
+    RoleProfile,
+    Utterance,
+    decode_text,
+    join_catchphrases,
+    split_catchphrases,
+)
 
 
 SPECS = {"chara_card_v2": "2.0", "chara_card_v3": "3.0"}
@@ -161,7 +168,7 @@ def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfil
         except (binascii.Error, UnicodeDecodeError) as error:
             raise DataFormatError(f"{path}: the {keyword!r} chunk is not base64 UTF-8 JSON ({error})") from None
     else:
-        text = raw.decode("utf-8")
+        text = decode_text(raw, path)
     if not text.strip():
         raise DataFormatError(f"{path}: the file is empty")
     try:

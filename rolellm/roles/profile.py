@@ -17,10 +17,12 @@ dataclasses and the catchphrase sentence; the readers and writers of the release
 '齐天大圣，性格桀骜不驯。常用口头禅是：“俺老孙来也”'
 """
 
+import codecs
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
+from pathlib import Path
 from typing import Literal
 
 
@@ -231,3 +233,34 @@ def role_key(name: str) -> str:
     True
     """
     return re.sub(r"[\W_]+", "", name).casefold()
+
+
+def decode_text(raw: bytes, path) -> str:
+    """The text of a file's bytes, UTF-8 with or without a byte-order mark; anything else is a `DataFormatError`
+    naming the file, the line and the byte.
+
+    >>> decode_text("\\ufeff{}\\r\\n".encode("utf-8"), "a.json")
+    '{}\\r\\n'
+    >>> decode_text(b'{"a": "\\xff"}', "a.json")
+    Traceback (most recent call last):
+    ...
+    rolellm.roles.profile.DataFormatError: a.json:1: not UTF-8 text (byte 7 is 0xff); save the file as UTF-8
+    """
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise DataFormatError(f"{path}: UTF-16 text; save the file as UTF-8")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise DataFormatError(
+            f"{path}:{line}: not UTF-8 text (byte {error.start} is 0x{raw[error.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
+def read_text(path, allow_empty: bool = False) -> str:
+    """A text file's content through `decode_text`; an empty or blank file is a `DataFormatError` naming it unless
+    `allow_empty`."""
+    text = decode_text(Path(path).read_bytes(), path)
+    if not allow_empty and not text.strip():
+        raise DataFormatError(f"{path}: the file is empty")
+    return text

@@ -28,6 +28,7 @@ from rolellm.roles.profile import (
     join_catchphrases,
     parse_description,
     parse_json_line,
+    read_text,
     role_key,
 )
 
@@ -77,10 +78,8 @@ def read_profile_jsonl(
     path = Path(path)
     description, split_off, extra = parse_description(description, lang)
     dialogue = []
-    with path.open(encoding="utf-8") as file:
-        for line_no, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
+    for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
+        if line.strip():
             record = parse_json_line(line, path, line_no)
             for key, kind in _LINE_FIELDS.items():
                 if key not in record:
@@ -141,7 +140,7 @@ def read_release_profiles(folder: str | Path, lang: str) -> ProfileSet:
     scripts = _read_json_object(folder / "scripts.json", required=False)
     files = {path.name[len(prefix) + 1 : -len(".jsonl")]: path for path in sorted(folder.glob(f"{prefix}-*.jsonl"))}
     profiles = _assemble(descriptions, scripts, files, lang)
-    if not descriptions and not (folder / "desc.json").read_text(encoding="utf-8").strip():
+    if not descriptions and not read_text(folder / "desc.json", allow_empty=True).strip():
         profiles.empty_files.insert(0, folder / "desc.json")
     marker = _read_generated_marker(folder / "generated.json")
     for name, profile in profiles.items():
@@ -228,7 +227,7 @@ def _read_generated_marker(path: Path) -> set[str]:
     if not path.is_file():
         return set()
     try:
-        marker = json.loads(path.read_text(encoding="utf-8"))
+        marker = json.loads(read_text(path))
         return set(marker.get("generated", [])) - set(marker.get("reviewed", []))
     except (json.JSONDecodeError, AttributeError, TypeError):
         raise DataFormatError(f'{path}: expected {{"generated": [role, ...], "reviewed": [role, ...]}}') from None
@@ -239,7 +238,7 @@ def _read_json_object(path: Path, required: bool) -> dict[str, str]:
         if required:
             raise FileNotFoundError(f"{path} not found: a profiles folder needs desc.json (role -> description)")
         return {}
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, allow_empty=True)
     if not text.strip():
         warnings.warn(f"{path} is empty", ProfileFileWarning, stacklevel=3)
         return {}

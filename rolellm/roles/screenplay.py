@@ -30,7 +30,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from rolellm.roles.profile import RoleProfile, Utterance
+from rolellm.roles.profile import RoleProfile, Utterance, read_text
 
 
 NARRATION = "narration"
@@ -171,9 +171,7 @@ def read_screenplay(path: str | Path, role: str, **kwargs) -> RoleProfile:
     """`parse_screenplay` on a text file; the file name (without suffix) becomes the `source` unless given."""
     path = Path(path)
     kwargs.setdefault("source", path.stem)
-    text = path.read_text(encoding="utf-8")
-    if not text.strip():
-        raise ValueError(f"{path} is empty: no screenplay to parse")
+    text = read_text(path)
     return parse_screenplay(text, role, **kwargs)
 
 
