@@ -1,3 +1,4 @@
+import os
 import shutil
 
 import datasets
@@ -124,6 +125,13 @@ def test_edited_files_rebuild_the_cache(mini_release, tmp_path, cache):
     path = folder / "rolebench-zh/general/test.jsonl"
     path.write_text(path.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
     assert load_rolebench("zh-general", data_dir=folder, cache_dir=cache)["test"].num_rows == 1
+    # an edit of the same size and modification time is seen too: the cache is keyed by content
+    stat = path.stat()
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("说书人", "讲书人", 1), encoding="utf-8")
+    assert path.stat().st_size == stat.st_size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert load_rolebench("zh-general", data_dir=folder, cache_dir=cache)["test"][0]["role"] == "讲书人"
 
 
 def test_hub_path_reads_only_the_needed_files_from_the_hub_cache(mini_release, tmp_path, cache, monkeypatch):

@@ -92,3 +92,19 @@ def test_the_builder_passes_a_readers_error_on_unwrapped(tmp_path):
     (tmp_path / "rolebench-zh" / "general" / "test.jsonl").write_text('{"role": "李白", "question": 3}\n')
     with pytest.raises(DataFormatError, match=r"general/test.jsonl:1: field 'generated' is missing"):
         load_rolebench("zh-general", data_dir=tmp_path, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    ("record", "subset", "message"),
+    [
+        ({"role": "Po", "question": "  ", "generated": ["Hi"]}, "general", "field 'question' is empty"),
+        ({"role": "Po", "question": "Who?", "generated": ["Po", " "]}, "general", r"field .generated. has empty answers at positions \[1\]"),
+        ({"role": "Po", "question": "Who?", "generated": ["Po"], "type": "script_based"}, "general",
+         "field 'type' belongs to role_specific rows"),
+    ],
+)  # fmt: skip
+def test_rows_that_would_skew_the_data_are_named(tmp_path, record, subset, message):
+    path = tmp_path / "train.jsonl"
+    path.write_text(jsonl([ROWS[0], record]), encoding="utf-8")
+    with pytest.raises(DataFormatError, match=rf"train.jsonl:2: {message}"):
+        read_rolebench_jsonl(path, subset, "en")

@@ -10,6 +10,7 @@ and `rolebench-eng/role-generalization/`, each with `general/` and `role_specifi
 {'test': [('rolebench-eng/role-generalization/role_specific/test.jsonl', 'role_specific')]}
 """
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,8 +180,13 @@ def download_release(
 
 
 def fingerprint_files(paths) -> str:
-    """A short hash of the files' names, sizes and modification times, so edited files rebuild the cache."""
-    from datasets.fingerprint import Hasher
-
-    stats = sorted((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in map(Path, paths))
-    return Hasher.hash(stats)[:16]
+    """A short hash of the files' names and contents, so any edit rebuilds the cache (one of the same size and
+    modification time too). Hashing reads the files once, at disk speed: about 0.1 s for the whole release."""
+    digest = hashlib.sha256()
+    for path in sorted(map(Path, paths)):
+        digest.update(str(path).encode("utf-8") + b"\0")
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]

@@ -76,6 +76,16 @@ def normalize_row(record: dict, subset: str, lang: str, where: str = "row") -> d
         )
     if not generated:
         raise DataFormatError(f"{where}: field 'generated' is an empty list; every row needs at least one reference")
+    if not record["question"].strip():
+        raise DataFormatError(f"{where}: field 'question' is empty")
+    blank = [i for i, answer in enumerate(generated) if not answer.strip()]
+    if blank:
+        raise DataFormatError(f"{where}: field 'generated' has empty answers at positions {blank}")
+    if subset == "general" and record.get("type") not in (None, [], ""):
+        raise DataFormatError(
+            f"{where}: field 'type' belongs to role_specific rows (script_based / script_agnostic); a general row "
+            "has none"
+        )
     return {
         "role": record["role"],
         "question": record["question"],
