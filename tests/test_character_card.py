@@ -1,8 +1,12 @@
+import base64
 import json
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 
+from rolellm.roles import character_card
 from rolellm.roles.character_card import (
     card_from_profile,
     dumps_character_card,
@@ -138,3 +142,70 @@ def test_crlf_json_round_trips_byte_equal(tmp_path):
     crlf.write_bytes((FIXTURES / "card_v2_ada.json").read_bytes().replace(b"\n", b"\r\n"))
     out = write_character_card(read_character_card(crlf), tmp_path / "out.json")
     assert out.read_bytes() == crlf.read_bytes()
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def _card_png(card_chunks: list[bytes]) -> bytes:
+    """A 1x1 PNG with text, time and other chunks around the card chunks, as image editors leave them."""
+    header = _chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+    extras = [_chunk(b"tIME", bytes([7, 234, 11, 23, 12, 0, 0])), _chunk(b"tEXt", b"Software\0paint")]
+    comment = _chunk(b"zTXt", b"Comment\0\0" + zlib.compress(b"made by hand"))
+    pixels = _chunk(b"IDAT", zlib.compress(b"\x00\x80"))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + header
+        + extras[0]
+        + b"".join(card_chunks)
+        + extras[1]
+        + comment
+        + pixels
+        + _chunk(b"IEND", b"")
+    )
+
+
+def _text_chunk(kind: bytes, keyword: str, card: dict) -> bytes:
+    payload = base64.b64encode(json.dumps(card, ensure_ascii=False).encode("utf-8"))
+    if kind == b"tEXt":
+        return _chunk(kind, keyword.encode() + b"\0" + payload)
+    if kind == b"zTXt":
+        return _chunk(kind, keyword.encode() + b"\0\0" + zlib.compress(payload))
+    return _chunk(kind, keyword.encode() + b"\0\1\0en\0\0" + zlib.compress(payload))  # iTXt, compressed
+
+
+V3_CARD = {"spec": "chara_card_v3", "spec_version": "3.0", "data": {"name": "Po", "description": "A panda."}}
+V2_CARD = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Po", "description": "A panda."}}
+
+
+@pytest.mark.parametrize("kind", [b"tEXt", b"zTXt", b"iTXt"])
+def test_a_card_is_read_from_any_png_text_chunk(tmp_path, kind):
+    path = tmp_path / "po.png"
+    path.write_bytes(_card_png([_text_chunk(kind, "chara", V2_CARD)]))
+    assert read_character_card(path).description == "A panda."
+
+
+def test_a_png_round_trip_is_byte_exact_and_an_edit_changes_only_the_card_chunks(tmp_path):
+    original = _card_png([_text_chunk(b"tEXt", "chara", V2_CARD), _text_chunk(b"tEXt", "ccv3", V3_CARD)])
+    path = tmp_path / "po.png"
+    path.write_bytes(original)
+    profile = read_character_card(path)
+    write_character_card(profile, tmp_path / "same.png")
+    assert (tmp_path / "same.png").read_bytes() == original
+
+    profile.description = "A panda who knows kung fu."
+    write_character_card(profile, tmp_path / "edited.png")
+    edited = (tmp_path / "edited.png").read_bytes()
+    kinds = [kind for kind, *_ in character_card._png_chunks(edited, "edited.png")]
+    assert kinds == [b"IHDR", b"tIME", b"tEXt", b"tEXt", b"tEXt", b"zTXt", b"IDAT", b"IEND"]  # cards in place
+    others = [c for c in character_card._png_chunks(original, "o") if not character_card._is_card_chunk(c[0], c[1])]
+    assert [
+        c[:2] for c in character_card._png_chunks(edited, "e") if not character_card._is_card_chunk(c[0], c[1])
+    ] == [c[:2] for c in others]
+    texts = dict(character_card._png_texts(character_card._png_chunks(edited, "e"), "e"))
+    v3 = json.loads(base64.b64decode(texts["ccv3"]))
+    v2 = json.loads(base64.b64decode(texts["chara"]))  # V3 is written with a V2-readable copy, as the spec says
+    assert v3["spec"] == "chara_card_v3" and v2["spec"] == "chara_card_v2"
+    assert v3["data"]["description"] == v2["data"]["description"] == "A panda who knows kung fu."
+    assert read_character_card(tmp_path / "edited.png").description == "A panda who knows kung fu."

@@ -38,6 +38,7 @@ from rolellm.roles.profile import (
 
 
 SPECS = {"chara_card_v2": "2.0", "chara_card_v3": "3.0"}
+CARD_KEYWORDS = ("ccv3", "chara")  # the text-chunk keywords of a card, the V3 one first
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 USER = "user"
 _MESSAGE = re.compile(r"^(\{\{user\}\}|\{\{char\}\}|<USER>|<BOT>|[^:\n<>{}]{1,40}):\s?(.*)$")
@@ -159,14 +160,11 @@ def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfil
     raw = path.read_bytes()
     png = raw.startswith(PNG_SIGNATURE)
     if png:
-        texts = dict(_png_text_chunks(raw, path))
-        keyword = next((k for k in ("ccv3", "chara") if k in texts), None)
+        texts = dict(_png_texts(_png_chunks(raw, path), path))
+        keyword = next((k for k in CARD_KEYWORDS if k in texts), None)
         if keyword is None:
             raise DataFormatError(f"{path}: a PNG without a character card (no 'ccv3' or 'chara' text chunk)")
-        try:
-            text = base64.b64decode(texts[keyword]).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError) as error:
-            raise DataFormatError(f"{path}: the {keyword!r} chunk is not base64 UTF-8 JSON ({error})") from None
+        text = _decode_card(texts[keyword], keyword, path)
     else:
         text = decode_text(raw, path)
     if not text.strip():
@@ -223,18 +221,45 @@ def write_character_card(
     if card["spec"] == "chara_card_v3":
         v2 = {**card, "spec": "chara_card_v2", "spec_version": "2.0"}
         payloads = {"ccv3": text, "chara": json.dumps(v2, ensure_ascii=False)}
-    chunks = [(kind, data) for kind, data in _png_chunks(base, path) if not _is_card_chunk(kind, data)]
-    new = [(b"tEXt", kw.encode("latin-1") + b"\0" + base64.b64encode(t.encode("utf-8"))) for kw, t in payloads.items()]
-    chunks = chunks[:-1] + new + chunks[-1:]  # the card goes right before IEND
-    out = PNG_SIGNATURE + b"".join(
-        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        for kind, data in chunks
-    )
-    path.write_bytes(out)
+    path.write_bytes(_embed_card(base, payloads, path))
     return path
 
 
-def _png_chunks(raw: bytes, path) -> list[tuple[bytes, bytes]]:
+def _embed_card(base: bytes, payloads: dict[str, str], path) -> bytes:
+    """`base` with its card chunks replaced by `payloads` (keyword -> JSON text), every other byte unchanged.
+
+    The new card chunks stand where the first old one stood (before `IEND` when there was none). When the primary
+    card (`ccv3` for V3, else `chara`) is the one already embedded, the old card chunks are kept as they are, so
+    reading and writing an unchanged card gives the same file.
+    """
+    chunks = _png_chunks(base, path)
+    old = {keyword: text for keyword, text in _png_texts(chunks, path) if keyword in CARD_KEYWORDS}
+    primary = "ccv3" if "ccv3" in payloads else "chara"
+    if old.get(primary) is not None and _decode_card(old[primary], primary, path) == payloads[primary]:
+        return base
+    new = b"".join(
+        _chunk_bytes(b"tEXt", keyword.encode("latin-1") + b"\0" + base64.b64encode(text.encode("utf-8")))
+        for keyword, text in payloads.items()
+    )
+    out, placed = [base[: len(PNG_SIGNATURE)]], False
+    for kind, data, start, end in chunks:
+        if _is_card_chunk(kind, data):
+            out.append(b"" if placed else new)
+            placed = True
+            continue
+        if kind == b"IEND" and not placed:
+            out.append(new)
+        out.append(base[start:end])
+    out.append(base[chunks[-1][3] :])  # anything after IEND, as it was
+    return b"".join(out)
+
+
+def _chunk_bytes(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def _png_chunks(raw: bytes, path) -> list[tuple[bytes, bytes, int, int]]:
+    """The PNG's chunks up to `IEND`: `(kind, data, start, end)` with the byte span of the whole chunk."""
     if not raw.startswith(PNG_SIGNATURE):
         raise DataFormatError(f"{path}: not a PNG file")
     chunks, offset = [], len(PNG_SIGNATURE)
@@ -245,7 +270,7 @@ def _png_chunks(raw: bytes, path) -> list[tuple[bytes, bytes]]:
         data = raw[offset + 8 : offset + 8 + length]
         if len(data) != length or offset + 12 + length > len(raw):
             raise DataFormatError(f"{path}: truncated PNG ({kind.decode('latin-1')} chunk at byte {offset})")
-        chunks.append((kind, data))
+        chunks.append((kind, data, offset, offset + 12 + length))
         offset += 12 + length
         if kind == b"IEND":
             break
@@ -254,12 +279,36 @@ def _png_chunks(raw: bytes, path) -> list[tuple[bytes, bytes]]:
     return chunks
 
 
-def _png_text_chunks(raw: bytes, path):
-    for kind, data in _png_chunks(raw, path):
-        if kind == b"tEXt" and b"\0" in data:
-            keyword, _, text = data.partition(b"\0")
-            yield keyword.decode("latin-1"), text.decode("latin-1")
+def _png_texts(chunks, path):
+    """`(keyword, text)` of every text chunk: `tEXt`, `zTXt` (zlib) and `iTXt` (UTF-8, compressed or not)."""
+    for kind, data, start, _ in chunks:
+        if kind not in (b"tEXt", b"zTXt", b"iTXt") or b"\0" not in data:
+            continue
+        keyword, _, rest = data.partition(b"\0")
+        try:
+            if kind == b"tEXt":
+                text = rest.decode("latin-1")
+            elif kind == b"zTXt":
+                text = zlib.decompress(rest[1:]).decode("latin-1")
+            else:
+                compressed, rest = rest[0], rest[2:]
+                _language, _, rest = rest.partition(b"\0")
+                _translated, _, rest = rest.partition(b"\0")
+                text = (zlib.decompress(rest) if compressed else rest).decode("utf-8")
+        except (zlib.error, UnicodeDecodeError, IndexError) as error:
+            raise DataFormatError(
+                f"{path}: the {kind.decode()} chunk at byte {start} cannot be read ({error})"
+            ) from None
+        yield keyword.decode("latin-1"), text
+
+
+def _decode_card(payload: str, keyword: str, path) -> str:
+    """The JSON text of a card chunk: base64 of UTF-8, as SillyTavern writes it."""
+    try:
+        return base64.b64decode(payload.strip()).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError) as error:
+        raise DataFormatError(f"{path}: the {keyword!r} chunk is not base64 UTF-8 JSON ({error})") from None
 
 
 def _is_card_chunk(kind: bytes, data: bytes) -> bool:
-    return kind == b"tEXt" and data.partition(b"\0")[0] in (b"chara", b"ccv3")
+    return kind in (b"tEXt", b"zTXt", b"iTXt") and data.partition(b"\0")[0].decode("latin-1") in CARD_KEYWORDS
