@@ -246,3 +246,14 @@ def test_the_users_config_is_never_changed(tmp_path, tiny_model_path, overrides)
     assert trainer.args is not args  # the trainer works on its own copy...
     assert trainer.args.assistant_only_loss == args.assistant_only_loss  # ...which says what was trained
     assert trainer.state.log_history[0]["num_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"packing": True}, {"prefix_sharing": True}, {}], ids=["packing", "prefix", "plain"]
+)
+def test_a_window_too_short_for_any_answer_is_a_clear_error(tmp_path, tiny_model_path, overrides):
+    args = config(tmp_path, max_length=16, **overrides)
+    with pytest.raises(
+        ValueError, match=r"all 4 train samples were dropped: truncated to max_length=16 .* raise max_length"
+    ):
+        RoCITTrainer(str(tiny_model_path), args=args, train_dataset=rows(), profiles=PROFILES)

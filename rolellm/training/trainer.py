@@ -261,6 +261,11 @@ class RoCITTrainer(SFTTrainer):
         # TRL builds the labels from `assistant_masks`, truncates and drops samples left without a trained token.
         num_samples = len(dataset) if isinstance(dataset, datasets.Dataset) else None
         dataset = super()._prepare_dataset(dataset, processing_class, args, False, formatting_func, dataset_name)
+        if num_samples and not len(dataset):
+            raise ValueError(
+                f"all {num_samples} {dataset_name} samples were dropped: truncated to max_length={args.max_length} "
+                "none keeps an answer token (the role prompt fills the window); raise max_length"
+            )
         if num_samples is not None and len(dataset) < num_samples:
             logger.warning(
                 "%d of %d %s samples were dropped: truncated to max_length=%s they kept no answer token; raise "
