@@ -51,10 +51,12 @@ def test_cli_rolegpt_from_recipe_against_server(screenplay_dir, shared_data_dir,
         sent = len(server.requests)
     assert code == 0
     rows = [json.loads(line) for line in (out / "general" / "train.jsonl").read_text("utf-8").splitlines()]
-    # the first 40 test questions asked of 华妃 or 皇帝 (the recipe's roles), each answered 2 + 1 times
+    # the first 40 test questions asked of each of 华妃 and 皇帝 (the recipe's roles), each answered 2 + 1 times
     test_rows = [json.loads(line) for line in (shared_data_dir / "rolebench/rolebench-zh/general/test.jsonl").open()]
-    expected = [(r["role"], r["question"]) for r in test_rows if r["role"] in ("华妃", "皇帝")][:40]
-    assert [(r["role"], r["question"]) for r in rows] == expected and sent == 3 * len(expected)
+    expected = [(r["role"], r["question"]) for r in test_rows if r["role"] == "华妃"][:40]
+    expected += [(r["role"], r["question"]) for r in test_rows if r["role"] == "皇帝"][:40]
+    assert sorted((r["role"], r["question"]) for r in rows) == sorted(expected) and sent == 3 * len(expected)
+    assert {r["role"] for r in rows} == {"华妃", "皇帝"} and len(expected) == 80  # every role keeps its share
     assert rows[0]["generated"] == [
         f"{rows[0]['role']}以为此事不难，第0回。",
         f"{rows[0]['role']}以为此事不难，第1回。",

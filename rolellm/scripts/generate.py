@@ -19,6 +19,7 @@ recipes. Command-line flags override the values of `--config`.
 
 import argparse
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -111,13 +112,16 @@ class InstructionArguments:
         instructions (`str`): a JSON-lines file of instructions: `instruction` (or `question`), optionally `target`
             (the raw reference answer) and `role` (answer only as that role), e.g. the release's
             `instructions-general.jsonl` or a RoleBench `general/*.jsonl` file.
-        max_instructions (`int`, *optional*): only the first N instructions.
+        max_instructions (`int`, *optional*): only the first N instructions of each role (with a `role` column; every
+            role keeps its share), else the first N instructions, each asked of every role.
     """
 
     instructions: str = field(
         metadata={"help": "JSON-lines file of instructions (instruction/question, target, role)."}
     )
-    max_instructions: int | None = field(default=None, metadata={"help": "Only the first N instructions."})
+    max_instructions: int | None = field(
+        default=None, metadata={"help": "Only the first N instructions of each role (of all, without a role column)."}
+    )
 
 
 SUBCOMMANDS = {
@@ -160,7 +164,14 @@ def read_instructions(args: InstructionArguments, roles: list[str]):
         before = len(instructions)
         instructions = instructions.filter(lambda row: row["role"] in kept)
         print(f"{args.instructions}: {len(instructions)} of {before} instructions are for the roles {sorted(kept)}")
-    if args.max_instructions is not None:
+    if args.max_instructions is not None and "role" in instructions.column_names:
+        seen, keep = Counter(), []
+        for index, role in enumerate(instructions["role"]):
+            seen[role] += 1
+            if seen[role] <= args.max_instructions:
+                keep.append(index)
+        instructions = instructions.select(keep)
+    elif args.max_instructions is not None:
         instructions = instructions.select(range(min(args.max_instructions, len(instructions))))
     return instructions
 
