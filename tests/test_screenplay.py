@@ -113,3 +113,75 @@ def test_action_in_capitals_is_narration_not_a_cue():
     # in an indented script a capitalised action line followed by indented text is not mistaken for a cue
     mixed = "INT. HALL - DAY\n\nGONG\n          The gong rings.\n\n                    PO\n          Who's there?\n"
     assert parse_screenplay(mixed, role="Po").dialogue[0].speaker == "narration"
+
+
+def _said(text, role="Ada Quill", aliases=("ADA",)):
+    profile = parse_screenplay(text, role=role, aliases=list(aliases))
+    return [(u.speaker, u.content) for u in profile.dialogue]
+
+
+def test_speech_after_an_inline_parenthetical_is_kept():
+    text = "INT. LAB - DAY\n\n                ADA\n          (beat) Then we go.\n          Now.\n"
+    assert _said(text) == [("Ada Quill", "Then we go. Now.")]
+
+
+def test_a_cue_and_its_parenthetical_at_the_same_indent_are_a_speech():
+    text = "INT. LAB - DAY\n\n                ADA\n                (quietly)\n          Not yet.\n"
+    assert _said(text) == [("Ada Quill", "Not yet.")]
+
+
+def test_page_numbers_and_running_headers_are_not_lines():
+    page = "\n\n                                                   {n}.\n\nTHE CLOCKWORK HEIR - Draft 2 - {n}\n\n"
+    text = "INT. LAB - DAY\n\n"
+    for n in range(1, 4):
+        text += f"                ADA\n          Line {n}.\n" + page.format(n=n)
+    assert _said(text) == [("Ada Quill", f"Line {n}.") for n in range(1, 4)]
+
+
+@pytest.mark.parametrize("heading", ["INTERIOR LAB - DAY", "EXTERIOR YARD - NIGHT", "INT./EXT. CAR - DAY"])
+def test_spelled_out_headings_open_acts(heading):
+    text = (
+        f"INT. HALL - DAY\n\n                ADA\n          One.\n\n{heading}\n\n                ADA\n          Two.\n"
+    )
+    profile = parse_screenplay(text, role="Ada Quill", aliases=["ADA"])
+    assert [u.act_id for u in profile.dialogue] == [0, 1] and profile.extra["scene_headings"][1] == heading
+
+
+def test_dual_dialogue_side_by_side_is_two_speeches():
+    text = (
+        "INT. LAB - DAY\n\n"
+        "          ADA                              MOSS\n"
+        "     It works!                     It's on fire!\n"
+        "     It really works.              Truly on fire.\n"
+    )
+    assert _said(text) == [("Ada Quill", "It works! It really works."), ("Moss", "It's on fire! Truly on fire.")]
+
+
+def test_fountain_dual_dialogue_is_two_speeches():
+    text = "INT. LAB - DAY\n\nADA\nIt works!\n\nMOSS ^\nIt's on fire!\n"
+    assert _said(text) == [("Ada Quill", "It works!"), ("Moss", "It's on fire!")]
+
+
+def test_a_speech_over_a_page_break_is_one_line():
+    text = (
+        "INT. LAB - DAY\n\n                ADA\n          The first half\n                (MORE)\n\n"
+        "                                                   2.\n\n                ADA (CONT'D)\n          and the rest.\n"
+    )
+    assert _said(text) == [("Ada Quill", "The first half and the rest.")]
+
+
+@pytest.mark.parametrize("layout", ["indented", "flush"])
+def test_write_then_parse_is_exact_on_every_layout(layout):
+    source = (
+        "INT. LAB - DAY\n\nGears turn.\n\n                ADA\n          (beat) Progress.\n\n"
+        "                MOSS\n                (worried)\n          Is it safe?\n\nEXTERIOR YARD - NIGHT\n\n"
+        "                ADA\n          Safe enough.\n"
+    )
+    if layout == "flush":
+        source = "\n".join(line.strip() for line in source.splitlines())
+    profile = parse_screenplay(source, role="Ada Quill", aliases=["ADA"])
+    again = parse_screenplay(write_screenplay(profile), role="Ada Quill")
+    assert [(u.act_id, u.diag_id, u.speaker, u.content) for u in again.dialogue] == [
+        (u.act_id, u.diag_id, u.speaker, u.content) for u in profile.dialogue
+    ]
+    assert [u.content for u in profile.dialogue] == ["Gears turn.", "Progress.", "Is it safe?", "Safe enough."]

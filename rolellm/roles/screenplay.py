@@ -28,13 +28,16 @@ starts a new group.
 
 import re
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 from rolellm.roles.profile import RoleProfile, Utterance, read_text
 
 
 NARRATION = "narration"
-_HEADING = re.compile(r"^(?:\d+[A-Z]?\s+)?(?:INT\.?/EXT\.?|EXT\.?/INT\.?|I/E|INT\.|EXT\.|EST\.)\s*", re.I)
+_HEADING = re.compile(
+    r"^(?:\d+[A-Z]?\s+)?(?:INT\.?/EXT\.?|EXT\.?/INT\.?|I/E|INT\.|EXT\.|EST\.|INTERIOR\b|EXTERIOR\b)\s*", re.I
+)
 _TRANSITION = re.compile(
     r"^(?:[A-Z .'-]+ TO:|FADE (?:IN|OUT)[.:]?|FADE TO BLACK\.?|THE END\.?|CONTINUED:?|CUT TO BLACK\.?)$"
 )
@@ -42,6 +45,7 @@ _PAGE_NOISE = re.compile(
     r"^(?:\d+[A-Z]?\.?|\(CONTINUED\)|CONTINUED:|\(CONT'D\)|\(CONT’D\)|[-–—]?\s*\d+\s*[-–—]?)$", re.I
 )
 _EXTENSION = re.compile(r"\s*\([^)]*\)\s*")  # a cue's extension: (V.O.), (O.S.), (CONT'D), (into phone), ...
+_DIGIT = re.compile(r"\d")
 _CUE = re.compile(r"^[A-Z0-9][A-Z0-9 .'’\-&#]*(?:\s*\([^)]*\))*\s*\^?$")
 
 
@@ -61,9 +65,13 @@ def _is_cue(line: str, indent: int, next_indent: int, indented: bool) -> bool:
     )
 
 
-def _blocks(text: str) -> tuple[list[list[tuple[int, str]]], bool]:
-    """Paragraphs of `(indentation, stripped line)`, page noise removed, tabs expanded; and whether the script is
-    laid out with indentation (cues and dialogue indented, as film scripts are)."""
+def _blocks(text: str) -> tuple[list[list[tuple[int, str, str]]], bool]:
+    """Paragraphs of `(indentation, stripped line, raw line)`, page noise and running headers removed, tabs
+    expanded; and whether the script is laid out with indentation (cues and dialogue indented, as film scripts are).
+
+    A running header is a one-line paragraph with a number in it that recurs, with other numbers, at least three
+    times (`MY SCRIPT - 12`, `Draft 3 - page 7`): the page furniture of a printed script.
+    """
     blocks, current, indented = [], [], False
     for raw in text.expandtabs(8).splitlines():
         line = raw.strip()
@@ -76,9 +84,14 @@ def _blocks(text: str) -> tuple[list[list[tuple[int, str]]], bool]:
         else:
             indent = len(raw) - len(raw.lstrip())
             indented = indented or indent >= 10
-            current.append((indent, line))
+            current.append((indent, line, raw))
     if current:
         blocks.append(current)
+    shapes = Counter(
+        re.sub(r"\d+", "#", block[0][1]) for block in blocks if len(block) == 1 and _DIGIT.search(block[0][1])
+    )
+    headers = {shape for shape, count in shapes.items() if count >= 3}
+    blocks = [b for b in blocks if not (len(b) == 1 and re.sub(r"\d+", "#", b[0][1]) in headers)]
     return blocks, indented
 
 
@@ -97,29 +110,79 @@ def parse_screenplay_lines(text: str, keep_parentheticals: bool = False) -> list
         if len(block) == 1 and _TRANSITION.match(first):
             continue
         act_id = max(act, 0)
-        if len(block) > 1 and _is_cue(first, block[0][0], block[1][0], indented):
-            speaker = _EXTENSION.sub(" ", first).strip(" ^")
-            words, more, in_paren = [], False, False
-            for _, line in block[1:]:
-                if line.upper() == "(MORE)":
-                    more = True
-                    continue
-                if in_paren or line.startswith("("):
-                    in_paren = not line.endswith(")")
-                    if keep_parentheticals:
-                        words.append(line)
-                    continue
-                words.append(line)
-            content = " ".join(words)
+        columns = _dual_cue_columns(block) if len(block) > 1 else None
+        if columns is not None:  # dual dialogue side by side: two speeches, the left one first
+            for side in (slice(None, columns), slice(columns, None)):
+                speech = [(indent, raw[side].strip(), raw) for indent, _, raw in block if raw[side].strip()]
+                speaker, content, _ = _speech(speech, keep_parentheticals)
+                if content:
+                    lines.append([act_id, speaker, content, heading])
+            continued = False
+        elif len(block) > 1 and _is_cue(first, block[0][0], _dialogue_indent(block), indented):
+            speaker, content, more = _speech(block, keep_parentheticals)
             if continued and lines and lines[-1][1] == speaker and lines[-1][0] == act_id:
                 lines[-1][2] = f"{lines[-1][2]} {content}".strip()
             elif content:
                 lines.append([act_id, speaker, content, heading])
             continued = more
         else:
-            lines.append([act_id, None, " ".join(line for _, line in block), heading])
+            lines.append([act_id, None, " ".join(line for _, line, _ in block), heading])
             continued = False
     return [tuple(line) for line in lines]
+
+
+def _dialogue_indent(block) -> int:
+    """The indentation of the first dialogue line after a cue (a parenthetical may sit at the cue's own indent)."""
+    return next((indent for indent, line, _ in block[1:] if not line.startswith("(")), block[1][0])
+
+
+def _dual_cue_columns(block) -> int | None:
+    """The column between two speeches side by side (`BRICK        STEEL` over two columns of dialogue), else
+    `None`: the middle of the widest run of columns that is blank on every line between the two cues."""
+    raw = block[0][2]
+    parts = list(re.finditer(r"\S+(?: \S+)*", raw))
+    if len(parts) != 2 or not all(_CUE.match(m.group()) and any(c.isalpha() for c in m.group()) for m in parts):
+        return None
+    if parts[1].start() - parts[0].end() < 4 or _HEADING.match(raw.strip()) or _TRANSITION.match(raw.strip()):
+        return None
+    blank = [
+        column
+        for column in range(parts[0].end(), parts[1].start())
+        if all(column >= len(line) or line[column] == " " for _, _, line in block[1:])
+    ]
+    runs, start = [], None
+    for i, column in enumerate(blank):
+        if start is None:
+            start = column
+        if i + 1 == len(blank) or blank[i + 1] != column + 1:
+            runs.append((column - start + 1, start, column))
+            start = None
+    if not runs:
+        return None
+    width, first, last = max(runs)
+    return (first + last + 1) // 2 if width >= 2 else None
+
+
+def _speech(block, keep_parentheticals: bool) -> tuple[str, str, bool]:
+    """A cue's block as `(speaker, content, continued on the next page)`. Parentheticals are dropped (or kept),
+    including one that opens a line before the words (`(beat) Then we go.`)."""
+    speaker = _EXTENSION.sub(" ", block[0][1]).strip(" ^")
+    words, more, in_paren = [], False, False
+    for _, line, _ in block[1:]:
+        if line.upper() == "(MORE)":
+            more = True
+            continue
+        if in_paren or line.startswith("("):
+            closing = line.find(")")
+            in_paren = closing < 0
+            paren, rest = (line, "") if in_paren else (line[: closing + 1], line[closing + 1 :].strip())
+            if keep_parentheticals:
+                words.append(paren)
+            if rest:
+                words.append(rest)
+            continue
+        words.append(line)
+    return speaker, " ".join(words), more
 
 
 def parse_screenplay(
