@@ -73,6 +73,17 @@ _EXPORTS = {
     "score_predictions": "rolellm.evaluation.scoring",
     "write_report": "rolellm.evaluation.report",
     "update_model_card": "rolellm.evaluation.report",
+    "Scenario": "rolellm.evaluation.dialogue",
+    "read_scenarios": "rolellm.evaluation.dialogue",
+    "scenarios_from_card": "rolellm.evaluation.dialogue",
+    "generate_scenarios": "rolellm.evaluation.dialogue",
+    "run_dialogues": "rolellm.evaluation.dialogue",
+    "read_transcripts": "rolellm.evaluation.dialogue",
+    "judge_transcripts": "rolellm.evaluation.rubric",
+    "judge_answers": "rolellm.evaluation.rubric",
+    "parse_rubric": "rolellm.evaluation.rubric",
+    "read_human_labels": "rolellm.evaluation.agreement",
+    "compare_with_humans": "rolellm.evaluation.agreement",
 }
 
 __all__ = ["__version__", *_EXPORTS]
