@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -238,11 +239,21 @@ def test_resume_replays_only_missing_turns_and_drops_a_torn_line(tmp_path):
         before = len(server.requests)
         resumed = run_dialogues(scenarios, profiles, client, client, tmp_path)
         sent = server.requests[before:]
+        resumed_log = (tmp_path / TURNS_NAME).read_text()
         with pytest.raises(ValueError, match="holds turns of another run"):
             other = OpenAIChatClient("other", base_url=server.base_url, progress=False)
             run_dialogues(scenarios, profiles, other, client, tmp_path)
+        with pytest.raises(ValueError, match=r"holds turns of another run \(scenarios differ\)"):
+            moved = [replace(s, situation="Elsewhere.") for s in scenarios]
+            run_dialogues(moved, profiles, client, client, tmp_path)
+        # more turns go on from the saved ones; fewer show the first ones
+        before = len(server.requests)
+        longer = run_dialogues([replace(s, num_turns=4) for s in scenarios], profiles, client, client, tmp_path)
+        assert len(server.requests) - before == 2 * 2 and [len(t["turns"]) for t in longer] == [4, 4]
+        assert [t["turns"][:3] for t in longer] == [t["turns"] for t in full]
+        shorter = run_dialogues([replace(s, num_turns=2) for s in scenarios], profiles, client, client, tmp_path)
+        assert [t["turns"] for t in shorter] == [t["turns"][:2] for t in full] and shorter[0]["complete"]
     assert resumed == full
-    resumed_log = (tmp_path / TURNS_NAME).read_text()
     assert resumed_log.startswith("".join(lines[:3])) and sorted(resumed_log.splitlines()) == sorted(log.splitlines())
     # 3 turns missing: 3 role answers and 3 simulator lines
     assert len(sent) == 6

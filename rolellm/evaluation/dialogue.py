@@ -334,8 +334,8 @@ class _Conversation:
             "user_model": user_model,
             "scenario": asdict(self.scenario),
             "greeting": self.scenario.greeting,
-            "turns": self.turns,
-            "complete": len(self.turns) == self.scenario.num_turns,
+            "turns": self.turns[: self.scenario.num_turns],  # a log of a longer run keeps its extra turns
+            "complete": len(self.turns) >= self.scenario.num_turns,
             "error": self.error,
         }
 
@@ -413,7 +413,8 @@ def run_dialogues(
         model_client: the evaluated chat client (`OpenAIChatClient`, `LocalChatClient` on a model or checkpoint).
         user_client: the user simulator's chat client.
         output_dir (`str` or `os.PathLike`): where `turns.jsonl` (the log), `dialogue_config.json` and
-            `transcripts.jsonl` (one conversation per line) go. A folder with turns of the same run is resumed.
+            `transcripts.jsonl` (one conversation per line) go. A folder with turns of the same run is resumed; a
+            run with more `num_turns` goes on from the saved turns.
         max_tokens, user_max_tokens (`int`, *optional*, default to 256 and 128): the answer budgets of the role and
             of the simulator.
         temperature, user_temperature (`float`, *optional*, default to 0.0), seed (`int`, *optional*, defaults to
@@ -429,10 +430,10 @@ def run_dialogues(
     if missing:
         raise ValueError(f"scenarios name roles with no profile: {missing}; profiles: {sorted(profiles)}")
     scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
-    ids = [s.id for s in scenarios]
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    run = {"model": model_client.model_name, "user_model": user_client.model_name, "scenarios": ids,
+    played = [{k: v for k, v in asdict(s).items() if k != "num_turns"} for s in scenarios]  # more turns: go on
+    run = {"model": model_client.model_name, "user_model": user_client.model_name, "scenarios": played,
            "max_tokens": max_tokens, "temperature": temperature, "seed": seed}  # fmt: skip
     _check_run(folder, run)
     conversations = {s.id: _Conversation(s, by_key[role_key(s.role)]) for s in scenarios}
