@@ -23,6 +23,8 @@ COMMANDS = {
     "train": ("rolellm.scripts.train", "Train a role-playing model with RoCIT on RoleBench (LoRA, QLoRA, full)."),
     "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
+    "dialogue": ("rolellm.scripts.dialogue", "Multi-turn evaluation: a simulated user talks with the role model."),
+    "judge": ("rolellm.scripts.judge", "Judge tools: agreement of a judge's scores with human labels."),
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
 }
 
