@@ -60,6 +60,8 @@ _EXPORTS = {
     "build_system_instruction": "rolellm.roles.prompts",
     "to_role_messages": "rolellm.roles.prompts",
     "build_role_messages": "rolellm.roles.prompts",
+    "build_chat_messages": "rolellm.roles.prompts",
+    "role_greeting": "rolellm.roles.prompts",
     "encode_chat": "rolellm.encoding.encode",
     "set_role_chat_template": "rolellm.encoding.chat_template",
     "RoCITConfig": "rolellm.training.config",

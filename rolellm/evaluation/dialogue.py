@@ -6,7 +6,7 @@ turns to play. Scenarios come from a YAML or JSONL file (`read_scenarios`), from
 (`scenarios_from_card`) or from an LLM that writes them from a role profile (`generate_scenarios`).
 
 `run_dialogues` lets a user-simulator client and the evaluated client talk for each scenario's `num_turns` turns:
-the evaluated model sees the role's system instruction (`build_system_instruction`) and the conversation so far, the
+the evaluated model sees the role's system instruction (`build_chat_messages`) and the conversation so far, the
 simulator sees a prompt to play the user persona (`rolellm/prompts/user_simulator_{lang}.jinja`) and the same
 conversation with the sides swapped. Every turn is one batched `client.generate` over all conversations; each
 completed turn is appended to `<output_dir>/turns.jsonl` and synced to disk at once, so a run that is killed resumes
@@ -38,7 +38,7 @@ import yaml
 
 from rolellm.clients.base import ChatRequest
 from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, role_key
-from rolellm.roles.prompts import build_system_instruction, load_prompt
+from rolellm.roles.prompts import build_chat_messages, load_prompt
 
 
 logger = logging.getLogger(__name__)
@@ -300,15 +300,13 @@ class _Conversation:
 
     def role_messages(self, user_line: str) -> list[dict]:
         """What the evaluated model sees: the role's system instruction, the conversation, the new user line."""
-        messages = [{"role": "system", "content": build_system_instruction(self.profile, lang=self.lang)}]
-        if self.scenario.greeting:
-            messages.append({"role": "assistant", "content": self.scenario.greeting})
+        history = [{"role": "assistant", "content": self.scenario.greeting}] if self.scenario.greeting else []
         for turn in self.turns:
-            messages += [
+            history += [
                 {"role": "user", "content": turn["user"]},
                 {"role": "assistant", "content": turn["assistant"]},
             ]
-        return [*messages, {"role": "user", "content": user_line}]
+        return build_chat_messages(self.profile, [*history, {"role": "user", "content": user_line}], lang=self.lang)
 
     def simulator_messages(self) -> list[dict]:
         """What the user simulator sees: its instructions, then the conversation with the sides swapped."""

@@ -21,7 +21,7 @@ from rolellm.roles.profile import (
     role_key,
     split_catchphrases,
 )
-from rolellm.roles.prompts import build_system_instruction, to_role_messages
+from rolellm.roles.prompts import build_chat_messages, build_system_instruction, role_greeting, to_role_messages
 from rolellm.roles.release import (
     read_profile_jsonl,
     read_release_profiles,
@@ -42,6 +42,7 @@ __all__ = [
     "ProfileSourceError",
     "RoleProfile",
     "Utterance",
+    "build_chat_messages",
     "build_system_instruction",
     "card_from_profile",
     "dialogue_to_messages",
@@ -53,6 +54,7 @@ __all__ = [
     "read_release_profiles",
     "read_screenplay",
     "read_screenplay_folder",
+    "role_greeting",
     "role_key",
     "select_roles",
     "split_catchphrases",

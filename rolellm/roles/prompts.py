@@ -5,6 +5,8 @@
 - `build_role_messages` puts a question to a model playing a role, in every prompting mode: the one builder of
   RoleGPT's requests and of the benchmark runner's.
 - `to_role_messages` turns one RoleBench row into `messages` (system, user, assistant) samples.
+- `build_chat_messages` and `role_greeting` assemble a multi-turn chat with a role (`rolellm chat`, the multi-turn
+  evaluation).
 - `load_prompt` compiles a packaged prompt file of `rolellm/prompts/`.
 
 >>> from rolellm import RoleProfile
@@ -227,3 +229,41 @@ def build_role_messages(
     if mode == "few-shot":
         return [{"role": "system", "content": instruction}, {"role": "user", "content": pasted}]
     return [{"role": "user", "content": f"{instruction}\n\n{pasted}"}]
+
+
+def role_greeting(profile: RoleProfile) -> str | None:
+    """The role's opening line of a chat: a Character Card's `first_mes`, or `None` when the source has none.
+
+    >>> card = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Po", "first_mes": "Skadoosh!"}}
+    >>> from rolellm.roles.character_card import profile_from_card
+    >>> role_greeting(profile_from_card(card))
+    'Skadoosh!'
+    >>> role_greeting(RoleProfile("Po", "en")) is None
+    True
+    """
+    card = profile.extra.get("character_card") or {}
+    return (card.get("data") or {}).get("first_mes") or None
+
+
+def build_chat_messages(
+    profile: RoleProfile, history: list[dict], lang: str | None = None, system_template: str | None = None
+) -> list[dict]:
+    """The messages sent to a model playing `profile` in a multi-turn chat: the role's system text, then `history`.
+
+    Args:
+        profile (`RoleProfile`): the role.
+        history (`list[dict]`): the conversation so far, `{"role": "user" | "assistant", "content"}` turns ending
+            with the user's turn (an opening assistant turn, e.g. `role_greeting(profile)`, is allowed).
+        lang (`str`, *optional*, defaults to `profile.lang`): the language of the system text.
+        system_template (`str`, *optional*): Jinja source replacing the paper's system instruction (see
+            `build_system_instruction`).
+
+    Returns:
+        `list[dict]`: the messages, ready for a chat client or `encode_chat(..., add_generation_prompt=True)`.
+
+    >>> profile = RoleProfile(name="Po", lang="en", description="A kung fu panda.")
+    >>> [m["role"] for m in build_chat_messages(profile, [{"role": "user", "content": "Hi!"}])]
+    ['system', 'user']
+    """
+    system = build_system_instruction(profile, lang=lang, template=system_template)
+    return [{"role": "system", "content": system}, *history]
