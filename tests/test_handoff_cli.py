@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rolellm.data import load_rolebench
-from rolellm.generation.job import stable_split
+from rolellm.generation.job import save_profiles, stable_split
+from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import read_release_profiles
 from rolellm.scripts.cli import main
 from rolellm.testing import ChatCompletionsServer, Fault
@@ -185,3 +186,15 @@ def test_runs_into_one_folder_add_up(tmp_path):
     assert nums == [{"role": "杜甫", "num": len(TOPICS)}]
     dataset = load_rolebench("zh-general", data_dir=out)  # RoleGPT wrote all three splits of the general subset
     assert dataset["train"].num_rows + dataset["test"].num_rows == dataset["rolegpt_baseline"].num_rows
+
+
+def test_a_profile_replaced_with_another_description_is_warned_about(tmp_path):
+    dialogue = [Utterance(0, 0, "李白", "举杯邀明月。")]
+    save_profiles(
+        tmp_path, [RoleProfile("李白", "zh", "诗仙。", dialogue=dialogue), RoleProfile("杜甫", "zh", "诗圣。")]
+    )
+    with pytest.warns(UserWarning, match=r"profiles-zh/desc.json: the description of '李白' is replaced"):
+        save_profiles(tmp_path, [RoleProfile("李白", "zh", "诗人。")])
+    profiles = read_release_profiles(tmp_path, "zh")
+    assert {name: p.description for name, p in profiles.items()} == {"李白": "诗人。", "杜甫": "诗圣。"}
+    assert profiles["李白"].dialogue == []  # the earlier dialogue file does not speak for the new profile

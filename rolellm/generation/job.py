@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -151,9 +152,10 @@ def check_test_fraction(test_fraction: float) -> None:
         raise ValueError(f"test_fraction={test_fraction} must be between 0 and 1")
 
 
-def save_profiles(output_dir, profiles: list[RoleProfile]) -> list[Path]:
+def save_profiles(output_dir, profiles: list[RoleProfile], warn: bool = True) -> list[Path]:
     """Write `profiles` into `output_dir/profiles-{lang}/` in the release layout, beside the profiles already
-    there: a role of `profiles` replaces its earlier profile (its `generated` mark included), other roles are kept.
+    there: a role of `profiles` replaces its earlier profile (its `generated` mark included; with `warn`, a warning
+    says so when the description differs), other roles are kept.
 
     Returns:
         `list[pathlib.Path]`: the profile folders written, one per language.
@@ -164,6 +166,17 @@ def save_profiles(output_dir, profiles: list[RoleProfile]) -> list[Path]:
         merged = dict(read_release_profiles(folder, lang)) if (folder / "desc.json").is_file() else {}
         for profile in profiles:
             if profile.lang == lang:
+                earlier = merged.get(profile.name)
+                if (
+                    warn
+                    and earlier is not None
+                    and earlier.description_with_catchphrases() != profile.description_with_catchphrases()
+                ):
+                    warnings.warn(
+                        f"{folder / 'desc.json'}: the description of {profile.name!r} is replaced by the one this run "
+                        "used; pass the folder itself as the profiles to keep it",
+                        stacklevel=2,
+                    )
                 merged[profile.name] = profile
                 if not profile.dialogue:  # no earlier dialogue file may speak for it
                     (folder / f"{folder.name}-{profile.name}.jsonl").unlink(missing_ok=True)
