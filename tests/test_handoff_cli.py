@@ -88,7 +88,12 @@ def test_generate_train_evaluate_through_one_folder(tmp_path, tiny_model_path, c
         code = main(["generate", "context-instruct", "--profiles_dir", str(out), "--test_fraction", "0.3",
                      *server_args])  # fmt: skip
         assert code == 0
-    assert "Added the data to the release folder" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Added the data to the release folder" in printed
+    assert (
+        "holds the RoleBench configs zh (train/test), zh-general (train/test/rolegpt_baseline), zh-role_specific"
+        in printed
+    )
 
     # one release folder: the rows of both generators and the profiles, with each job's run files apart
     profiles = read_release_profiles(out, "zh")

@@ -184,6 +184,19 @@ def read_instructions(args: InstructionArguments, roles: list[str]):
     return instructions
 
 
+def describe_folder(folder) -> str:
+    """What a release folder now serves: its RoleBench configs with their splits, and how to train on it."""
+    from rolellm.data.layout import CONFIG_NAMES, available_splits
+
+    found = {name: available_splits(folder, name) for name in CONFIG_NAMES if not name.startswith("profiles-")}
+    configs = ", ".join(f"{name} ({'/'.join(splits)})" for name, splits in found.items() if splits)
+    if not configs:
+        return f"{folder} holds no RoleBench rows yet (only profiles)"
+    return (
+        f"{folder} holds the RoleBench configs {configs}: rolellm train --data_dir {folder} --dataset_configs CONFIG"
+    )
+
+
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
@@ -212,9 +225,8 @@ def main(args=None):
     result = generator.generate(client, *inputs, output_dir=job.output_dir)
     print(result.dataset)
     print(f"Stats: {result.stats}")
-    print(
-        f"Added the data to the release folder {job.output_dir} (config and stats in {generator.run_dir(job.output_dir)})"
-    )
+    print(f"Added the data to the release folder {job.output_dir} (run files in {generator.run_dir(job.output_dir)})")
+    print(describe_folder(job.output_dir))
     if result.failures:
         print(
             f"{len(result.failures)} requests failed; listed in {generator.run_dir(job.output_dir) / FAILURES_NAME}"
