@@ -203,3 +203,21 @@ def test_a_profile_replaced_with_another_description_is_warned_about(tmp_path):
     profiles = read_release_profiles(tmp_path, "zh")
     assert {name: p.description for name, p in profiles.items()} == {"李白": "诗人。", "杜甫": "诗圣。"}
     assert profiles["李白"].dialogue == []  # the earlier dialogue file does not speak for the new profile
+
+
+def test_a_broken_file_in_the_folder_stops_the_run_before_any_row_is_written(tmp_path, capsys):
+    out, screenplay = tmp_path / "data", write_screenplay(tmp_path / "screenplay")
+    instructions = tmp_path / "instructions.jsonl"
+    instructions.write_text("".join(json.dumps({"instruction": q}, ensure_ascii=False) + "\n" for q in QUESTIONS))
+    general = out / "rolebench-zh" / "general"
+    general.mkdir(parents=True)
+    (general / "train.jsonl").write_text('{"role": "李白", "question": "你好", "generated": ["好"]}\n', "utf-8")
+    (general / "test.jsonl").write_text('{"role": "李白", "question": "你好", "gener\n', "utf-8")  # cut short
+    before = {path.name: path.read_bytes() for path in general.iterdir()}
+    with ChatCompletionsServer(Responder()) as server:
+        code = main(["generate", "rolegpt", "--profiles_dir", str(screenplay), "--instructions", str(instructions),
+                     "--prompt_mode", "zero_shot", "--num_samples", "2", "--output_dir", str(out),
+                     "--model", "test-model", "--base_url", server.base_url])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and f"{general / 'test.jsonl'}:1: not valid JSON" in err and "Traceback" not in err
+    assert {path.name: path.read_bytes() for path in general.iterdir()} == before

@@ -345,7 +345,10 @@ class ContextInstruct(GenerationJob):
         """
         items, lang = result.details["items"], result.details["lang"]
         made = {role for role, kept in items.items() if kept}
-        for lang_code in sorted({lang[role] for role in made}):
+        langs = sorted({lang[role] for role in made})
+        save_profiles(output_dir, result.details["profiles"])
+        files = {}
+        for lang_code in langs:
             for split in ("train", "test"):
                 # the release writes `type` as a string in train and as a list parallel to `generated` in test
                 records = [
@@ -354,7 +357,15 @@ class ContextInstruct(GenerationJob):
                     for r in result.dataset[split] if r["lang"] == lang_code
                 ]  # fmt: skip
                 path = output_dir / subset_dir(lang_code, "role_specific") / f"{split}.jsonl"
-                merge_jsonl(path, records, lambda record: record["role"] in made)
+                files[path] = (records, lambda record: record["role"] in made)
+            nums = [
+                {"role": role, "num": len(items[role])} for role in items if role in made and lang[role] == lang_code
+            ]
+            files[output_dir / f"instructions-{RELEASE_LANG_DIRS[lang_code]}" / "nums.jsonl"] = (
+                nums, lambda record: record["role"] in made
+            )  # fmt: skip
+        merge_jsonl(files)
+        for lang_code in langs:
             folder = output_dir / f"instructions-{RELEASE_LANG_DIRS[lang_code]}"
             roles = [role for role in items if role in made and lang[role] == lang_code]
             for role in roles:
@@ -365,11 +376,8 @@ class ContextInstruct(GenerationJob):
                     for i, item in enumerate(items[role])
                 )  # fmt: skip
                 write_jsonl(folder / f"role-specific-{role}.jsonl", records)
-            nums = [{"role": role, "num": len(items[role])} for role in roles]
-            merge_jsonl(folder / "nums.jsonl", nums, lambda record: record["role"] in made)
             info = folder / "split_info.txt"
             lines = info.read_text(encoding="utf-8").splitlines() if info.is_file() else []
             lines = [line for line in lines if line.partition("\t")[0] not in made]
             lines += [f"{role}\t{result.stats['segments'][role]}" for role in roles]
             info.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        save_profiles(output_dir, result.details["profiles"])

@@ -15,6 +15,7 @@ import json
 import re
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import datasets
@@ -106,29 +107,36 @@ def write_jsonl(path: Path, records) -> Path:
     return path
 
 
-def merge_jsonl(path: Path, records: list[dict], replaces) -> Path:
-    """Write `records` into the JSON-lines file `path` after the records already there for which
-    `replaces(record)` is false (the others are replaced: they are this run's to write). With no record left the
-    file is removed rather than left empty.
+def merge_jsonl(files: dict[Path, tuple[list[dict], Callable[[dict], bool]]]) -> list[Path]:
+    """Merge records into JSON-lines files: `files` maps each path to `(records, replaces)`; the records already in
+    the file for which `replaces(record)` is true are dropped (they are this run's to write), the others are kept
+    and `records` written after them. Every file is read before any is written, so a malformed file
+    (`DataFormatError`, naming it and the line) leaves them all as they were. A file left with no record is
+    removed rather than left empty (an empty split file reads as a broken one).
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "rows.jsonl"
-    >>> _ = merge_jsonl(path, [{"role": "A", "n": 1}, {"role": "B", "n": 1}], lambda r: False)
-    >>> _ = merge_jsonl(path, [{"role": "B", "n": 2}], lambda r: r["role"] == "B")
+    >>> _ = merge_jsonl({path: ([{"role": "A", "n": 1}, {"role": "B", "n": 1}], lambda r: False)})
+    >>> _ = merge_jsonl({path: ([{"role": "B", "n": 2}], lambda r: r["role"] == "B")})
     >>> path.read_text()
     '{"role": "A", "n": 1}\\n{"role": "B", "n": 2}\\n'
     """
-    kept = []
-    if path.is_file():
-        for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
-            if line.strip():
-                record = parse_json_line(line, path, line_no)
-                if not replaces(record):
-                    kept.append(record)
-    if not kept and not records:  # no empty file: a split with no row is no split
-        path.unlink(missing_ok=True)
-        return path
-    return write_jsonl(path, [*kept, *records])
+    merged = {}
+    for path, (records, replaces) in files.items():
+        kept = []
+        if path.is_file():
+            for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
+                if line.strip():
+                    record = parse_json_line(line, path, line_no)
+                    if not replaces(record):
+                        kept.append(record)
+        merged[path] = [*kept, *records]
+    for path, records in merged.items():
+        if records:
+            write_jsonl(path, records)
+        else:
+            path.unlink(missing_ok=True)
+    return list(merged)
 
 
 def stable_split(role: str, question: str, test_fraction: float, seed: int = 0) -> str:

@@ -332,7 +332,8 @@ class RoleGPT(GenerationJob):
         A row of this run replaces an earlier row of the same (role, question) in whichever split file holds it;
         the other rows are kept, so runs over other roles or instructions add up and a re-run fills gaps.
         """
-        splits = result.dataset
+        save_profiles(output_dir, result.details["profiles"])
+        splits, files = result.dataset, {}
         for lang in sorted({row["lang"] for split in splits.values() for row in split}):
             folder = output_dir / subset_dir(lang, "general")
             answered = {(r["role"], r["question"]) for s in ("train", "test") for r in splits[s] if r["lang"] == lang}
@@ -343,7 +344,5 @@ class RoleGPT(GenerationJob):
                     if row["lang"] == lang
                 ]
                 keys = answered if split != "rolegpt_baseline" else {(r["role"], r["question"]) for r in records}
-                merge_jsonl(
-                    folder / f"{split}.jsonl", records, lambda r, keys=keys: (r["role"], r["question"]) in keys
-                )
-        save_profiles(output_dir, result.details["profiles"])
+                files[folder / f"{split}.jsonl"] = (records, lambda r, keys=keys: (r["role"], r["question"]) in keys)
+        merge_jsonl(files)
