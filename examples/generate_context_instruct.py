@@ -1,8 +1,8 @@
 """Context-Instruct and profile descriptions on a Chinese screenplay profile (华妃 of 甄嬛传).
 
 Offline by default (a tiny random local model: it writes no JSON, so every segment is re-asked and then counted
-as unparseable, and saving writes only `failures.jsonl` — the segmentation, prompts, validation and failure handling
-are the real ones). Point it at a real
+as unparseable, and saving writes only `generation/<job>/failures.jsonl` — the segmentation, prompts, validation and
+failure handling are the real ones). Point it at a real
 model with `--model <folder or Hub id>` (local) or `--base_url http://localhost:8000/v1 --model <served model>`.
 
     python examples/generate_context_instruct.py --output_dir runs/example-context-instruct
@@ -50,7 +50,7 @@ def main():
         acts = sorted({u.act_id for u in profile.dialogue})[: args.num_acts]
         profile.dialogue = [u for u in profile.dialogue if u.act_id in acts]
 
-    config = ContextInstructConfig(max_segment_tokens=1000, num_test=2, max_tokens=args.max_tokens)
+    config = ContextInstructConfig(max_segment_tokens=1000, test_fraction=0.2, max_tokens=args.max_tokens)
     segments = segment_profile(profile, config.max_segment_tokens)
     print(f"{len(segments)} segments; the first prompt:")
     generator = ContextInstruct(config)
@@ -58,12 +58,12 @@ def main():
 
     client = make_client(args, Path(args.output_dir) / "cache.sqlite")
     describer = ProfileDescriber(ProfileDescriptionConfig(max_dialogue_tokens=1000, max_tokens=args.max_tokens))
-    for job, folder in ((generator, "context_instruct"), (describer, "profiles")):
+    for job in (generator, describer):  # both add to one release folder (rows, profiles-zh/, generation/<job>/)
         result = job.generate(client, [profile])
         print(result.dataset)
         print(result.stats)
         try:
-            print(f"saved to {job.save(Path(args.output_dir) / folder, result, client)}")
+            print(f"saved to {job.save(args.output_dir, result, client)}")
         except NothingGenerated as error:  # a run with nothing to show writes only its failures
             print(f"nothing saved: {error}")
 

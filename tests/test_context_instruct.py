@@ -13,8 +13,9 @@ from rolellm.clients.base import REASK_SEED_STRIDE
 from rolellm.clients.openai_compatible import OpenAIChatClient, estimate_tokens
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig, parse_items, segment_profile
-from rolellm.generation.job import NothingGenerated
+from rolellm.generation.job import NothingGenerated, stable_split
 from rolellm.roles.profile import RoleProfile
+from rolellm.roles.release import read_release_profiles
 from rolellm.testing import ChatCompletionsServer, Fault, content_key
 
 
@@ -123,7 +124,7 @@ def _tags(profile, config):
 
 
 def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
-    config = ContextInstructConfig(max_segment_tokens=600, num_test=3)
+    config = ContextInstructConfig(max_segment_tokens=600, test_fraction=0.3)
     profiles = [first_acts(zhenhuan["华妃"], 12), first_acts(zhenhuan["皇帝"], 6)]
     tags = {p.name: _tags(p, config) for p in profiles}
     num_segments = {name: len(t) for name, t in tags.items()}
@@ -157,8 +158,11 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
         "duplicate": 13, "invalid_type": 15, "low_completeness": 15, "low_confidence": 15,
     }  # fmt: skip
     assert stats["items"] == {"华妃": 11, "皇帝": 6}
-    assert (stats["train"], stats["test"]) == (11, 6)
     rows = result.dataset["train"].to_list() + result.dataset["test"].to_list()
+    # each item's split is a hash of its role and question alone
+    splits = {split: [(r["role"], r["question"]) for r in result.dataset[split]] for split in ("train", "test")}
+    assert all(stable_split(*key, 0.3) == split for split, keys in splits.items() for key in keys)
+    assert (stats["train"], stats["test"]) == (len(splits["train"]), len(splits["test"])) and stats["test"] > 0
     assert len({(r["role"], r["question"]) for r in rows}) == 17
     assert {r["question"] for r in rows if r["role"] == "华妃"} == {
         f"华妃，片段{t}里发生了什么？" for t in tags["华妃"]
@@ -174,13 +178,16 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
         "id": 0, "instruction": f"华妃，片段{tags['华妃'][0]}里发生了什么？", "answer": f"华妃记得片段{tags['华妃'][0]}。",
         "type": "script_based", "metrics": "Completeness: High, Confidence: 0.9", "split": record["split"],
     }  # fmt: skip
-    train = [json.loads(line) for line in (out / "role_specific" / "train.jsonl").read_text("utf-8").splitlines()]
-    test = [json.loads(line) for line in (out / "role_specific" / "test.jsonl").read_text("utf-8").splitlines()]
+    specific = out / "rolebench-zh" / "role_specific"
+    train = [json.loads(line) for line in (specific / "train.jsonl").read_text("utf-8").splitlines()]
+    test = [json.loads(line) for line in (specific / "test.jsonl").read_text("utf-8").splitlines()]
     assert isinstance(train[0]["type"], str) and isinstance(test[0]["type"], list)
     for split in ("train", "test"):  # the data layer reads both files back into the same rows
-        path = out / "role_specific" / f"{split}.jsonl"
+        path = specific / f"{split}.jsonl"
         assert read_rolebench_jsonl(path, "role_specific", "zh") == result.dataset[split].to_list()
-    assert json.loads((out / "generation_config.json").read_text("utf-8"))["config"]["num_test"] == 3
+    saved = json.loads((out / "generation" / "context-instruct" / "generation_config.json").read_text("utf-8"))
+    assert saved["config"]["test_fraction"] == 0.3
+    assert set(read_release_profiles(out, "zh")) == {"华妃", "皇帝"}  # the profiles travel with the rows
 
 
 _JOB = """
@@ -188,6 +195,7 @@ import sys
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig
 from rolellm.roles.profile import RoleProfile
+from rolellm.roles.release import read_release_profiles
 from rolellm.roles.release import read_screenplay_folder
 
 base_url, cache, out, folder = sys.argv[1:5]
@@ -195,7 +203,7 @@ profile = read_screenplay_folder(folder)["华妃"]
 acts = sorted({u.act_id for u in profile.dialogue})[:12]
 profile.dialogue = [u for u in profile.dialogue if u.act_id in acts]
 client = OpenAIChatClient("test-model", base_url=base_url, max_concurrency=1, cache_path=cache, progress=False)
-ContextInstruct(ContextInstructConfig(max_segment_tokens=300, num_test=3)).generate(client, [profile], output_dir=out)
+ContextInstruct(ContextInstructConfig(max_segment_tokens=300)).generate(client, [profile], output_dir=out)
 """
 
 
@@ -233,13 +241,17 @@ def test_killed_job_restarts_without_resending(zhenhuan, tmp_path, shared_data_d
     assert set(answered.values()) == {1}
     segments = segment_profile(first_acts(zhenhuan["华妃"], 12), max_segment_tokens=300)
     assert len(answered) == len(segments) == 21
-    stats = json.loads((tmp_path / "out" / "generation_stats.json").read_text("utf-8"))
+    stats = json.loads(
+        (tmp_path / "out" / "generation" / "context-instruct" / "generation_stats.json").read_text("utf-8")
+    )
     assert stats["usage"]["cached"] == 5 and stats["usage"]["requests"] == len(segments) - 5
     assert stats["items"] == {"华妃": len(segments) + 1}
     rows = [
         json.loads(line)
         for name in ("train", "test")
-        for line in (tmp_path / "out" / "role_specific" / f"{name}.jsonl").read_text("utf-8").splitlines()
+        for line in (tmp_path / "out" / "rolebench-zh" / "role_specific" / f"{name}.jsonl")
+        .read_text("utf-8")
+        .splitlines()
     ]
     assert len(rows) == len({r["question"] for r in rows}) == len(segments) + 1
 
@@ -264,7 +276,10 @@ def test_context_instruct_on_real_profile_with_local_tiny_model(zhenhuan, tiny_m
     # saving such a run writes the failures and nothing that looks like data
     with pytest.raises(NothingGenerated, match="no row generated and 3 requests failed"):
         generator.save(tmp_path / "out", result, client)
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["failures.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["generation"]
+    assert sorted(p.name for p in (tmp_path / "out" / "generation" / "context-instruct").iterdir()) == [
+        "failures.jsonl"
+    ]
 
 
 def test_english_profiles_from_a_dataset(tmp_path):
@@ -285,7 +300,7 @@ def test_english_profiles_from_a_dataset(tmp_path):
         {"question": "Jack Sparrow, what do you value most?", "type": "script_agnostic",
          "completeness": "High", "confidence": 0.9, "answer": "Freedom, mate. And rum."},
     ]  # fmt: skip
-    generator = ContextInstruct(ContextInstructConfig(num_test=1))
+    generator = ContextInstruct(ContextInstructConfig(test_fraction=0.2))
     with ChatCompletionsServer(lambda body: json.dumps(items)) as server:
         client = OpenAIChatClient("test-model", base_url=server.base_url, progress=False)
         result = generator.generate(client, rows, output_dir=tmp_path)
@@ -296,7 +311,7 @@ def test_english_profiles_from_a_dataset(tmp_path):
         "Script segment:\nGibbs: The Pearl is gone, Captain!\nJack Sparrow: Then we'll take her back, savvy?\n"
         in prompt
     )
-    assert (len(result.dataset["train"]), len(result.dataset["test"])) == (1, 1)
+    assert (len(result.dataset["train"]), len(result.dataset["test"])) == (1, 1)  # the hashes fall apart at 0.2
     assert sorted([*result.dataset["train"]["question"], *result.dataset["test"]["question"]]) == sorted(
         i["question"] for i in items
     )

@@ -50,8 +50,8 @@ def closed_port() -> int:
 def test_all_done_is_0_with_no_failure_file(job, tmp_path):
     with ChatCompletionsServer(answer) as server:
         assert main([*job, "--base_url", server.base_url]) == 0
-    assert (tmp_path / "out" / "general" / "train.jsonl").is_file()
-    assert not (tmp_path / "out" / "failures.jsonl").exists()
+    assert (tmp_path / "out" / "rolebench-eng" / "instruction-generalization" / "general" / "train.jsonl").is_file()
+    assert not (tmp_path / "out" / "generation" / "rolegpt" / "failures.jsonl").exists()
 
 
 def test_some_rows_failed_is_1_with_the_rows_listed(job, tmp_path, capsys):
@@ -60,11 +60,14 @@ def test_some_rows_failed_is_1_with_the_rows_listed(job, tmp_path, capsys):
 
     with ChatCompletionsServer(responder) as server:
         assert main([*job, "--base_url", server.base_url]) == 1
-        failures = [json.loads(line) for line in (tmp_path / "out" / "failures.jsonl").read_text().splitlines()]
+        failures = (tmp_path / "out" / "generation" / "rolegpt" / "failures.jsonl").read_text().splitlines()
+        failures = [json.loads(line) for line in failures]
         assert main([*job, "--base_url", server.base_url, "--allow_partial", "true"]) == 0
     assert [(f["question"], f["sample_index"]) for f in failures] == [(QUESTIONS[2], 0), (QUESTIONS[2], 1)]
     assert failures[0]["role"] == "Jack Sparrow" and failures[0]["error"].startswith("HTTP 422")
-    rows = (tmp_path / "out" / "general" / "train.jsonl").read_text().splitlines()
+    general = tmp_path / "out" / "rolebench-eng" / "instruction-generalization" / "general"
+    rows = [line for split in ("train", "test") if (general / f"{split}.jsonl").exists()
+            for line in (general / f"{split}.jsonl").read_text().splitlines()]  # fmt: skip
     assert len(rows) == 3  # the other rows are written
     err = capsys.readouterr().err
     assert "2 requests failed; listed in" in err and "--allow_partial" in err
@@ -77,7 +80,7 @@ def test_a_dead_endpoint_is_3_with_nothing_written(job, tmp_path, capsys):
     [message] = messages(err)
     assert message.startswith("rolellm generate: cannot reach http://127.0.0.1:")
     assert message.endswith("connection refused (2 tries)")
-    assert not (tmp_path / "out" / "general").exists() and not (tmp_path / "out" / "generation_config.json").exists()
+    assert not (tmp_path / "out" / "rolebench-eng").exists() and not (tmp_path / "out" / "generation").exists()
 
 
 @pytest.mark.parametrize(
@@ -90,15 +93,15 @@ def test_a_refused_request_is_3_with_the_servers_message(job, tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 3 and f"HTTP {status} {message}" in err and "Traceback" not in err
     assert sent == 1  # the run stopped on the first answer: the other seven requests were never sent
-    assert not (tmp_path / "out" / "general").exists()
+    assert not (tmp_path / "out" / "rolebench-eng").exists()
 
 
 def test_every_request_failing_is_3_with_only_the_failures_written(job, tmp_path, capsys):
     with ChatCompletionsServer(lambda body: Fault("server_error", status=422)) as server:
         assert main([*job, "--base_url", server.base_url]) == 3
     assert "no row generated and 8 requests failed" in capsys.readouterr().err
-    written = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("cache.sqlite"))
-    assert written == ["failures.jsonl"]
+    written = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert [p for p in written if not p.startswith("cache.sqlite")] == ["generation/rolegpt/failures.jsonl"]
 
 
 def test_evaluate_against_a_dead_endpoint_is_3_and_writes_no_scores(tmp_path, capsys):

@@ -15,10 +15,10 @@ RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"
 
 
 def test_recipes_hold_only_known_fields():
-    for name in ("rolegpt", "context_instruct", "profile"):
+    for name, command in (("rolegpt", "rolegpt"), ("context_instruct", "context-instruct"), ("profile", "describe")):
         from rolellm.scripts.generate import SUBCOMMANDS
 
-        (types, _) = SUBCOMMANDS[name.replace("_", "-")]
+        (types, _) = SUBCOMMANDS[command]
         recipe = read_recipe(RECIPES / f"generate_{name}.yaml", types)
         assert recipe["output_dir"].startswith("runs/generate/")
 
@@ -50,18 +50,24 @@ def test_cli_rolegpt_from_recipe_against_server(screenplay_dir, shared_data_dir,
         )  # fmt: skip
         sent = len(server.requests)
     assert code == 0
-    rows = [json.loads(line) for line in (out / "general" / "train.jsonl").read_text("utf-8").splitlines()]
+    general = out / "rolebench-zh" / "general"
+    rows = [
+        json.loads(line)
+        for split in ("train", "test")
+        for line in (general / f"{split}.jsonl").open("r", encoding="utf-8")
+    ]
     # the first 40 test questions asked of each of 华妃 and 皇帝 (the recipe's roles), each answered 2 + 1 times
     test_rows = [json.loads(line) for line in (shared_data_dir / "rolebench/rolebench-zh/general/test.jsonl").open()]
     expected = [(r["role"], r["question"]) for r in test_rows if r["role"] == "华妃"][:40]
     expected += [(r["role"], r["question"]) for r in test_rows if r["role"] == "皇帝"][:40]
     assert sorted((r["role"], r["question"]) for r in rows) == sorted(expected) and sent == 3 * len(expected)
     assert {r["role"] for r in rows} == {"华妃", "皇帝"} and len(expected) == 80  # every role keeps its share
+    rows = [json.loads(line) for line in (general / "train.jsonl").open("r", encoding="utf-8")]
     assert rows[0]["generated"] == [
         f"{rows[0]['role']}以为此事不难，第0回。",
         f"{rows[0]['role']}以为此事不难，第1回。",
     ]
-    config = json.loads((out / "generation_config.json").read_text("utf-8"))
+    config = json.loads((out / "generation" / "rolegpt" / "generation_config.json").read_text("utf-8"))
     assert config["config"]["num_samples"] == 3 and config["config"]["prompt_mode"] == "dialogue"
     assert (out / "cache.sqlite").exists()
     assert "'rejected': {}" in capsys.readouterr().out
@@ -71,7 +77,7 @@ def test_cli_profile_against_server(screenplay_dir, tmp_path):
     reply = json.dumps({"description": "齐天大圣，神通广大。", "catchphrases": ["俺老孙"]}, ensure_ascii=False)
     with ChatCompletionsServer(lambda body: reply) as server:
         code = main(
-            ["generate", "profile", "--config", str(RECIPES / "generate_profile.yaml"),
+            ["generate", "describe", "--config", str(RECIPES / "generate_profile.yaml"),
              "--profiles_dir", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
              "--base_url", server.base_url, "--model", "test-model"]
         )  # fmt: skip
@@ -100,7 +106,8 @@ def test_cli_profile_with_local_backend(screenplay_dir, tiny_model_path, tmp_pat
     )  # fmt: skip
     # the random tiny model writes no JSON: asked three times, then the run has nothing to show and says so
     assert code == 3
-    [failure] = [json.loads(line) for line in (tmp_path / "failures.jsonl").read_text("utf-8").splitlines()]
+    failures = tmp_path / "generation" / "describe" / "failures.jsonl"
+    [failure] = [json.loads(line) for line in failures.read_text("utf-8").splitlines()]
     assert failure["role"] == "孙悟空" and failure["error"].startswith("unparseable answer after 3 attempts")
     assert (tmp_path / "cache.sqlite").exists() and not (tmp_path / "profiles-zh").exists()
-    assert not (tmp_path / "generation_stats.json").exists()
+    assert not (tmp_path / "generation" / "describe" / "generation_stats.json").exists()

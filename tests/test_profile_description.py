@@ -57,7 +57,7 @@ def test_describe_real_profiles_against_server(zhenhuan, tmp_path):
     assert written["华妃"].description_with_catchphrases() == "华妃的性格描述。常用口头禅是：“本宫”、“欢宜香”"
     marker = json.loads((tmp_path / "out" / "profiles-zh" / "generated.json").read_text("utf-8"))
     assert marker == {"generated": ["华妃", "皇帝"], "reviewed": []}
-    assert (tmp_path / "out" / "generation_config.json").exists()
+    assert (tmp_path / "out" / "generation" / "describe" / "generation_config.json").exists()
 
 
 def test_profile_without_own_lines_is_an_error(zhenhuan):

@@ -133,7 +133,7 @@ class RoleGPTResponder:
 
 def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
     profiles = [zhenhuan["华妃"], zhenhuan["皇帝"]]
-    rolegpt = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot"))
+    rolegpt = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot", test_fraction=0.0))  # every row in train
     responder = RoleGPTResponder()
     with ChatCompletionsServer(responder) as server:
         client = OpenAIChatClient(
@@ -176,13 +176,15 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         assert result.stats["references"] == 15 and result.stats["baseline_rows"] == 6
 
         # the output files are the release's records, beside the config that made them
-        lines = (tmp_path / "out" / "general" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+        general = tmp_path / "out" / "rolebench-zh" / "general"
+        lines = (general / "train.jsonl").read_text(encoding="utf-8").splitlines()
         assert json.loads(lines[0]) == {"role": "华妃", "question": QUESTIONS[0], "generated": rows[0]["generated"]}
         # and the data layer reads them back into the same rows
-        assert read_rolebench_jsonl(tmp_path / "out" / "general" / "train.jsonl", "general", "zh") == rows
-        baseline = read_rolebench_jsonl(tmp_path / "out" / "general" / "rolegpt_baseline.jsonl", "general", "zh")
+        assert read_rolebench_jsonl(general / "train.jsonl", "general", "zh") == rows
+        assert not (general / "test.jsonl").exists()  # no test row: no empty file
+        baseline = read_rolebench_jsonl(general / "rolegpt_baseline.jsonl", "general", "zh")
         assert baseline == result.dataset["rolegpt_baseline"].to_list()
-        saved = json.loads((tmp_path / "out" / "generation_config.json").read_text(encoding="utf-8"))
+        saved = json.loads((tmp_path / "out" / "generation" / "rolegpt" / "generation_config.json").read_text("utf-8"))
         assert saved["config"]["prompt_mode"] == "zero_shot" and saved["client"]["model"] == "test-model"
         assert "api_key" not in json.dumps(saved)
 
@@ -191,7 +193,7 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         client = OpenAIChatClient(
             "test-model", base_url=server.base_url, max_retries=0, cache_path=tmp_path / "cache.sqlite", progress=False
         )
-        again = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot"))
+        again = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot", test_fraction=0.0))
         rerun = again.generate(client, profiles, QUESTIONS)
         assert rerun.dataset["train"].to_list() == rows
         resent = server.answered_counts() - answered
@@ -209,7 +211,8 @@ def test_rolegpt_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path
     client = LocalChatClient(tiny_model_path, chat_template="chatml", batch_size=6, cache_path=cache, progress=False)
     rolegpt = RoleGPT(config)
     result = rolegpt.generate(client, [zhenhuan["华妃"]], questions, output_dir=tmp_path / "out")
-    saved = json.loads((tmp_path / "out" / "generation_config.json").read_text("utf-8"))["client"]
+    saved = json.loads((tmp_path / "out" / "generation" / "rolegpt" / "generation_config.json").read_text("utf-8"))
+    saved = saved["client"]
     assert saved["class"] == "LocalChatClient" and saved["model"] == str(tiny_model_path)
     # the requests are the dialogue-engineering prompts of the paper: system, 3 retrieved exchanges, question
     requests = rolegpt.requests([zhenhuan["华妃"]], questions)
@@ -224,7 +227,7 @@ def test_rolegpt_on_real_profile_with_local_tiny_model(zhenhuan, tiny_model_path
     assert kept + rejected + failed == 2 * 2
     assert set(stats["rejected"]) <= {"incomplete", "exposes_ai", "exposes_role", "unresponsive"}
     assert stats["baseline_rows"] + stats["usage"]["failures"] - failed == 2
-    assert len(result.dataset["train"]) == stats["rows"] and all(
+    assert len(result.dataset["train"]) + len(result.dataset["test"]) == stats["rows"] and all(
         r["subset"] == "general" for r in result.dataset["train"]
     )
     # a second run answers everything from the cache, identically

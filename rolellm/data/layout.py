@@ -56,6 +56,21 @@ CONFIG_SPECS = {
     ]
 }  # fmt: skip
 CONFIG_NAMES = tuple(CONFIG_SPECS)
+# the config that generated rows of a language are written for (`rolellm generate`): generated data asks new
+# instructions of known roles, as instruction generalization does
+GENERATED_CONFIGS = {"zh": "zh", "en": "en-instruction"}
+
+
+def subset_dir(lang: str, subset: str) -> str:
+    """The release folder of one subset of the generated config of `lang` (see `GENERATED_CONFIGS`).
+
+    >>> subset_dir("en", "general"), subset_dir("zh", "role_specific")
+    ('rolebench-eng/instruction-generalization/general', 'rolebench-zh/role_specific')
+    """
+    if subset not in SUBSETS:
+        raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
+    return f"{get_spec(GENERATED_CONFIGS[lang]).release_dir}/{subset}"
+
 
 PROFILE_FEATURES = datasets.Features(
     {

@@ -3,8 +3,9 @@
 The profile's script is cut into segments (whole acts, within a token budget); for every segment a chat model
 writes several items — question, type (`script_based` / `script_agnostic`), completeness judgement, confidence,
 answer — as JSON. Items are validated against `ITEM_SCHEMA`; low-confidence, incomplete and near-duplicate
-questions are dropped and counted; a fixed number per role is held out for test. The result is RoleBench
-`role_specific` rows plus the release's `instructions-*` files.
+questions are dropped and counted; a share of the items is held out for test, each item by a hash of its role and
+question (`stable_split`), so a re-run never moves an item between splits. The result is RoleBench `role_specific`
+rows plus the release's `instructions-*` files.
 
 >>> parse_items('```json\\n[{"question": "孙悟空，你的师父是谁？", "type": "script_agnostic",'
 ...             ' "completeness": "High", "confidence": 0.9, "answer": "唐僧。"}]\\n```')["items"][0]["type"]
@@ -12,7 +13,6 @@ questions are dropped and counted; a fixed number per role is held out for test.
 """
 
 import contextlib
-import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,16 +22,21 @@ from jsonschema import Draft202012Validator
 from rapidfuzz import fuzz, process
 
 from rolellm.clients.openai_compatible import ChatRequest, estimate_tokens
+from rolellm.data.layout import subset_dir
 from rolellm.data.schema import TYPES
 from rolellm.generation.job import (
     DropCounter,
     GenerationJob,
     GenerationResult,
     as_profiles,
+    check_test_fraction,
     extract_json,
     failure_reason,
+    merge_jsonl,
     rows_to_dataset,
     sampling_params,
+    save_profiles,
+    stable_split,
     user_prompt,
     write_jsonl,
 )
@@ -82,9 +87,10 @@ class ContextInstructConfig:
         dedup_threshold (`float`, *optional*, defaults to 90.0): a question whose `rapidfuzz` ratio (0-100) with
             an earlier question of the same role reaches this is a near-duplicate and dropped; 100 drops only exact
             duplicates.
-        num_test (`int`, *optional*, defaults to 50): items held out per role for test (at most half a role's
-            items).
-        split_seed (`int`, *optional*, defaults to 0): seed of the held-out draw.
+        test_fraction (`float`, *optional*, defaults to 0.15): the share of items held out for test (the release
+            holds out 239 of its 1,774 Chinese role-specific rows), decided for each item by a hash of its role and
+            question.
+        split_seed (`int`, *optional*, defaults to 0): salts that hash (another seed, another split).
     """
 
     max_segment_tokens: int = field(default=2000, metadata={"help": "Token budget of a profile segment."})
@@ -98,10 +104,11 @@ class ContextInstructConfig:
     dedup_threshold: float = field(
         default=90.0, metadata={"help": "rapidfuzz ratio at which questions are duplicates."}
     )
-    num_test: int = field(default=50, metadata={"help": "Items held out per role for test."})
-    split_seed: int = field(default=0, metadata={"help": "Seed of the held-out draw."})
+    test_fraction: float = field(default=0.15, metadata={"help": "Share of items held out for test."})
+    split_seed: int = field(default=0, metadata={"help": "Salt of the hash that splits items into train and test."})
 
     def __post_init__(self):
+        check_test_fraction(self.test_fraction)
         if not 0 <= self.min_confidence <= 1:
             raise ValueError(f"min_confidence={self.min_confidence} must be between 0 and 1")
         if self.max_segment_tokens < 1 or self.num_questions < 1:
@@ -213,6 +220,7 @@ class ContextInstruct(GenerationJob):
     """
 
     config_class = ContextInstructConfig
+    name = "context-instruct"
     desc = "Context-Instruct"
 
     def prompt(self, profile: RoleProfile, segment: str) -> list[dict]:
@@ -253,14 +261,15 @@ class ContextInstruct(GenerationJob):
             client (`ChatClient`): `OpenAIChatClient` or `LocalChatClient` (give it a `cache_path` so that a re-run
                 sends nothing twice).
             profiles (`list[RoleProfile]`, `dict` or `datasets.Dataset`): the roles, with their script dialogue.
-            output_dir (`str` or `Path`, *optional*): where to write `role_specific/{train,test}.jsonl`, the
-                release's `instructions-{lang}/` files, `generation_config.json` and `generation_stats.json`.
+            output_dir (`str` or `Path`, *optional*): a release folder to add the rows, the `instructions-{lang}/`
+                files and the profiles to (see `write`), with `generation/context-instruct/generation_config.json`
+                and `generation_stats.json` (see `save`).
 
         Returns:
             `GenerationResult`: `dataset` is a `datasets.DatasetDict` with `train` and `test` rows in `ROW_FEATURES`
             (`subset="role_specific"`, one answer and its type per row); `stats` holds the counts, drops by reason
-            included; `details["items"]` the kept items per role with their metrics and split, and
-            `details["lang"]` each role's language.
+            included; `details["items"]` the kept items per role with their metrics and split,
+            `details["lang"]` each role's language and `details["profiles"]` the profiles.
         """
         config = self.config
         profiles = as_profiles(profiles)
@@ -289,13 +298,8 @@ class ContextInstruct(GenerationJob):
         for role, items in items_per_role.items():
             kept = self._deduplicate(items, dropped)
             kept_items[role] = kept
-            test = set(
-                random.Random(f"{config.split_seed}-{role}").sample(
-                    range(len(kept)), min(config.num_test, len(kept) // 2)
-                )
-            )
-            for index, item in enumerate(kept):
-                item["split"] = "test" if index in test else "train"
+            for item in kept:
+                item["split"] = stable_split(role, item["question"], config.test_fraction, config.split_seed)
                 row = {
                     "role": role,
                     "question": item["question"],
@@ -314,9 +318,8 @@ class ContextInstruct(GenerationJob):
             "usage": usage,
         }
         dataset = datasets.DatasetDict({name: rows_to_dataset(rows) for name, rows in split.items()})
-        result = GenerationResult(
-            dataset, stats, details={"items": kept_items, "lang": lang}, failures=self.failures(results)
-        )
+        details = {"items": kept_items, "lang": lang, "profiles": profiles}
+        result = GenerationResult(dataset, stats, details=details, failures=self.failures(results))
         if output_dir is not None:
             self.save(output_dir, result, client)
         return result
@@ -334,19 +337,37 @@ class ContextInstruct(GenerationJob):
         return kept
 
     def write(self, output_dir: Path, result: GenerationResult) -> None:
-        """`role_specific/{train,test}.jsonl` and `instructions-{lang}/` in the release's layout."""
+        """`rolebench-{lang}/.../role_specific/{train,test}.jsonl`, `instructions-{lang}/` and the profiles in
+        `profiles-{lang}/`, in the release's layout, added to what `output_dir` holds.
+
+        The items of a role this run kept items for replace that role's earlier rows and files; other roles' rows
+        are kept, so runs over other roles add up.
+        """
         items, lang = result.details["items"], result.details["lang"]
-        for split in ("train", "test"):
-            # the release writes `type` as a string in train and as a list parallel to `generated` in test
-            records = (
-                {"role": r["role"], "question": r["question"], "generated": r["generated"],
-                 "type": r["type"][0] if split == "train" else r["type"]}
-                for r in result.dataset[split]
+        made = {role for role, kept in items.items() if kept}
+        langs = sorted({lang[role] for role in made})
+        save_profiles(output_dir, result.details["profiles"])
+        files = {}
+        for lang_code in langs:
+            for split in ("train", "test"):
+                # the release writes `type` as a string in train and as a list parallel to `generated` in test
+                records = [
+                    {"role": r["role"], "question": r["question"], "generated": r["generated"],
+                     "type": r["type"][0] if split == "train" else r["type"]}
+                    for r in result.dataset[split] if r["lang"] == lang_code
+                ]  # fmt: skip
+                path = output_dir / subset_dir(lang_code, "role_specific") / f"{split}.jsonl"
+                files[path] = (records, lambda record: record["role"] in made)
+            nums = [
+                {"role": role, "num": len(items[role])} for role in items if role in made and lang[role] == lang_code
+            ]
+            files[output_dir / f"instructions-{RELEASE_LANG_DIRS[lang_code]}" / "nums.jsonl"] = (
+                nums, lambda record: record["role"] in made
             )  # fmt: skip
-            write_jsonl(output_dir / "role_specific" / f"{split}.jsonl", records)
-        for lang_code in sorted(set(lang.values())):
+        merge_jsonl(files)
+        for lang_code in langs:
             folder = output_dir / f"instructions-{RELEASE_LANG_DIRS[lang_code]}"
-            roles = [role for role in items if lang[role] == lang_code]
+            roles = [role for role in items if role in made and lang[role] == lang_code]
             for role in roles:
                 records = (
                     {"id": i, "instruction": item["question"], "answer": item["answer"], "type": item["type"],
@@ -355,6 +376,8 @@ class ContextInstruct(GenerationJob):
                     for i, item in enumerate(items[role])
                 )  # fmt: skip
                 write_jsonl(folder / f"role-specific-{role}.jsonl", records)
-            write_jsonl(folder / "nums.jsonl", ({"role": role, "num": len(items[role])} for role in roles))
-            lines = "".join(f"{role}\t{result.stats['segments'][role]}\n" for role in roles)
-            (folder / "split_info.txt").write_text(lines, encoding="utf-8")
+            info = folder / "split_info.txt"
+            lines = info.read_text(encoding="utf-8").splitlines() if info.is_file() else []
+            lines = [line for line in lines if line.partition("\t")[0] not in made]
+            lines += [f"{role}\t{result.stats['segments'][role]}" for role in roles]
+            info.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

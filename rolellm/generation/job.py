@@ -1,27 +1,36 @@
 """What the generators share: the job shape (`GenerationJob` -> `GenerationResult`), prompt files, profile inputs,
-and writing outputs beside their generation config.
+stable train/test splits, and writing outputs in the release layout beside their generation config.
+
+An output folder is a RoleBench release of its own: every job adds its files to it (`rolebench-{lang}/...` rows,
+`profiles-{lang}/` profiles) and keeps what other runs wrote there, and each job's config, stats and failures go to
+`generation/{job}/`.
 
 >>> render_prompt("rolegpt_question_en.jinja", question="What is rum?", reference=None, role="Jack Sparrow")
 'What is rum?'
 """
 
 import dataclasses
+import hashlib
 import json
 import re
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import datasets
 import jinja2
 
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.roles.profile import RoleProfile
+from rolellm.roles.profile import RoleProfile, parse_json_line, read_text
 from rolellm.roles.prompts import JINJA_ENV, load_prompt
+from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles, write_release_profiles
 
 
 GENERATION_CONFIG_NAME = "generation_config.json"
 GENERATION_STATS_NAME = "generation_stats.json"
 FAILURES_NAME = "failures.jsonl"
+RUNS_DIR = "generation"  # `<output_dir>/generation/<job>/` holds a job's config, stats and failures
 
 
 class NothingGenerated(RuntimeError):
@@ -87,12 +96,102 @@ def describe_client(client) -> dict:
 
 
 def write_jsonl(path: Path, records) -> Path:
-    """Write `records` (dicts) as UTF-8 JSON lines, creating the parent folder."""
+    """Write `records` (dicts) as UTF-8 JSON lines, creating the parent folder; the file is replaced only once
+    complete."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as file:
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", encoding="utf-8") as file:
         for record in records:
             file.write(json.dumps(record, ensure_ascii=False) + "\n")
+    partial.replace(path)
     return path
+
+
+def merge_jsonl(files: dict[Path, tuple[list[dict], Callable[[dict], bool]]]) -> list[Path]:
+    """Merge records into JSON-lines files: `files` maps each path to `(records, replaces)`; the records already in
+    the file for which `replaces(record)` is true are dropped (they are this run's to write), the others are kept
+    and `records` written after them. Every file is read before any is written, so a malformed file
+    (`DataFormatError`, naming it and the line) leaves them all as they were. A file left with no record is
+    removed rather than left empty (an empty split file reads as a broken one).
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "rows.jsonl"
+    >>> _ = merge_jsonl({path: ([{"role": "A", "n": 1}, {"role": "B", "n": 1}], lambda r: False)})
+    >>> _ = merge_jsonl({path: ([{"role": "B", "n": 2}], lambda r: r["role"] == "B")})
+    >>> path.read_text()
+    '{"role": "A", "n": 1}\\n{"role": "B", "n": 2}\\n'
+    """
+    merged = {}
+    for path, (records, replaces) in files.items():
+        kept = []
+        if path.is_file():
+            for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
+                if line.strip():
+                    record = parse_json_line(line, path, line_no)
+                    if not replaces(record):
+                        kept.append(record)
+        merged[path] = [*kept, *records]
+    for path, records in merged.items():
+        if records:
+            write_jsonl(path, records)
+        else:
+            path.unlink(missing_ok=True)
+    return list(merged)
+
+
+def stable_split(role: str, question: str, test_fraction: float, seed: int = 0) -> str:
+    """`"test"` or `"train"` for one item, from a hash of `(seed, role, question)` alone (surrounding whitespace
+    ignored): an item keeps its split whatever else a run generates, so a re-run that fills gaps moves nothing.
+
+    About `test_fraction` of the items land in test.
+
+    >>> stable_split("李白", "你最喜欢哪首诗？", 0.5), stable_split("李白", " 你最喜欢哪首诗？", 0.5)
+    ('test', 'test')
+    >>> stable_split("李白", "你最喜欢哪首诗？", 1.0), stable_split("李白", "你最喜欢哪首诗？", 0.0)
+    ('test', 'train')
+    """
+    key = "\0".join((str(seed), role.strip(), question.strip())).encode("utf-8")
+    value = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
+    return "test" if value < test_fraction else "train"
+
+
+def check_test_fraction(test_fraction: float) -> None:
+    if not 0 <= test_fraction <= 1:
+        raise ValueError(f"test_fraction={test_fraction} must be between 0 and 1")
+
+
+def save_profiles(output_dir, profiles: list[RoleProfile], warn: bool = True) -> list[Path]:
+    """Write `profiles` into `output_dir/profiles-{lang}/` in the release layout, beside the profiles already
+    there: a role of `profiles` replaces its earlier profile (its `generated` mark included; with `warn`, a warning
+    says so when the description differs), other roles are kept.
+
+    Returns:
+        `list[pathlib.Path]`: the profile folders written, one per language.
+    """
+    folders = []
+    for lang in sorted({profile.lang for profile in profiles}):
+        folder = Path(output_dir) / f"profiles-{RELEASE_LANG_DIRS[lang]}"
+        merged = dict(read_release_profiles(folder, lang)) if (folder / "desc.json").is_file() else {}
+        for profile in profiles:
+            if profile.lang == lang:
+                earlier = merged.get(profile.name)
+                if (
+                    warn
+                    and earlier is not None
+                    and earlier.description_with_catchphrases() != profile.description_with_catchphrases()
+                ):
+                    warnings.warn(
+                        f"{folder / 'desc.json'}: the description of {profile.name!r} is replaced by the one this run "
+                        "used; pass the folder itself as the profiles to keep it",
+                        stacklevel=2,
+                    )
+                merged[profile.name] = profile
+                if not profile.dialogue:  # no earlier dialogue file may speak for it
+                    (folder / f"{folder.name}-{profile.name}.jsonl").unlink(missing_ok=True)
+        if not any(profile.generated for profile in merged.values()):
+            (folder / "generated.json").unlink(missing_ok=True)
+        folders.append(write_release_profiles(merged, output_dir))
+    return folders
 
 
 def save_generation_metadata(output_dir, config, client, stats: dict) -> None:
@@ -160,11 +259,13 @@ class GenerationJob:
     """The shape every generator shares: a config, `prompt()` and `parse()`, `generate(client, ...)` returning a
     `GenerationResult`, and `save(output_dir, result, client)` writing what it is given.
 
-    Subclasses set `config_class` and `desc` (the progress bar's label), and implement `prompt`, `parse`,
-    `generate` and `write` (their files; `save` adds `generation_config.json` and `generation_stats.json`).
+    Subclasses set `config_class`, `name` (the folder of the job's run files, `generation/{name}/`) and `desc` (the
+    progress bar's label), and implement `prompt`, `parse`, `generate` and `write` (their files in the release
+    layout, merged with what the folder holds; `save` adds `generation_config.json` and `generation_stats.json`).
     """
 
     config_class: type
+    name: str
     desc: str
 
     def __init__(self, config=None):
@@ -185,28 +286,34 @@ class GenerationJob:
             if not result.ok
         ]
 
-    def save(self, output_dir, result: GenerationResult, client) -> Path:
-        """Write `result` in the release's layout into `output_dir`, beside the config and the stats of the run.
+    def run_dir(self, output_dir) -> Path:
+        """`<output_dir>/generation/<name>/`: where this job's config, stats and failures go."""
+        return Path(output_dir) / RUNS_DIR / self.name
 
-        The requests that failed are listed in `failures.jsonl` (removed when there are none). When every request
-        failed nothing else is written and `NothingGenerated` is raised.
+    def save(self, output_dir, result: GenerationResult, client) -> Path:
+        """Write `result` in the release's layout into `output_dir`, keeping what other runs wrote there, and the
+        config and the stats of the run into `run_dir(output_dir)`.
+
+        The requests that failed are listed in `run_dir(output_dir)/failures.jsonl` (removed when there are none).
+        When every request failed nothing else is written and `NothingGenerated` is raised.
 
         Raises:
             `NothingGenerated`: the run produced no row and some requests failed.
         """
         output_dir = Path(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / FAILURES_NAME).unlink(missing_ok=True)
+        run_dir = self.run_dir(output_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / FAILURES_NAME).unlink(missing_ok=True)
         if result.failures:
-            write_jsonl(output_dir / FAILURES_NAME, result.failures)
+            write_jsonl(run_dir / FAILURES_NAME, result.failures)
         if result.failures and not result.num_rows:
             first = result.failures[0]["error"]
             raise NothingGenerated(
                 f"no row generated and {len(result.failures)} requests failed; nothing written but "
-                f"{output_dir / FAILURES_NAME} (first error: {first})"
+                f"{run_dir / FAILURES_NAME} (first error: {first})"
             )
         self.write(output_dir, result)
-        save_generation_metadata(output_dir, self.config, client, result.stats)
+        save_generation_metadata(run_dir, self.config, client, result.stats)
         return output_dir
 
     def write(self, output_dir: Path, result: GenerationResult) -> None:

@@ -14,7 +14,6 @@ catchphrases the role never says in its script are dropped and counted. The prof
 """
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from rolellm.generation.job import (
     extract_json,
     failure_reason,
     sampling_params,
+    save_profiles,
     user_prompt,
 )
 from rolellm.roles.profile import RoleProfile
@@ -93,6 +93,7 @@ class ProfileDescriber(GenerationJob):
     """
 
     config_class = ProfileDescriptionConfig
+    name = "describe"
     desc = "Profile descriptions"
 
     def prompt(self, profile: RoleProfile) -> list[dict]:
@@ -139,7 +140,8 @@ class ProfileDescriber(GenerationJob):
             client (`ChatClient`): `OpenAIChatClient` or `LocalChatClient`.
             profiles (`list[RoleProfile]`, `dict` or `datasets.Dataset`): the roles, with their script dialogue.
             output_dir (`str` or `Path`, *optional*): where to write `profiles-{lang}/desc.json` (and the rest of
-                the release's profile layout), `generation_config.json` and `generation_stats.json`.
+                the release's profile layout, see `write`), with `generation/describe/generation_config.json` and
+                `generation_stats.json`.
 
         Returns:
             `GenerationResult`: `dataset` is a `datasets.Dataset` of the described profiles (a role whose request
@@ -181,15 +183,9 @@ class ProfileDescriber(GenerationJob):
         return result
 
     def write(self, output_dir: Path, result: GenerationResult) -> None:
-        """The described profiles in the release layout (`profiles-{lang}/desc.json`, ...).
+        """The described profiles in the release layout (`profiles-{lang}/desc.json`, ...), beside the profiles
+        already in `output_dir` (a described role replaces its earlier profile).
 
         `profiles-{lang}/generated.json` lists the roles whose description was generated and not yet reviewed.
         """
-        from rolellm.roles.release import write_release_profiles
-
-        described = result.details["profiles"]
-        for lang in sorted({p.lang for p in described}):
-            profiles = {p.name: p for p in described if p.lang == lang}
-            folder = write_release_profiles(profiles, output_dir)
-            marker = {"generated": sorted(profiles), "reviewed": []}
-            (folder / "generated.json").write_text(json.dumps(marker, ensure_ascii=False, indent=1), "utf-8")
+        save_profiles(output_dir, result.details["profiles"], warn=False)  # new descriptions are the point

@@ -3,7 +3,8 @@
 For every (role, general instruction) pair RoleGPT asks a chat model for `num_samples` answers (the paper: 6) with
 the role's system instruction and few-shot dialogues retrieved from the role's script. The first answers, once they
 pass the cleaning checks of `rolellm.generation.filters`, become the row's references (`generated`); the last one is
-the RoleGPT baseline the paper's tables score.
+the RoleGPT baseline the paper's tables score. Each (role, question) lands in train or test by a hash of itself
+(`stable_split`), so re-runs never move a row between splits.
 
 >>> from rolellm.roles.profile import RoleProfile
 >>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，爱好饮酒作诗。")
@@ -21,17 +22,21 @@ from typing import Literal
 import datasets
 
 from rolellm.clients.openai_compatible import ChatRequest
+from rolellm.data.layout import subset_dir
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.job import (
     DropCounter,
     GenerationJob,
     GenerationResult,
     as_profiles,
+    check_test_fraction,
     failure_reason,
+    merge_jsonl,
     render_prompt,
     rows_to_dataset,
     sampling_params,
-    write_jsonl,
+    save_profiles,
+    stable_split,
 )
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_role_messages
@@ -70,6 +75,13 @@ class RoleGPTConfig:
             and a re-run asks the same requests (all answered ones come from the cache).
         clean (`bool`, *optional*, defaults to `True`): apply the four cleaning checks to references.
         min_answer_chars (`int`, *optional*, defaults to 2): shorter references are rejected as incomplete.
+
+    > Parameters that control the split
+
+    Args:
+        test_fraction (`float`, *optional*, defaults to 0.2): the share of (role, question) pairs held out for test
+            (the release holds out about a fifth of its general rows), decided for each pair by a hash of the pair.
+        split_seed (`int`, *optional*, defaults to 0): salts that hash (another seed, another split).
     """
 
     prompt_mode: Literal["dialogue", "few_shot", "zero_shot"] = field(
@@ -93,8 +105,11 @@ class RoleGPTConfig:
     seed: int = field(default=0, metadata={"help": "Sample i is requested with seed `seed + i`."})
     clean: bool = field(default=True, metadata={"help": "Apply the four cleaning checks to references."})
     min_answer_chars: int = field(default=2, metadata={"help": "Shorter references are rejected as incomplete."})
+    test_fraction: float = field(default=0.2, metadata={"help": "Share of (role, question) pairs held out for test."})
+    split_seed: int = field(default=0, metadata={"help": "Salt of the hash that splits pairs into train and test."})
 
     def __post_init__(self):
+        check_test_fraction(self.test_fraction)
         if not 0 <= self.num_baseline < self.num_samples:
             raise ValueError(
                 f"num_baseline={self.num_baseline} must be at least 0 and below num_samples={self.num_samples}, "
@@ -130,6 +145,7 @@ class RoleGPT(GenerationJob):
     """
 
     config_class = RoleGPTConfig
+    name = "rolegpt"
     desc = "RoleGPT"
 
     def __init__(self, config: RoleGPTConfig | None = None):
@@ -238,16 +254,17 @@ class RoleGPT(GenerationJob):
                 sends nothing twice).
             profiles (`list[RoleProfile]`, `dict` or `datasets.Dataset`): the roles.
             instructions (`datasets.Dataset` or `list`): the general instructions (see `pairs`).
-            output_dir (`str` or `Path`, *optional*): where to write `general/train.jsonl`,
-                `general/rolegpt_baseline.jsonl` (the release's records), `generation_config.json` and
-                `generation_stats.json` (see `save`).
+            output_dir (`str` or `Path`, *optional*): a release folder to add the rows and the profiles to (see
+                `write`), with `generation/rolegpt/generation_config.json` and `generation_stats.json` (see `save`).
 
         Returns:
-            `GenerationResult`: `dataset` is a `datasets.DatasetDict` with `train` (one row per pair with at least
-            one clean reference) and `rolegpt_baseline` (one row per pair whose baseline sample was answered), both
-            in `ROW_FEATURES`; `stats` holds the counts, rejections by reason included.
+            `GenerationResult`: `dataset` is a `datasets.DatasetDict` with `train` and `test` (one row per pair with
+            at least one clean reference, split by `stable_split`) and `rolegpt_baseline` (one row per pair whose
+            baseline sample was answered), all in `ROW_FEATURES`; `stats` holds the counts, rejections by reason
+            included; `details["profiles"]` the profiles asked.
         """
         config = self.config
+        profiles = as_profiles(profiles)
         requests = self.requests(profiles, instructions)
         roles = sorted({request.metadata["role"] for request in requests})
         # one parse per answer, in the client: it strips a `{role}:` prefix naming any role of the run
@@ -256,7 +273,7 @@ class RoleGPT(GenerationJob):
         by_pair: dict[int, list] = {}
         for result in results:
             by_pair.setdefault(result.request.metadata["pair"], []).append(result)
-        rows, baseline = [], []
+        rows, baseline = {"train": [], "test": []}, []
         failed, rejected = DropCounter(), DropCounter()
         for pair_results in by_pair.values():
             meta = pair_results[0].request.metadata
@@ -282,26 +299,50 @@ class RoleGPT(GenerationJob):
                 else:
                     references.append(answer)
             if references:
-                rows.append({**row, "generated": references})
+                split = stable_split(meta["role"], meta["question"], config.test_fraction, config.split_seed)
+                rows[split].append({**row, "generated": references})
+        made = rows["train"] + rows["test"]
         stats = {
             "pairs": len(by_pair),
             "requests": len(requests),
-            "rows": len(rows),
-            "rows_without_reference": len(by_pair) - len(rows),
-            "references": sum(len(row["generated"]) for row in rows),
+            "rows": len(made),
+            "train": len(rows["train"]),
+            "test": len(rows["test"]),
+            "rows_without_reference": len(by_pair) - len(made),
+            "references": sum(len(row["generated"]) for row in made),
             "baseline_rows": len(baseline),
             "rejected": rejected.as_dict(),
             "failed": failed.as_dict(),
             "usage": usage,
         }
-        dataset = datasets.DatasetDict(train=rows_to_dataset(rows), rolegpt_baseline=rows_to_dataset(baseline))
-        result = GenerationResult(dataset, stats, failures=self.failures(results))
+        dataset = datasets.DatasetDict(
+            train=rows_to_dataset(rows["train"]),
+            test=rows_to_dataset(rows["test"]),
+            rolegpt_baseline=rows_to_dataset(baseline),
+        )
+        result = GenerationResult(dataset, stats, details={"profiles": profiles}, failures=self.failures(results))
         if output_dir is not None:
             self.save(output_dir, result, client)
         return result
 
     def write(self, output_dir: Path, result: GenerationResult) -> None:
-        """The release's `general/train.jsonl` and `general/rolegpt_baseline.jsonl`."""
-        for split, name in (("train", "train.jsonl"), ("rolegpt_baseline", "rolegpt_baseline.jsonl")):
-            records = ({k: row[k] for k in ("role", "question", "generated")} for row in result.dataset[split])
-            write_jsonl(output_dir / "general" / name, records)
+        """`rolebench-{lang}/.../general/{train,test,rolegpt_baseline}.jsonl` (the release's records) and the
+        profiles in `profiles-{lang}/`, added to what `output_dir` holds.
+
+        A row of this run replaces an earlier row of the same (role, question) in whichever split file holds it;
+        the other rows are kept, so runs over other roles or instructions add up and a re-run fills gaps.
+        """
+        save_profiles(output_dir, result.details["profiles"])
+        splits, files = result.dataset, {}
+        for lang in sorted({row["lang"] for split in splits.values() for row in split}):
+            folder = output_dir / subset_dir(lang, "general")
+            answered = {(r["role"], r["question"]) for s in ("train", "test") for r in splits[s] if r["lang"] == lang}
+            for split in ("train", "test", "rolegpt_baseline"):
+                records = [
+                    {k: row[k] for k in ("role", "question", "generated")}
+                    for row in splits[split]
+                    if row["lang"] == lang
+                ]
+                keys = answered if split != "rolegpt_baseline" else {(r["role"], r["question"]) for r in records}
+                files[folder / f"{split}.jsonl"] = (records, lambda r, keys=keys: (r["role"], r["question"]) in keys)
+        merge_jsonl(files)

@@ -8,9 +8,13 @@ rolellm generate rolegpt --config examples/recipes/generate_rolegpt.yaml --base_
 rolellm generate context-instruct --profiles_dir ../shared/data/roleglm-screenplay/profile_zhenhuan \
     --roles 华妃 --backend local --model ./my-model --output_dir runs/ci
 
-# descriptions and catchphrases for profiles from their dialogue
-rolellm generate profile --config examples/recipes/generate_profile.yaml
+# descriptions and catchphrases for profiles from their dialogue (`profile` is another name of `describe`)
+rolellm generate describe --config examples/recipes/generate_profile.yaml
 ```
+
+The output folder is a RoleBench release of its own (`rolebench-{lang}/`, `profiles-{lang}/`, `instructions-{lang}/`)
+that `rolellm train --data_dir`, `rolellm evaluate --data_dir` and `load_rolebench(..., data_dir=)` read as it is;
+runs into the same folder add up (each job's config, stats and failures go to `generation/<job>/`).
 
 Answers are cached in `--cache_path` (default `<output_dir>/cache.sqlite`): a run that stops — even killed — and is
 started again sends no answered request twice. API keys come only from `OPENAI_API_KEY`, never from flags or
@@ -47,7 +51,8 @@ class GenerateArguments:
             folder; guessed from the text of screenplays and cards).
         roles (`list[str]`, *optional*): only these roles, spelled as in the profiles or not (`Dr. Frank N Furter`
             finds `Dr. Frank-N-Furter`); default: every role with dialogue.
-        output_dir (`str`): where the data, `generation_config.json` and `generation_stats.json` go.
+        output_dir (`str`): the release folder the data and profiles are added to (`generation_config.json`,
+            `generation_stats.json` and `failures.jsonl` go to its `generation/<job>/`).
 
     > Parameters that control the chat client
 
@@ -64,12 +69,12 @@ class GenerateArguments:
         chat_template (`str`, *optional*): a chat template for a local model without one (`"chatml"`).
         cache_path (`str`, *optional*): the answer cache, defaults to `<output_dir>/cache.sqlite`.
         allow_partial (`bool`, *optional*, defaults to `False`): exit 0 although some requests failed (they are
-            listed in `<output_dir>/failures.jsonl` either way; without it the exit code is 1).
+            listed in `<output_dir>/generation/<job>/failures.jsonl` either way; without it the exit code is 1).
         dry_run (`bool`, *optional*, defaults to `False`): print how many requests the run would send (and how many
             the cache already answers) with an estimate of their tokens, then stop without sending or writing.
     """
 
-    output_dir: str = field(metadata={"help": "Where the data, generation_config.json and stats go."})
+    output_dir: str = field(metadata={"help": "Release folder the data and profiles are added to."})
     model: str = field(metadata={"help": "Endpoint model name, or the local model's folder / Hub id."})
     profiles_dir: str = field(
         metadata={"help": "Role profiles: a release or screenplay folder, a desc.json, a Character Card, a script."}
@@ -127,8 +132,9 @@ class InstructionArguments:
 SUBCOMMANDS = {
     "rolegpt": ((GenerateArguments, InstructionArguments, RoleGPTConfig), "RoleGPT answers to general instructions."),
     "context-instruct": ((GenerateArguments, ContextInstructConfig), "Context-Instruct role-specific items."),
-    "profile": ((GenerateArguments, ProfileDescriptionConfig), "Role descriptions and catchphrases from dialogue."),
+    "describe": ((GenerateArguments, ProfileDescriptionConfig), "Role descriptions and catchphrases from dialogue."),
 }
+ALIASES = {"describe": ["profile"]}
 
 
 def make_parser(subparsers=None):
@@ -141,7 +147,9 @@ def make_parser(subparsers=None):
         dest="generator", metavar="<generator>", required=True, parser_class=recipe_parser_class()
     )
     for name, (dataclass_types, help_text) in SUBCOMMANDS.items():
-        sub = commands.add_parser(name, dataclass_types=dataclass_types, help=help_text, description=help_text)
+        sub = commands.add_parser(
+            name, aliases=ALIASES.get(name, []), dataclass_types=dataclass_types, help=help_text, description=help_text
+        )
         sub.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
     return parser
 
@@ -176,19 +184,33 @@ def read_instructions(args: InstructionArguments, roles: list[str]):
     return instructions
 
 
+def describe_folder(folder) -> str:
+    """What a release folder now serves: its RoleBench configs with their splits, and how to train on it."""
+    from rolellm.data.layout import CONFIG_NAMES, available_splits
+
+    found = {name: available_splits(folder, name) for name in CONFIG_NAMES if not name.startswith("profiles-")}
+    configs = ", ".join(f"{name} ({'/'.join(splits)})" for name, splits in found.items() if splits)
+    if not configs:
+        return f"{folder} holds no RoleBench rows yet (only profiles)"
+    return (
+        f"{folder} holds the RoleBench configs {configs}: rolellm train --data_dir {folder} --dataset_configs CONFIG"
+    )
+
+
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
-    dataclass_types, _ = SUBCOMMANDS[args.generator]
+    generator_name = next(name for name in SUBCOMMANDS if args.generator in (name, *ALIASES.get(name, [])))
+    dataclass_types, _ = SUBCOMMANDS[generator_name]
     built = dataclasses_from(args, dataclass_types)
     job, config = built[0], built[-1]
     profiles, client = read_profiles(job), make_client(job.client_config())
-    if args.generator == "rolegpt":
+    if generator_name == "rolegpt":
         from rolellm.generation.rolegpt import RoleGPT
 
         generator = RoleGPT(config)
         inputs = (profiles, read_instructions(built[1], [p.name for p in profiles]))
-    elif args.generator == "context-instruct":
+    elif generator_name == "context-instruct":
         from rolellm.generation.context_instruct import ContextInstruct
 
         generator, inputs = ContextInstruct(config), (profiles,)
@@ -203,10 +225,11 @@ def main(args=None):
     result = generator.generate(client, *inputs, output_dir=job.output_dir)
     print(result.dataset)
     print(f"Stats: {result.stats}")
-    print(f"Wrote the data, generation_config.json and generation_stats.json to {job.output_dir}")
+    print(f"Added the data to the release folder {job.output_dir} (run files in {generator.run_dir(job.output_dir)})")
+    print(describe_folder(job.output_dir))
     if result.failures:
         print(
-            f"{len(result.failures)} requests failed; listed in {Path(job.output_dir) / FAILURES_NAME}"
+            f"{len(result.failures)} requests failed; listed in {generator.run_dir(job.output_dir) / FAILURES_NAME}"
             + ("" if job.allow_partial else " (pass --allow_partial to accept a partial run)"),
             file=sys.stderr,
         )
