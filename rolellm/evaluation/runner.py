@@ -271,10 +271,11 @@ def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline: l
         `dict`: `WinRateResult.to_dict()`: `win_rate`, `ci_low`, `ci_high`, `average_rank`, counts, `outcomes`.
     """
     from rolellm.evaluation.judge import judge_win_rate
+    from rolellm.roles.card_prompts import role_description
     from rolellm.roles.profile import role_key
 
     client = make_client(config.judge_client_config())
-    descriptions = {row["role"]: profiles[role_key(row["role"])].description_with_catchphrases() for row in rows}
+    descriptions = {row["role"]: role_description(profiles[role_key(row["role"])]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
     result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
     return result.to_dict()
