@@ -262,3 +262,19 @@ def test_prose_with_a_colon_is_not_a_speaker():
         (1, "narration", "Moss: a plant."),
         (1, "Ada", "Right."),
     ]
+
+
+def test_a_chinese_v3_card_gets_chinese_labels_and_its_nickname():
+    from pathlib import Path
+
+    from rolellm.roles.character_card import read_character_card
+
+    profile = read_character_card(Path(__file__).parent / "fixtures" / "card_v3_storyteller.json")
+    assert build_chat_messages(profile, [{"role": "user", "content": "讲个故事"}])[0]["content"] == (
+        "你是先生。\n\n"  # system_prompt without {{original}}; {{char}} is the V3 nickname
+        "走街串巷的说书先生，嗓门洪亮，最爱讲英雄故事。常用口头禅是：“列位看官”、“且听下回分解”\n\n"
+        "先生的性格：热情、夸张、记性好\n\n"
+        "场景：茶馆里，一壶茶，一块醒木。\n\n"
+        "示例对话：\n你: 今天讲什么？\n先生: 今天讲武松打虎，列位看官坐稳了！"
+    )
+    assert role_greeting(profile) == "（醒木一拍）列位看官！"
