@@ -3,13 +3,19 @@ messages of a chat, of the prompting modes, of RoleGPT's requests and of Context
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
 from rolellm.generation.context_instruct import ContextInstruct
 from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig
 from rolellm.roles.card_prompts import approx_tokens, lorebook_entries
-from rolellm.roles.character_card import dumps_character_card, parse_mes_example, profile_from_card
+from rolellm.roles.character_card import (
+    dumps_character_card,
+    parse_mes_example,
+    profile_from_card,
+    read_character_card,
+)
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import (
     PROMPTING_MODES,
@@ -265,10 +271,6 @@ def test_prose_with_a_colon_is_not_a_speaker():
 
 
 def test_a_chinese_v3_card_gets_chinese_labels_and_its_nickname():
-    from pathlib import Path
-
-    from rolellm.roles.character_card import read_character_card
-
     profile = read_character_card(Path(__file__).parent / "fixtures" / "card_v3_storyteller.json")
     assert build_chat_messages(profile, [{"role": "user", "content": "讲个故事"}])[0]["content"] == (
         "你是先生。\n\n"  # system_prompt without {{original}}; {{char}} is the V3 nickname
