@@ -268,3 +268,34 @@ def test_trainer_trains_each_turn_of_a_history_rerendering_template_on_its_own_r
             trained = [label for label in row["labels"] if label != -100]
             assert tokenizer.decode(trained) == CONVERSATION[end]["content"] + "<|endoftext|>"
     assert trainer.train().global_step == 1
+
+
+@pytest.mark.parametrize("prepend_scheme", ["first", "always"])
+def test_sentencepiece_style_prefix_space_is_not_added_at_cuts(prepend_scheme):
+    """A Metaspace tokenizer (Llama-2, Mistral) puts `▁` at the start of the text (and after each control token with
+    `"always"`), never at the cuts between prompt and answer: the ids are those of tokenizing the whole text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from rolellm.testing import tiny_corpus
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=prepend_scheme)
+    backend.decoder = decoders.Metaspace(prepend_scheme=prepend_scheme)
+    alphabet = [chr(c) for c in range(32, 127)] + ["\n"]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "</s>", "<unk>"], initial_alphabet=alphabet,
+                                  show_progress=False)  # fmt: skip
+    backend.train_from_iterator(tiny_corpus(), trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    template = (
+        "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
+        "{% elif m.role == 'assistant' %} {{ m.content }} {{ eos_token }}{% else %}{{ m.content }}\n{% endif %}"
+        "{% endfor %}"
+    )
+    encoded = encode_chat(tokenizer, CONVERSATION, chat_template=template)
+    whole = tokenizer.apply_chat_template(CONVERSATION, chat_template=template, tokenize=False)
+    assert encoded["input_ids"] == tokenizer(whole, add_special_tokens=False)["input_ids"]
+    if prepend_scheme == "first":  # "always" adds a space after each control token in any tokenization
+        assert tokenizer.decode(encoded["input_ids"]) == whole
+    prompt = encode_chat(tokenizer, CONVERSATION[:2], add_generation_prompt=True, chat_template=template)
+    assert encoded["input_ids"][: len(prompt["input_ids"])] == prompt["input_ids"]

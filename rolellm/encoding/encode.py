@@ -9,12 +9,49 @@ text, answers, end of turn, think blocks, trimmed contents) are those of `rolell
 from rolellm.encoding.layout import SENTINEL_RE, Sequence, added_token_ids, backend_of, chat_layout
 
 
-def _encode_plain(tokenizer, text: str) -> list[int]:
+_PLAIN_PIPELINES: dict[int, tuple] = {}
+
+
+def _plain_pipelines(backend) -> tuple:
+    """`(scheme, with_prefix, without_prefix)`: (normalizer, pre-tokenizer) pairs for a plain run of text.
+
+    A SentencePiece-style tokenizer puts a prefix space (`▁`) at the start of the text (`prepend_scheme="first"`) or
+    of every run between added tokens (`"always"`, or a `Prepend` normalizer); a run that starts at a cut inside
+    the text must not get one, so it is encoded without.
+    """
+    from tokenizers import normalizers, pre_tokenizers
+
+    cached = _PLAIN_PIPELINES.get(id(backend))
+    if cached is not None and cached[0] is backend:
+        return cached[1]
+    normalizer, pre_tokenizer, scheme = backend.normalizer, backend.pre_tokenizer, "never"
+    bare_normalizer, bare_pre_tokenizer = normalizer, pre_tokenizer
+    if isinstance(pre_tokenizer, pre_tokenizers.Metaspace) and pre_tokenizer.prepend_scheme != "never":
+        scheme = pre_tokenizer.prepend_scheme
+        bare_pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement=pre_tokenizer.replacement, prepend_scheme="never", split=pre_tokenizer.split
+        )
+    if isinstance(normalizer, normalizers.Prepend):
+        scheme, bare_normalizer = "always", None
+    elif isinstance(normalizer, normalizers.Sequence):
+        steps = [normalizer[i] for i in range(len(normalizer))]
+        if any(isinstance(step, normalizers.Prepend) for step in steps):
+            scheme = "always"
+            bare_normalizer = normalizers.Sequence([s for s in steps if not isinstance(s, normalizers.Prepend)])
+    pipelines = (scheme, (normalizer, pre_tokenizer), (bare_normalizer, bare_pre_tokenizer))
+    _PLAIN_PIPELINES[id(backend)] = (backend, pipelines)
+    return pipelines
+
+
+def _encode_plain(tokenizer, text: str, at_start: bool = True, after_control: bool = False) -> list[int]:
     """`text` as ordinary text: the backend's pipeline without its added tokens, special or not."""
     backend = tokenizer.backend_tokenizer
-    if backend.normalizer is not None:
-        text = backend.normalizer.normalize_str(text)
-    splits = [split for split, _ in backend.pre_tokenizer.pre_tokenize_str(text)] if backend.pre_tokenizer else [text]
+    scheme, with_prefix, without_prefix = _plain_pipelines(backend)
+    prefixed = scheme == "never" or at_start or (scheme == "always" and after_control)
+    normalizer, pre_tokenizer = with_prefix if prefixed else without_prefix
+    if normalizer is not None:
+        text = normalizer.normalize_str(text)
+    splits = [split for split, _ in pre_tokenizer.pre_tokenize_str(text)] if pre_tokenizer else [text]
     return [token.id for split in splits for token in backend.model.tokenize(split)]
 
 
@@ -52,12 +89,16 @@ def _encode_sequence(tokenizer, sequence: Sequence, contents: list[str]) -> dict
         for token_id, (start, end) in zip(encoding.ids, encoding.offsets):
             if token_id in added:
                 controls[x + start] = (x + end, token_id)
-    points = sorted({0, len(text), *cuts, *controls, *(end for end, _ in controls.values())})
+    control_ends = {end for end, _ in controls.values()}
+    points = sorted({0, len(text), *cuts, *controls, *control_ends})
     input_ids, masks = [], []
     for x, y in zip(points, points[1:]):
         if x == y:
             continue
-        ids = [controls[x][1]] if controls.get(x, (None,))[0] == y else _encode_plain(tokenizer, text[x:y])
+        if controls.get(x, (None,))[0] == y:
+            ids = [controls[x][1]]
+        else:
+            ids = _encode_plain(tokenizer, text[x:y], at_start=x == 0, after_control=x in control_ends)
         trained = any(a <= x and y <= b for a, b in spans)
         input_ids += ids
         masks += [int(trained)] * len(ids)
