@@ -204,3 +204,32 @@ def test_cli_check_exit_codes(tmp_path, tiny_tokenizer, capsys):
 def test_cli_check_on_a_real_tokenizer_folder(name, capsys):
     assert _run_cli(CORPUS / name) == 0
     assert "the template is supported" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("template", "failed", "cause"),
+    [
+        ("{{ raise_exception('No roles here') }}", "renders", "No roles here"),
+        (  # the generation prompt opens an answer differently from how answers are rendered
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>bot\n{% endif %}",
+            "renders",
+            "generation prompt ends with",
+        ),
+        (  # nothing ends an answer: no end of turn, and the next turn starts with plain text
+            "{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}"
+            "{% if add_generation_prompt %}assistant: {% endif %}",
+            "single-turn mask",
+            "trains no end of turn",
+        ),
+    ],
+)
+def test_check_names_what_is_wrong(tiny_tokenizer, template, failed, cause):
+    report = check_chat_template(tiny_tokenizer, chat_template=template)
+    assert not report.ok
+    assert report.cause.startswith(f"{failed}:") and cause in report.cause
+    assert f"FAIL  {failed}" in str(report) and "NOT supported" in str(report)
+
+
+def test_check_without_a_template(tiny_tokenizer):
+    assert check_chat_template(tiny_tokenizer).cause == "tokenizer: the tokenizer has no chat template"

@@ -102,8 +102,11 @@ def _check_turns(report, tokenizer, chat_template, turns, keep_think) -> bool:
         answer = layout.contents[index]
         if answer not in trained:
             return report.add(name, False, f"answer {index} trains {trained!r}, not the answer {answer!r}")
-        if trained.endswith(answer):
+        end_of_turn = trained[trained.index(answer) + len(answer) :]
+        if not end_of_turn:
             return report.add(name, False, f"answer {index} trains no end of turn after {answer!r}")
+        if any(question in end_of_turn for question, _ in TURNS):
+            return report.add(name, False, f"answer {index} trains the next prompt: {end_of_turn!r}")
         prompt = encode_chat(tokenizer, messages[:index], True, chat_template, keep_think)["input_ids"]
         if ids[:start] != prompt:
             return report.add(name, False, f"the prompt of answer {index} is not the inference prompt")

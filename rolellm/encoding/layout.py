@@ -206,7 +206,7 @@ def _turn(renderer, messages, index) -> _Turn:
     if renderer.markers:  # the template marks what is trained: its generation block ends the answer
         raw, blocks = render(renderer.tokenizer, messages[: index + 1], renderer.chat_template, generation_spans=True)
         content_end = raw.find(sentinel) + len(sentinel)
-        block_end = next((e for s, e in blocks if s <= content_end <= e), content_end)
+        block_end = next((b for a, b in blocks if a <= content_end <= b), content_end)
         trained = len(raw[content_end:block_end]) if end.startswith(raw[content_end:block_end]) else len(end)
     else:
         trained = len(end)
@@ -251,8 +251,7 @@ def chat_layout(tokenizer, messages, chat_template, add_generation_prompt=False,
                 fold = True
                 continue
             raise _template_error(error) from None
-        system = SENTINEL.format(0)
-        if not has_system or all(system in s.text[: s.spans[-1][0] if s.spans else None] for s in layout):
+        if not has_system or all(SENTINEL.format(0) in sequence.text for sequence in layout):
             break
         if fold:
             raise ValueError("the chat template drops the system text even when it is folded into the first user turn")
