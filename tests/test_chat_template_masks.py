@@ -299,3 +299,17 @@ def test_sentencepiece_style_prefix_space_is_not_added_at_cuts(prepend_scheme):
         assert tokenizer.decode(encoded["input_ids"]) == whole
     prompt = encode_chat(tokenizer, CONVERSATION[:2], add_generation_prompt=True, chat_template=template)
     assert encoded["input_ids"][: len(prompt["input_ids"])] == prompt["input_ids"]
+
+
+def test_the_layout_of_a_shape_is_reused_but_never_its_contents(tokenizer):
+    """Conversations of one shape share a layout; their contents, strip rules and tokens stay their own."""
+    first = encode_chat(tokenizer, CONVERSATION, chat_template=LLAMA3_LIKE)
+    other = [dict(m, content=f"  {m['content']} again ") for m in CONVERSATION]
+    second = encode_chat(tokenizer, other, chat_template=LLAMA3_LIKE)
+    expected = tokenizer.apply_chat_template(other, chat_template=LLAMA3_LIKE, tokenize=False)
+    assert tokenizer.decode(second["input_ids"]) == expected != tokenizer.decode(first["input_ids"])
+    assert encode_chat(tokenizer, CONVERSATION, chat_template=LLAMA3_LIKE) == first
+    grown = copy.deepcopy(tokenizer)  # another tokenizer (and one whose vocabulary changes) gets its own layout
+    grown.add_tokens(["Jack"])
+    ids = encode_chat(grown, CONVERSATION, chat_template=LLAMA3_LIKE)["input_ids"]
+    assert grown.decode(ids) == tokenizer.decode(first["input_ids"])

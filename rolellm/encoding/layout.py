@@ -21,6 +21,8 @@ Rules, applied the same way for training and for inference (`add_generation_prom
 
 import os
 import re
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from jinja2.exceptions import TemplateError
@@ -114,21 +116,17 @@ def _placeholders(messages, fold_system: bool) -> list[dict]:
     return placeholders
 
 
-def _stripped_contents(renderer, messages, placeholders, add_generation_prompt) -> list[str]:
-    """The contents, stripped of the whitespace the template strips from them (`|trim`, `.lstrip('\\n')`).
+def _strip_rules(renderer, placeholders, count, add_generation_prompt) -> list[tuple]:
+    """What the template strips of each of the `count` contents: `(left, right)`, each `False` (nothing), `None`
+    (all whitespace) or the characters it strips (`.lstrip('\\n')`).
 
     Each content is padded with whitespace in turn; what is missing of the padding in the rendering is what the
     template strips.
     """
     baseline = render(renderer.tokenizer, placeholders, renderer.chat_template, add_generation_prompt)
-    contents = []
-    for i, message in enumerate(messages):
-        content = message["content"]
-        if not isinstance(content, str):
-            raise ValueError(
-                f"message {i} ({message.get('role')!r}) has a {type(content).__name__} content: give text"
-            )
-        sentinel = SENTINEL.format(i)
+    rules = []
+    for i in range(count):
+        sentinel, left_rule, right_rule = SENTINEL.format(i), False, False
         position = baseline.find(sentinel)
         if position >= 0:
             padded = [{**m, "content": m["content"].replace(sentinel, _PAD_LEFT + sentinel + _PAD_RIGHT)}
@@ -138,13 +136,17 @@ def _stripped_contents(renderer, messages, placeholders, add_generation_prompt) 
             left = rendered[position:at]
             right = rendered[at + len(sentinel) : len(rendered) - len(baseline) + position + len(sentinel)]
             if left != _PAD_LEFT and _PAD_LEFT.endswith(left):  # stripped: all whitespace or the removed characters
-                content = content.lstrip(_PAD_LEFT[: len(_PAD_LEFT) - len(left)] if left else None)
+                left_rule = _PAD_LEFT[: len(_PAD_LEFT) - len(left)] if left else None
             if right != _PAD_RIGHT and _PAD_RIGHT.startswith(right):
-                content = content.rstrip(_PAD_RIGHT[len(right) :] if right else None)
-        if content != message["content"]:
-            renderer.changes.add("contents stripped")
-        contents.append(content)
-    return contents
+                right_rule = _PAD_RIGHT[len(right) :] if right else None
+        rules.append((left_rule, right_rule))
+    return rules
+
+
+def _apply_strip(content: str, rule: tuple) -> str:
+    left, right = rule
+    content = content if left is False else content.lstrip(left)
+    return content if right is False else content.rstrip(right)
 
 
 def _after_last_sentinel(text: str) -> str:
@@ -236,28 +238,60 @@ def _merge(tokenizer, turns: list[_Turn], text: str) -> list[tuple[int, int]] | 
     return spans
 
 
+_LAYOUTS: OrderedDict = OrderedDict()  # recent layouts: a layout depends on the roles, never on the contents
+_LAYOUT_CACHE_SIZE = 1024
+
+
 def chat_layout(tokenizer, messages, chat_template, add_generation_prompt=False, keep_think=False) -> Layout:
-    """The token sequences to encode for `messages`; see the module docstring for the rules."""
+    """The token sequences to encode for `messages`; see the module docstring for the rules.
+
+    The template only ever sees placeholders, so the layout of a conversation depends on its roles (and any other
+    message fields), not on its contents: it is computed once per shape and reused.
+    """
+    for i, message in enumerate(messages):
+        if not isinstance(message.get("content"), str):
+            kind = type(message.get("content")).__name__
+            raise ValueError(f"message {i} ({message.get('role')!r}) has a {kind} content: give text")
+    shape = tuple(tuple(sorted((k, repr(v)) for k, v in m.items() if k != "content")) for m in messages)
+    key = (id(tokenizer), len(tokenizer), repr(tokenizer.special_tokens_map), chat_template, shape,
+           add_generation_prompt, keep_think)  # fmt: skip
+    cached = _LAYOUTS.get(key)
+    if cached is None or cached[0]() is not tokenizer:  # (a weak reference: the cache never keeps a tokenizer alive)
+        layout = _shape_layout(tokenizer, messages, chat_template, add_generation_prompt, keep_think)
+        cached = _LAYOUTS[key] = (weakref.ref(tokenizer), layout)
+        if len(_LAYOUTS) > _LAYOUT_CACHE_SIZE:
+            _LAYOUTS.popitem(last=False)
+    else:
+        _LAYOUTS.move_to_end(key)
+    sequences, rules, changes = cached[1]
+    contents = [_apply_strip(m["content"], rule) for m, rule in zip(messages, rules)]
+    if contents != [m["content"] for m in messages]:
+        changes = sorted({*changes, "contents stripped"})
+    return Layout(sequences=sequences, contents=contents, changes=changes)
+
+
+def _shape_layout(tokenizer, messages, chat_template, add_generation_prompt, keep_think) -> tuple:
+    """`(sequences, strip rules, changes)` of a conversation of this shape."""
     renderer = _Renderer(tokenizer, chat_template, keep_think)
     has_system = bool(messages) and messages[0]["role"] == "system"
     fold = False
     while True:
         placeholders = _placeholders(messages, fold)
         try:
-            contents = _stripped_contents(renderer, messages, placeholders, add_generation_prompt)
-            layout = _layout(renderer, placeholders, add_generation_prompt)
+            rules = _strip_rules(renderer, placeholders, len(messages), add_generation_prompt)
+            sequences = _layout(renderer, placeholders, add_generation_prompt)
         except TemplateError as error:
             if has_system and not fold:
                 fold = True
                 continue
             raise _template_error(error) from None
-        if not has_system or all(SENTINEL.format(0) in sequence.text for sequence in layout):
+        if not has_system or all(SENTINEL.format(0) in sequence.text for sequence in sequences):
             break
         if fold:
             raise ValueError("the chat template drops the system text even when it is folded into the first user turn")
         fold = True
     changes = sorted(renderer.changes | ({"system folded into the first user turn"} if fold else set()))
-    return Layout(sequences=layout, contents=contents, changes=changes)
+    return sequences, rules, changes
 
 
 def _layout(renderer, messages, add_generation_prompt) -> list[Sequence]:
