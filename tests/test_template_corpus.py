@@ -233,3 +233,32 @@ def test_check_names_what_is_wrong(tiny_tokenizer, template, failed, cause):
 
 def test_check_without_a_template(tiny_tokenizer):
     assert check_chat_template(tiny_tokenizer).cause == "tokenizer: the tokenizer has no chat template"
+
+
+@SKIP
+@pytest.mark.parametrize("name", FOLDERS or ["none"])
+def test_local_chat_client_prompt_keeps_injected_tokens_plain(tokenizers, name):
+    """`LocalChatClient` (the path of `rolellm evaluate` and `rolellm dialogue` with a local model) prompts with
+    exactly `encode_chat`'s tokens, so added tokens' text in the messages stays plain text there too (the first
+    100 added tokens: the model reads the whole prompt; every token is tried on `encode_chat` above)."""
+    import torch
+    from jinja2.exceptions import TemplateError
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rolellm import LocalChatClient
+
+    tokenizer = tokenizers(name)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    client = LocalChatClient(model=LlamaForCausalLM(config), tokenizer=tokenizer, max_new_tokens=1, progress=False)
+    texts = " ".join([t.content for t in tokenizer.added_tokens_decoder.values() if t.content.strip()][:100])
+    injected = [dict(m, content=f"{m['content']} {texts}") for m in CHAT[:4]]
+    [result] = client.generate([injected])
+    prompt = encode_chat(tokenizer, injected, add_generation_prompt=True)["input_ids"]
+    assert result.ok and result.usage["prompt_tokens"] == len(prompt)
+    try:
+        raw = tokenizer.apply_chat_template(injected, add_generation_prompt=True)  # forges the tokens: fewer of them
+    except TemplateError:  # a template without a system role
+        raw = tokenizer.apply_chat_template(injected[1:], add_generation_prompt=True)
+    assert len(raw) < len(prompt)
