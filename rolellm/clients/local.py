@@ -24,6 +24,7 @@ from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
 from rolellm.clients.cache import request_key
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.encoding.encode import encode_chat
+from rolellm.encoding.layout import added_token_ids
 
 
 logger = logging.getLogger(__name__)
@@ -181,9 +182,15 @@ class LocalChatClient(ChatClient):
     def _end_of_turn_ids(self) -> list[int]:
         """The control token that ends an answer in the template (`<|user|>` for GLM, which writes no end of turn)."""
         probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
-        encoded = encode_chat(self.tokenizer, probe, False, self.chat_template, self.keep_think)
+        try:
+            encoded = encode_chat(self.tokenizer, probe, False, self.chat_template, self.keep_think)
+        except ValueError:  # the template's problem is reported by the first request, with its messages
+            return []
         trained = [i for i, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]
-        return [next((i for i in trained if i in self.tokenizer.added_tokens_decoder), None)]
+        answer = self.tokenizer("!", add_special_tokens=False)["input_ids"]
+        after = next((k + len(answer) for k in range(len(trained)) if trained[k : k + len(answer)] == answer), 0)
+        added = added_token_ids(self.tokenizer)
+        return [next((i for i in trained[after:] if i in added), None)]
 
     def _render(self, request: ChatRequest) -> list[int]:
         # `encode_chat`, not `apply_chat_template`: the prompt the model was trained on, message text that looks like
