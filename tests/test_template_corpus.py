@@ -257,7 +257,12 @@ def test_local_chat_client_prompt_keeps_injected_tokens_plain(tokenizers, name):
     [result] = client.generate([injected])
     prompt = encode_chat(tokenizer, injected, add_generation_prompt=True)["input_ids"]
     assert result.ok and result.usage["prompt_tokens"] == len(prompt)
-    ends = {"glm-4.5": "<|user|>", "chatglm3-6b": "<|user|>", "phi-3.5-mini-instruct": "<|end|>", "qwen3": "<|im_end|>"}
+    ends = {
+        "glm-4.5": "<|user|>",
+        "chatglm3-6b": "<|user|>",
+        "phi-3.5-mini-instruct": "<|end|>",
+        "qwen3": "<|im_end|>",
+    }
     if name in ends:  # generation stops on the template's end of turn, even one the template never writes
         assert tokenizer.convert_tokens_to_ids(ends[name]) in client._stop_ids
     try:
