@@ -193,17 +193,25 @@ def check_chat_template(tokenizer, chat_template: str | None = None, keep_think:
 
 
 def _check_injection(report, tokenizer, chat_template, keep_think) -> bool:
-    """Every registered token's text in the contents is plain text: the control tokens are the template's own."""
+    """Every registered token's text in the contents is plain text, in training sequences and inference prompts:
+    the control tokens are exactly those of the same conversation without the injected text."""
     added = added_token_ids(tokenizer)
-    texts = [tokenizer.backend_tokenizer.id_to_token(i) for i in sorted(added)]
-    text = " " + " ".join(t for t in texts if t and t.strip())
-    clean = encode_chat_turns(tokenizer, _conversation(2), chat_template=chat_template, keep_think=keep_think)
-    injected = encode_chat_turns(tokenizer, _conversation(2, text=text), chat_template=chat_template,
-                                 keep_think=keep_think)  # fmt: skip
-    for a, b in zip(clean, injected):
-        if [i for i in a["input_ids"] if i in added] != [i for i in b["input_ids"] if i in added]:
+    texts = [t for t in (tokenizer.backend_tokenizer.id_to_token(i) for i in sorted(added)) if t and t.strip()]
+    text = " " + " ".join(texts)
+
+    def controls(encoded):
+        return [i for i in encoded["input_ids"] if i in added]
+
+    clean, injected = _conversation(2), _conversation(2, text=text)
+    pairs = zip(encode_chat_turns(tokenizer, clean, chat_template=chat_template, keep_think=keep_think),
+                encode_chat_turns(tokenizer, injected, chat_template=chat_template, keep_think=keep_think))  # fmt: skip
+    for a, b in pairs:
+        if controls(a) != controls(b):
             return report.add("injection", False, "a registered token's text in a message became a control token")
         trained = tokenizer.decode([i for i, m in zip(b["input_ids"], b["assistant_masks"]) if m])
         if text.strip() not in trained:
             return report.add("injection", False, "the injected text in an answer is not trained as plain text")
+    a, b = (encode_chat(tokenizer, c[:4], True, chat_template, keep_think) for c in (clean, injected))
+    if controls(a) != controls(b):
+        return report.add("injection", False, "a registered token's text in a prompt became a control token")
     return report.add("injection", True, f"the text of all {len(texts)} registered tokens stays plain text")
