@@ -100,6 +100,68 @@ def train_tiny_tokenizer(texts: list[str] | None = None, vocab_size: int = 1024)
     )
 
 
+# strings of a chat template that look like control tokens: <|im_start|>, <｜User｜>, <start_of_turn>, [INST], <用户>
+_CONTROL_RE = r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>]{1,40}｜>|</?[A-Za-z_][A-Za-z0-9_]{0,30}>|<</?SYS>>|\[/?[A-Za-z_]{2,20}\]|<[^\x00-\x7f<>]{1,8}>"
+
+
+def load_template_folder(folder: str | os.PathLike) -> tuple[str, dict]:
+    """A model's chat template and its `tokenizer_config.json` (the template from `chat_template.jinja` if present)."""
+    folder = Path(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    jinja = folder / "chat_template.jinja"
+    template = jinja.read_text(encoding="utf-8") if jinja.exists() else config.get("chat_template")
+    if isinstance(template, list):  # named templates: the default one
+        template = {t["name"]: t["template"] for t in template}["default"]
+    if not template:
+        raise ValueError(f"{folder}: no chat template in tokenizer_config.json or chat_template.jinja")
+    return template, config
+
+
+def tiny_tokenizer_for_template(folder: str | os.PathLike):
+    """The tiny BPE tokenizer with a model family's tokens and chat template, read from a tokenizer folder.
+
+    The added tokens are those of `tokenizer_config.json`'s `added_tokens_decoder` (with their special flag), its
+    bos/eos/pad/unk tokens (special), and every string of the template that looks like a control token (`<|...|>`,
+    `<｜...｜>`, `<tag>`, `[INST]`), added as ordinary (non-special) tokens when not listed.
+
+    >>> import tempfile, json, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<end>",
+    ...     "chat_template": "{% for m in messages %}<turn>{{ m.content }}<end>{% endfor %}"}))
+    >>> tokenizer = tiny_tokenizer_for_template(folder)
+    >>> tokens = tokenizer.convert_ids_to_tokens(tokenizer("<turn>hi<end>")["input_ids"])
+    >>> tokens[0], tokens[-1], tokenizer.eos_token
+    ('<turn>', '<end>', '<end>')
+    """
+    import re
+
+    from tokenizers import AddedToken
+
+    template, config = load_template_folder(folder)
+    tokenizer = train_tiny_tokenizer()
+    listed = [AddedToken(t["content"], special=t.get("special", False), normalized=False)
+              for t in config.get("added_tokens_decoder", {}).values()]  # fmt: skip
+    roles = {}
+    for role in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = config.get(role)
+        value = value.get("content") if isinstance(value, dict) else value
+        if value:
+            roles[role] = value
+    known = {t.content for t in listed} | set(tokenizer.get_vocab())
+    tokenizer.add_tokens(listed)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(roles.values())
+                          if t not in known])  # fmt: skip
+    known |= set(roles.values())
+    found = re.findall(_CONTROL_RE, template)
+    if "'<|' +" in template or "<|{{" in template:  # role markers built from the role name (ChatGLM3)
+        found += [f"<|{role}|>" for role in ("system", "user", "assistant", "observation")]
+    found = dict.fromkeys(t for t in found if t not in known)
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in found])
+    tokenizer.add_special_tokens(roles)
+    tokenizer.chat_template = template
+    return tokenizer
+
+
 def build_tiny_llama(path: str | os.PathLike, tokenizer=None, seed: int = 0, **config_overrides) -> Path:
     """Save a random tiny `LlamaForCausalLM` and its tokenizer to `path` and return the folder.
 

@@ -25,6 +25,10 @@ COMMANDS = {
     "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
     "dialogue": ("rolellm.scripts.dialogue", "Multi-turn evaluation: a simulated user talks with the role model."),
     "judge": ("rolellm.scripts.judge", "Judge tools: agreement of a judge's scores with human labels."),
+    "template": (
+        "rolellm.scripts.template",
+        "Check a model's chat template: exact masks, system text, injection safety.",
+    ),
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
 }
 

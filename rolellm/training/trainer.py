@@ -4,8 +4,9 @@ What it adds to `SFTTrainer`, each at one override point:
 
 - `build_role_dataset` (called before `SFTTrainer.__init__`): RoleBench rows + profiles -> `messages` samples, with
   the reference choice and the general/role-specific mix of `RoCITConfig`.
-- `_prepare_dataset`: tokenizes with `rolellm.encode_chat` (exact assistant masks for any chat template, control
-  tokens inside messages encoded as plain text, a per-token `subset_ids` column), lets TRL build the labels, and packs
+- `_prepare_dataset`: tokenizes with `rolellm.encode_chat_turns` (exact assistant masks for any chat template, the
+  text of registered tokens inside messages encoded as plain text, one row per turn for templates that re-render the
+  history, a per-token `subset_ids` column), lets TRL build the labels, and packs
   with `_pack_dataset`.
 - the data collator: TRL's, carrying `subset_ids` along (`DataCollatorForRoleLM`).
 - `compute_loss`: refuses batches whose packed samples could attend to each other and logs the loss of `general`
@@ -33,7 +34,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
-from rolellm.encoding.encode import encode_chat
+from rolellm.encoding.encode import encode_chat_turns
 from rolellm.roles.resolve import load_profiles
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card
@@ -255,9 +256,8 @@ class RoCITTrainer(SFTTrainer):
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
         if isinstance(dataset, datasets.Dataset) and "input_ids" not in dataset.column_names:
             conversations = self.build_role_dataset(dataset, dataset_name)
-            dataset = self._tokenize_role_dataset(conversations, args, dataset_name)
-            if self._attention_backend is not None:
-                dataset = dataset.add_column(PREFIX_GROUP_COLUMN, prefix_groups(conversations["messages"]))
+            with_groups = self._attention_backend is not None
+            dataset = self._tokenize_role_dataset(conversations, args, dataset_name, with_groups)
         # TRL builds the labels from `assistant_masks`, truncates and drops samples left without a trained token.
         num_samples = len(dataset) if isinstance(dataset, datasets.Dataset) else None
         dataset = super()._prepare_dataset(dataset, processing_class, args, False, formatting_func, dataset_name)
@@ -275,8 +275,12 @@ class RoCITTrainer(SFTTrainer):
             return prepare_prefix_shared_dataset(dataset, args, dataset_name)
         return self._pack_dataset(dataset, args, dataset_name) if packing else dataset
 
-    def _tokenize_role_dataset(self, dataset, args, dataset_name):
-        """`messages` -> `input_ids`, `assistant_masks` and per-token `subset_ids`, truncated to `max_length`."""
+    def _tokenize_role_dataset(self, dataset, args, dataset_name, with_groups=False):
+        """`messages` -> `input_ids`, `assistant_masks` and per-token `subset_ids`, truncated to `max_length`.
+
+        A conversation whose turns cannot share one sequence (see `rolellm.encode_chat_turns`) gives one row per
+        assistant turn; `with_groups` adds each row's prefix-sharing group (its system text).
+        """
         tokenizer = self._tokenizer
         assistant_only = self._train_on_assistant_only
         if args.max_length is None:
@@ -286,16 +290,25 @@ class RoCITTrainer(SFTTrainer):
                 slice(None, args.max_length) if args.truncation_mode == "keep_start" else slice(-args.max_length, None)
             )
 
-        def tokenize(example):
-            encoded = encode_chat(tokenizer, example["messages"])
-            input_ids = encoded["input_ids"][window]
-            out = {"input_ids": input_ids, "subset_ids": [SUBSET_IDS.get(example.get("subset"), -1)] * len(input_ids)}
-            if assistant_only:
-                out["assistant_masks"] = encoded["assistant_masks"][window]
+        def tokenize(batch):
+            out = {"input_ids": [], "subset_ids": [], **({"assistant_masks": []} if assistant_only else {})}
+            if with_groups:
+                out[PREFIX_GROUP_COLUMN] = []
+            for i, messages in enumerate(batch["messages"]):
+                subset_id = SUBSET_IDS.get(batch["subset"][i] if "subset" in batch else None, -1)
+                for encoded in encode_chat_turns(tokenizer, messages, keep_think=args.keep_think):
+                    input_ids = encoded["input_ids"][window]
+                    out["input_ids"].append(input_ids)
+                    out["subset_ids"].append([subset_id] * len(input_ids))
+                    if assistant_only:
+                        out["assistant_masks"].append(encoded["assistant_masks"][window])
+                    if with_groups:
+                        out[PREFIX_GROUP_COLUMN] += prefix_groups([messages])
             return out
 
         return dataset.map(
             tokenize,
+            batched=True,
             remove_columns=dataset.column_names,
             num_proc=args.dataset_num_proc,
             desc=f"Tokenizing {dataset_name} chats",
