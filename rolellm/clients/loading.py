@@ -28,7 +28,8 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
     An adapter checkpoint (a folder with `adapter_config.json`, as `rolellm train` writes for LoRA and QLoRA) is
     loaded with `peft.AutoPeftModelForCausalLM`: the base model named in `adapter_config.json`
     (`base_model_name_or_path`), its embeddings resized to the checkpoint's tokenizer when training added tokens
-    (the role template's `<|im_start|>` / `<|im_end|>`), then the adapter with the saved embedding and output rows.
+    (the role template's `<|im_start|>` / `<|im_end|>`), then the adapter with the saved embedding and output rows,
+    and the checkpoint's `generation_config.json` (which stops at the template's end of turn).
     The tokenizer always comes from `model_name_or_path`, so the role chat template trained with is the one used.
 
     Args:
@@ -39,7 +40,7 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
     Returns:
         `tuple`: `(model, tokenizer)`; an adapter checkpoint's model is a `peft.PeftModel` in eval mode.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     if dtype is not None:
         kwargs["dtype"] = dtype
@@ -48,6 +49,8 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+        if (Path(model_name_or_path) / "generation_config.json").is_file():  # the end-of-turn ids trained with
+            model.get_base_model().generation_config = GenerationConfig.from_pretrained(model_name_or_path)
     else:
         model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
     return model.eval(), tokenizer

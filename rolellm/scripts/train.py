@@ -49,8 +49,8 @@ class RoleBenchArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation rows."})
 
 
-def load_rows(script_args, split):
-    """The rows of `split` of every config in `dataset_configs`, concatenated."""
+def load_rows(script_args, split, counts: dict | None = None):
+    """The rows of `split` of every config in `dataset_configs`, concatenated; `counts` gets config -> rows."""
     import datasets
 
     from rolellm.data import load_rolebench
@@ -63,7 +63,12 @@ def load_rows(script_args, split):
             parts.append(load_rolebench(name, data_dir=script_args.data_dir, splits=[split])[split])
     rows = datasets.concatenate_datasets(parts)
     limit = script_args.max_train_samples if split == script_args.dataset_train_split else script_args.max_eval_samples
-    return rows.select(range(min(limit, len(rows)))) if limit is not None else rows
+    rows = rows.select(range(min(limit, len(rows)))) if limit is not None else rows
+    if counts is not None:  # the rows each config contributes, after `limit` (which keeps the first rows)
+        left = len(rows)
+        for name, part in zip(script_args.dataset_configs, parts):
+            counts[name], left = min(len(part), left), left - min(len(part), left)
+    return rows
 
 
 def load_profiles_for(script_args, training_args):
@@ -92,7 +97,8 @@ def train(script_args, training_args, model_args):
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
-    train_rows = load_rows(script_args, script_args.dataset_train_split)
+    row_counts = {}
+    train_rows = load_rows(script_args, script_args.dataset_train_split, row_counts)
     eval_rows = None
     if training_args.eval_strategy != "no":
         eval_rows = load_rows(script_args, script_args.dataset_test_split)
@@ -104,11 +110,11 @@ def train(script_args, training_args, model_args):
         profiles=load_profiles_for(script_args, training_args),
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
+        dataset_name=script_args.dataset_name or script_args.data_dir or HUB_REPO_ID,
+        dataset_configs=row_counts,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    dataset_name = script_args.dataset_name or script_args.data_dir or HUB_REPO_ID
-    trainer.create_model_card(dataset_name=dataset_name)
+    trainer.save_model(training_args.output_dir)  # with its profiles, chat template and model card
     samples = trainer.role_stats["train"]["samples"]
     trainer.accelerator.print(
         f"Trained on {sum(samples.values())} samples ({samples}) of {len(trainer.role_stats['train']['roles'])} roles "
@@ -116,7 +122,7 @@ def train(script_args, training_args, model_args):
         f"saved to {training_args.output_dir}"
     )
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=dataset_name)
+        trainer.push_to_hub(dataset_name=trainer.dataset_name)
     trainer.end()
     return trainer
 

@@ -37,6 +37,7 @@ from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat
+from rolellm.roles.profile import role_key
 from rolellm.roles.resolve import PROFILES_FILE, load_profiles, write_profiles_jsonl
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
@@ -395,18 +396,28 @@ class RoCITTrainer(SFTTrainer):
             self.save_role_files(output_dir if output_dir is not None else self.args.output_dir)
 
     def save_role_files(self, folder: str | Path) -> None:
-        """Write `role_profiles.jsonl`, `system_template.jinja` (when one was used), `chat_template.jinja` and the
-        model card `README.md` into `folder`."""
+        """Write `role_profiles.jsonl`, `system_template.jinja` (when one was used), `chat_template.jinja`, an
+        adapter's `generation_config.json` and the model card `README.md` into `folder`."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        if self.profiles:
-            write_profiles_jsonl(self.profiles, folder / PROFILES_FILE)
+        profiles = self.trained_profiles()
+        if profiles:
+            write_profiles_jsonl(profiles, folder / PROFILES_FILE)
         if self._system_template is not None:
             (folder / "system_template.jinja").write_text(self._system_template, encoding="utf-8")
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        if is_peft_model(unwrapped):  # an adapter folder: keep the end-of-turn ids `set_role_chat_template` added
+            unwrapped.get_base_model().generation_config.save_pretrained(folder)
         template = self._tokenizer.chat_template
         if isinstance(template, str) and not (folder / "chat_template.jinja").is_file():
             (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
         self.build_model_card(model_name=Path(self.args.output_dir).name).save(folder / "README.md")
+
+    def trained_profiles(self) -> dict:
+        """The profiles of the roles in the training and evaluation data (all given profiles when none was seen)."""
+        roles = {role_key(role) for stats in self.role_stats.values() for role in stats["roles"]}
+        profiles = self.profiles or {}
+        return {name: profile for name, profile in profiles.items() if role_key(name) in roles} or dict(profiles)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir` (see `build_model_card`)."""
@@ -435,7 +446,7 @@ class RoCITTrainer(SFTTrainer):
             peft_config=peft_config,
             tags=sorted({*self._tag_names, *([tags] if isinstance(tags, str) else tags or [])}),
             dataset_configs=self.dataset_configs,
-            profiles=self.profiles,
+            profiles=self.trained_profiles(),
             packing=self.packing_kind,
             quantization=quantization,
             template=describe_chat_template(self._tokenizer),
