@@ -35,7 +35,7 @@ PACKING_KINDS = {
     "position ids",
     "none": "none: one sample per row",
 }
-_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SYSTEM_MARK, _USER_MARK = "SYSTEMTEXTMARK", "USERTEXTMARK"
 
 

@@ -11,9 +11,9 @@ What it adds to `SFTTrainer`, each at one override point:
 - `compute_loss`: refuses batches whose packed samples could attend to each other and logs the loss of `general`
   and `role_specific` samples separately.
 - `create_model_card`: a card stating the roles, the data, the chat template, the packing, quantization and adapter.
-- `_save` (every checkpoint, intermediate and final): beside the weights and the tokenizer with its chat template
-  (also `chat_template.jinja`), the role profiles (`role_profiles.jsonl`, read by `rolellm.load_profiles`), a custom
-  system template (`system_template.jinja`) and the model card.
+- `_save` (every checkpoint, intermediate and final): beside the weights and the tokenizer, the files that make the
+  folder work on its own (`rolellm.training.checkpoint`): `chat_template.jinja`, `role_profiles.jsonl` (read by
+  `rolellm.load_profiles`), a custom `system_template.jinja`, an adapter's `generation_config.json`, the model card.
 
 With `prefix_sharing=True` (the default) the same override points pack samples of one role into rows sharing one
 copy of the role's system prompt (`rolellm.training.packing`), collate them with `DataCollatorForPrefixSharing`, and
@@ -37,10 +37,10 @@ from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat
-from rolellm.roles.profile import role_key
-from rolellm.roles.resolve import PROFILES_FILE, load_profiles, write_profiles_jsonl
+from rolellm.roles.resolve import load_profiles
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
+from rolellm.training.checkpoint import save_role_files, trained_profiles
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, mix_subsets, rolebench_to_conversations
 from rolellm.training.packing import (
@@ -396,28 +396,13 @@ class RoCITTrainer(SFTTrainer):
             self.save_role_files(output_dir if output_dir is not None else self.args.output_dir)
 
     def save_role_files(self, folder: str | Path) -> None:
-        """Write `role_profiles.jsonl`, `system_template.jinja` (when one was used), `chat_template.jinja`, an
-        adapter's `generation_config.json` and the model card `README.md` into `folder`."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        profiles = self.trained_profiles()
-        if profiles:
-            write_profiles_jsonl(profiles, folder / PROFILES_FILE)
-        if self._system_template is not None:
-            (folder / "system_template.jinja").write_text(self._system_template, encoding="utf-8")
+        """Write the role files of a checkpoint into `folder` (`rolellm.training.checkpoint.save_role_files`)."""
         unwrapped = self.accelerator.unwrap_model(self.model)
-        if is_peft_model(unwrapped):  # an adapter folder: keep the end-of-turn ids `set_role_chat_template` added
-            unwrapped.get_base_model().generation_config.save_pretrained(folder)
-        template = self._tokenizer.chat_template
-        if isinstance(template, str) and not (folder / "chat_template.jinja").is_file():
-            (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
-        self.build_model_card(model_name=Path(self.args.output_dir).name).save(folder / "README.md")
-
-    def trained_profiles(self) -> dict:
-        """The profiles of the roles in the training and evaluation data (all given profiles when none was seen)."""
-        roles = {role_key(role) for stats in self.role_stats.values() for role in stats["roles"]}
-        profiles = self.profiles or {}
-        return {name: profile for name, profile in profiles.items() if role_key(name) in roles} or dict(profiles)
+        # an adapter's base model does not carry the end-of-turn ids `set_role_chat_template` added
+        generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
+        profiles = trained_profiles(self.profiles, self.role_stats)
+        card = self.build_model_card(model_name=Path(self.args.output_dir).name)
+        save_role_files(folder, profiles, self._system_template, self._tokenizer, generation_config, card)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir` (see `build_model_card`)."""
@@ -446,7 +431,7 @@ class RoCITTrainer(SFTTrainer):
             peft_config=peft_config,
             tags=sorted({*self._tag_names, *([tags] if isinstance(tags, str) else tags or [])}),
             dataset_configs=self.dataset_configs,
-            profiles=self.trained_profiles(),
+            profiles=trained_profiles(self.profiles, self.role_stats),
             packing=self.packing_kind,
             quantization=quantization,
             template=describe_chat_template(self._tokenizer),
