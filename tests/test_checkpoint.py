@@ -1,6 +1,7 @@
 """Self-contained checkpoints: LoRA, QLoRA and resized-vocabulary adapters load in fresh processes, `rolellm export
 --merge` writes a full model with the same greedy tokens, `rolellm evaluate` reads an adapter folder."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -233,3 +234,39 @@ def test_export_without_merge_keeps_the_adapter_drops_trainer_state_and_pushes(c
     card = (tmp_path / "remote" / "README.md").read_text()
     assert 'folder = snapshot_download("me/rolellama-tiny")' in card
     assert "from huggingface_hub import snapshot_download" in card
+
+
+def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(tmp_path, tiny_tokenizer):
+    """A base that already has a chat template (an instruct model) keeps it: `pipeline(model=DIR)` needs nothing else."""
+    from rolellm.testing import build_tiny_llama
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = ROLE_CHAT_TEMPLATE
+    adapter = train_adapter(tmp_path, build_tiny_llama(tmp_path / "instruct", tokenizer=tokenizer))
+    script = (
+        "import sys\nfrom transformers import pipeline\n"
+        "generator = pipeline('text-generation', model=sys.argv[1])\n"
+        "print(generator([{'role': 'user', 'content': 'Who are you?'}], max_new_tokens=4)[0]['generated_text'][-1])"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(adapter)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'role': 'assistant'" in done.stdout
+
+
+def test_a_full_checkpoint_exports_without_its_trainer_state(tmp_path, tiny_model_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    args = config(tmp_path, max_steps=1, per_device_train_batch_size=2, save_strategy="steps", save_steps=1)
+    trainer = RoCITTrainer(str(tiny_model_path), args=args, train_dataset=datasets.Dataset.from_list(ROWS),
+                           profiles=PROFILES)  # fmt: skip
+    trainer.train()
+    checkpoint = tmp_path / "out" / "checkpoint-1"
+    assert (checkpoint / "optimizer.pt").is_file() and load_profiles(checkpoint) == PROFILES
+    assert cli.main(["export", str(checkpoint), "--merge", "--output_dir", str(tmp_path / "full")]) == 0
+    assert "Exported the full model of" in capsys.readouterr().out
+    names = {path.name for path in (tmp_path / "full").iterdir()}
+    assert {"model.safetensors", "role_profiles.jsonl", "chat_template.jinja", "README.md"} <= names
+    assert not names & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin"}
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "full")
+    for name, parameter in trainer.model.named_parameters():
+        torch.testing.assert_close(model.get_parameter(name), parameter.detach(), rtol=0, atol=0)

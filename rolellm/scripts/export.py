@@ -46,8 +46,14 @@ def main(args=None, api=None):
     except BaseModelNotFound as error:
         print(f"rolellm export: {error}", file=sys.stderr)
         return EXIT_FAILED
-    where = f" and pushed to {args.push_to_hub}" if args.push_to_hub else ""
-    print(f"Exported {args.checkpoint} to {folder}{' (merged)' if args.merge else ''}{where}")
+    from rolellm.clients.loading import is_adapter_checkpoint
+
+    if not args.merge:
+        what = "the adapter" if is_adapter_checkpoint(args.checkpoint) else "the full model"
+    else:
+        what = "the adapter merged into its base" if is_adapter_checkpoint(args.checkpoint) else "the full model"
+    where = f"; pushed to {args.push_to_hub}" if args.push_to_hub else ""
+    print(f"Exported {what} of {args.checkpoint} to {folder}{where}")
     return 0
 
 

@@ -87,6 +87,7 @@ def train(script_args, training_args, model_args):
     """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from trl import get_peft_config, get_quantization_config
 
+    from rolellm.clients.loading import is_adapter_checkpoint
     from rolellm.data.release import HUB_REPO_ID
     from rolellm.training import RoCITTrainer
 
@@ -121,6 +122,12 @@ def train(script_args, training_args, model_args):
         f"in {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es); "
         f"saved to {training_args.output_dir}"
     )
+    if is_adapter_checkpoint(training_args.output_dir):
+        trainer.accelerator.print(
+            "An adapter folder: load it with rolellm.clients.loading.load_model_and_tokenizer(DIR) or "
+            "pipeline('text-generation', model=DIR, tokenizer=DIR); merge it into a full model with "
+            f"rolellm export {training_args.output_dir} --merge --output_dir MERGED"
+        )
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=trainer.dataset_name)
     trainer.end()
