@@ -131,7 +131,8 @@ def test_resized_adapter_saves_the_new_embedding_rows(resized_lora):
     from safetensors import safe_open
 
     with safe_open(resized_lora / "adapter_model.safetensors", "pt") as weights:
-        shapes = {key: weights.get_slice(key).get_shape() for key in weights.keys() if "lora_" not in key}  # noqa: SIM118
+        names = [key for key in weights.keys() if "lora_" not in key]  # noqa: SIM118
+        shapes = {key: weights.get_slice(key).get_shape() for key in names}
     vocab = len(AutoTokenizer.from_pretrained(resized_lora))
     assert any("trainable_tokens_delta" in key and shape[0] == 2 for key, shape in shapes.items())
     assert any("lm_head" in key and shape[0] == vocab for key, shape in shapes.items())
@@ -148,6 +149,8 @@ def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(resize
         card = (merged / "README.md").read_text()
         assert "library_name: transformers" in card and "merged into the base model's weights" in card
         assert "AutoPeftModelForCausalLM" not in card
+        if name == "qlora":
+            assert "QLoRA, the frozen base weights quantized during training; the merged weights are not" in card
         folders[f"{name}-adapter"], folders[f"{name}-merged"] = adapter, merged
     resized = run_fresh({"adapter": folders["resized-adapter"], "merged": folders["resized-merged"]})
     quantized = run_fresh({"adapter": folders["qlora-adapter"], "merged": folders["qlora-merged"]})
@@ -237,7 +240,7 @@ def test_export_without_merge_keeps_the_adapter_drops_trainer_state_and_pushes(c
 
 
 def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(tmp_path, tiny_tokenizer):
-    """A base that already has a chat template (an instruct model) keeps it: `pipeline(model=DIR)` needs nothing else."""
+    """A base with a chat template (an instruct model) keeps it: `pipeline(model=DIR)` needs nothing else."""
     from rolellm.testing import build_tiny_llama
 
     tokenizer = copy.deepcopy(tiny_tokenizer)

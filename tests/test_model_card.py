@@ -17,7 +17,8 @@ from rolellm.training.card import build_model_card
 
 
 LLAMA2_LIKE = (
-    "{%- if messages[0]['role'] == 'system' %}{%- set sys = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}"
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{%- set sys = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}"
     "{%- set msgs = messages[1:] %}{%- else %}{%- set sys = '' %}{%- set msgs = messages %}{%- endif %}"
     "{%- for m in msgs %}{%- if m['role'] == 'user' %}{{ '[INST] ' + (sys if loop.first else '') + m['content'] + "
     "' [/INST]' }}{%- else %}{{ ' ' + m['content'] + eos_token }}{%- endif %}{%- endfor %}"
@@ -37,8 +38,8 @@ def card_of(trainer, folder):
 
 def test_lora_prefix_sharing_card_and_its_usage_example_runs(tmp_path, tiny_model_path):
     args = config(tmp_path, prefix_sharing=True, max_length=512, max_steps=1, per_device_train_batch_size=2)
-    trainer = RoCITTrainer(str(tiny_model_path), args=args, train_dataset=rows(), profiles=PROFILES,
-                           peft_config=lora(), dataset_name="ZenMoore/RoleBench", dataset_configs={"zh": 2, "en": 2})  # fmt: skip
+    trainer = RoCITTrainer(str(tiny_model_path), args=args, train_dataset=rows(), profiles=PROFILES, peft_config=lora(),
+                           dataset_name="ZenMoore/RoleBench", dataset_configs={"zh": 2, "en": 2})  # fmt: skip
     trainer.train()
     trainer.save_model()
     meta, body = card_of(trainer, tmp_path / "out")

@@ -25,8 +25,8 @@ def is_adapter_checkpoint(model_name_or_path: str | os.PathLike) -> bool:
 def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str | None = None, **kwargs):
     """Load a causal LM and the tokenizer saved with it, ready for `generate`.
 
-    An adapter checkpoint (a folder with `adapter_config.json`, as `rolellm train` writes for LoRA and QLoRA) is
-    loaded with `peft.AutoPeftModelForCausalLM`: the base model named in `adapter_config.json`
+    An adapter checkpoint (a folder or Hub repo with `adapter_config.json`, as `rolellm train` writes for LoRA and
+    QLoRA) is loaded with `peft.AutoPeftModelForCausalLM`: the base model named in `adapter_config.json`
     (`base_model_name_or_path`), its embeddings resized to the checkpoint's tokenizer when training added tokens
     (the role template's `<|im_start|>` / `<|im_end|>`), then the adapter with the saved embedding and output rows,
     and the checkpoint's `generation_config.json` (which stops at the template's end of turn).
@@ -41,11 +41,12 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
         `tuple`: `(model, tokenizer)`; an adapter checkpoint's model is a `peft.PeftModel` in eval mode.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers.utils import find_adapter_config_file
 
     if dtype is not None:
         kwargs["dtype"] = dtype
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, **{k: v for k, v in kwargs.items() if k != "dtype"})
-    if is_adapter_checkpoint(model_name_or_path):
+    if find_adapter_config_file(str(model_name_or_path)) is not None:
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)

@@ -155,7 +155,8 @@ def write_profiles_jsonl(profiles: dict[str, RoleProfile], path: str | Path) -> 
 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = write_profiles_jsonl({"Po": RoleProfile("Po", "en", "A kung fu panda.", ["Skadoosh!"])}, folder / PROFILES_FILE)
+    >>> profiles = {"Po": RoleProfile("Po", "en", "A kung fu panda.", ["Skadoosh!"])}
+    >>> _ = write_profiles_jsonl(profiles, folder / PROFILES_FILE)
     >>> load_profiles(folder)["Po"].catchphrases
     ['Skadoosh!']
     """

@@ -113,7 +113,14 @@ def _update_card(card: ModelCard, merged: bool, repo: str | None, output_dir: Pa
         text = text.replace("AutoPeftModelForCausalLM.from_pretrained", "AutoModelForCausalLM.from_pretrained")
         text = re.sub(
             r"^(- adapter: .*)$",
-            r"\1; merged into the base model's weights with `rolellm export --merge` (the folder holds the full model)",
+            r"\1; merged into the base model's weights by `rolellm export --merge` (the folder holds the full model)",
+            text,
+            count=1,
+            flags=re.MULTILINE,
+        )
+        text = re.sub(
+            r"^(- quantization: (4|8)-bit .*)$",
+            r"\1 during training; the merged weights are not quantized",
             text,
             count=1,
             flags=re.MULTILINE,
