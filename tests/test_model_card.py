@@ -115,6 +115,7 @@ def test_no_secret_and_no_claimed_dataset_or_profiles(tmp_path, tiny_model_path)
     meta, body = card_of(trainer, folder)
     assert "no dataset name was recorded" in body and "RoleBench" not in body.split("## Data")[1].split("##")[0]
     assert "datasets" not in meta and "No role profiles were saved with the model" in body
+    assert "given as ready conversations (`messages`)" in body and "the paper's role system instruction" not in body
     assert not (folder / "role_profiles.jsonl").exists()
     for path in folder.iterdir():
         if path.suffix in (".md", ".json", ".jinja", ".jsonl"):
