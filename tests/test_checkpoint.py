@@ -139,6 +139,7 @@ def test_resized_adapter_saves_the_new_embedding_rows(resized_lora):
     assert json.loads((resized_lora / "generation_config.json").read_text())["eos_token_id"][-1] == vocab - 1
 
 
+@pytest.mark.slow
 def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(resized_lora, qlora, tmp_path):
     folders = {}
     for name, adapter in (("resized", resized_lora), ("qlora", qlora)):
@@ -153,7 +154,8 @@ def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(resize
             assert "QLoRA, the frozen base weights quantized during training; the merged weights are not" in card
         folders[f"{name}-adapter"], folders[f"{name}-merged"] = adapter, merged
     resized = run_fresh({"adapter": folders["resized-adapter"], "merged": folders["resized-merged"]})
-    quantized = run_fresh({"adapter": folders["qlora-adapter"], "merged": folders["qlora-merged"]})
+    quantized = run_fresh({"adapter": qlora, "merged": folders["qlora-merged"], "pipeline": qlora})
+    assert quantized["pipeline"]["tokens"] == quantized["adapter"]["tokens"]
     for result in (resized, quantized):
         assert result["adapter"]["tokens"] == result["merged"]["tokens"] and len(result["merged"]["tokens"]) > 0
         assert result["adapter"]["template"] == result["merged"]["template"] == ROLE_CHAT_TEMPLATE
@@ -163,6 +165,7 @@ def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(resize
     assert len(AutoTokenizer.from_pretrained(folders["resized-merged"])) == vocab + 2
 
 
+@pytest.mark.slow
 def test_pipeline_loads_an_adapter_folder_with_its_tokenizer(cli_lora):
     result = run_fresh({"adapter": cli_lora, "pipeline": cli_lora})
     assert result["pipeline"]["tokens"] == result["adapter"]["tokens"] and result["pipeline"]["tokens"]
@@ -239,6 +242,7 @@ def test_export_without_merge_keeps_the_adapter_drops_trainer_state_and_pushes(c
     assert "from huggingface_hub import snapshot_download" in card
 
 
+@pytest.mark.slow
 def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(tmp_path, tiny_tokenizer):
     """A base with a chat template (an instruct model) keeps it: `pipeline(model=DIR)` needs nothing else."""
     from rolellm.testing import build_tiny_llama
