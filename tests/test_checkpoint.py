@@ -270,7 +270,7 @@ def test_a_full_checkpoint_exports_without_its_trainer_state(tmp_path, tiny_mode
     checkpoint = tmp_path / "out" / "checkpoint-1"
     assert (checkpoint / "optimizer.pt").is_file() and load_profiles(checkpoint) == PROFILES
     assert cli.main(["export", str(checkpoint), "--merge", "--output_dir", str(tmp_path / "full")]) == 0
-    assert "Exported the full model of" in capsys.readouterr().out
+    assert f"to {tmp_path / 'full'} (a model)" in capsys.readouterr().out
     names = {path.name for path in (tmp_path / "full").iterdir()}
     assert {"model.safetensors", "role_profiles.jsonl", "chat_template.jinja", "README.md"} <= names
     assert not names & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin"}

@@ -11,6 +11,7 @@ the generation commands read every kind of checkpoint `rolellm train` writes.
 """
 
 import os
+import warnings
 from pathlib import Path
 
 
@@ -48,8 +49,18 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, **{k: v for k, v in kwargs.items() if k != "dtype"})
     if find_adapter_config_file(str(model_name_or_path)) is not None:
         from peft import AutoPeftModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
-        model = AutoPeftModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+        # peft resizes the base to the checkpoint's tokenizer, and transformers announces how it initialises the new
+        # rows; the adapter then overwrites them with the trained ones, so the announcement would only mislead.
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
+                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+                model = AutoPeftModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+        finally:
+            hf_logging.set_verbosity(verbosity)
         if (Path(model_name_or_path) / "generation_config.json").is_file():  # the end-of-turn ids trained with
             model.get_base_model().generation_config = GenerationConfig.from_pretrained(model_name_or_path)
     else:

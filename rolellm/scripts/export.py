@@ -48,12 +48,12 @@ def main(args=None, api=None):
         return EXIT_FAILED
     from rolellm.clients.loading import is_adapter_checkpoint
 
-    if not args.merge:
-        what = "the adapter" if is_adapter_checkpoint(args.checkpoint) else "the full model"
-    else:
-        what = "the adapter merged into its base" if is_adapter_checkpoint(args.checkpoint) else "the full model"
+    adapter = is_adapter_checkpoint(args.checkpoint)
+    what = (
+        "an adapter merged into its base model" if adapter and args.merge else "an adapter" if adapter else "a model"
+    )
     where = f"; pushed to {args.push_to_hub}" if args.push_to_hub else ""
-    print(f"Exported {what} of {args.checkpoint} to {folder}{where}")
+    print(f"Exported {args.checkpoint} to {folder} ({what}){where}")
     return 0
 
 
