@@ -22,6 +22,7 @@ from typing import Any
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
 from rolellm.clients.cache import request_key
+from rolellm.clients.loading import load_model_and_tokenizer
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
@@ -53,8 +54,9 @@ class LocalChatClient(ChatClient):
     and the `n` samples of one prompt differ.
 
     Args:
-        model_name_or_path (`str` or `os.PathLike`, *optional*): a Hub id or local folder loaded with
-            `AutoModelForCausalLM` and `AutoTokenizer`. Give it, or `model` and `tokenizer`.
+        model_name_or_path (`str` or `os.PathLike`, *optional*): a Hub id, a local model folder or a LoRA/QLoRA
+            adapter checkpoint, loaded with `rolellm.clients.loading.load_model_and_tokenizer`. Give it, or `model`
+            and `tokenizer`.
         model (`PreTrainedModel`, *optional*): an already loaded model.
         tokenizer (`PreTrainedTokenizerBase`, *optional*): its tokenizer.
         batch_size (`int`, *optional*, defaults to 8): prompts per `generate()` call.
@@ -88,16 +90,12 @@ class LocalChatClient(ChatClient):
         max_parse_attempts: int = 3,
         progress: bool = True,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         if (model_name_or_path is None) == (model is None):
             raise ValueError("LocalChatClient needs model_name_or_path, or model and tokenizer (not both)")
         if model is not None and tokenizer is None:
             raise ValueError("LocalChatClient(model=...) also needs tokenizer=...")
-        if model is None:
-            kwargs = {"dtype": dtype} if dtype is not None else {}
-            model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        if model is None:  # a full model or an adapter checkpoint, with the tokenizer saved beside it
+            model, tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype)
         name = str(model_name_or_path) if model_name_or_path is not None else model.config.name_or_path
         super().__init__(name, cache_path, max_parse_attempts, progress)
         self.model = model.to(device) if device is not None else model
