@@ -25,6 +25,7 @@ COMMANDS = {
     "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
     "dialogue": ("rolellm.scripts.dialogue", "Multi-turn evaluation: a simulated user talks with the role model."),
     "judge": ("rolellm.scripts.judge", "Judge tools: agreement of a judge's scores with human labels."),
+    "chat": ("rolellm.scripts.chat", "Talk to a role: terminal chat, one answer per line on stdin, or a Gradio UI."),
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
 }
 
