@@ -189,8 +189,10 @@ class Fault:
 
 
 def content_key(body: dict) -> str:
-    """The identity of a chat-completions request body for counting: its messages and sampling parameters."""
-    return json.dumps({k: v for k, v in body.items() if k not in ("stream",)}, sort_keys=True, ensure_ascii=False)
+    """The identity of a chat-completions request body for counting: its messages and sampling parameters (streamed
+    or not, it is the same request)."""
+    transport = ("stream", "stream_options")
+    return json.dumps({k: v for k, v in body.items() if k not in transport}, sort_keys=True, ensure_ascii=False)
 
 
 class ChatCompletionsServer:

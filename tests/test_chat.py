@@ -204,3 +204,72 @@ def test_session_reply_leaves_the_history_alone_and_a_failed_answer_is_not_kept(
         assert [m["content"] for m in session.history] == [GREETING]
     escaped = escape_line("a\\nb\r\n\\")
     assert "\n" not in escaped and unescape_line(escaped) == "a\\nb\r\n\\"
+
+
+@pytest.mark.slow
+def test_gradio_ui_answers_two_messages_like_encode_chat_and_generate(tiny_model_path, cards, tmp_path):
+    pytest.importorskip("gradio", reason="the chat UI needs gradio (the `ui` extra)")
+    from gradio_client import Client
+
+    argv = ["chat", "--model", str(tiny_model_path), "--chat_template", "chatml", "--profiles", str(cards)]
+    argv += ["--role", "Po", "--temperature", "0", "--max_new_tokens", "12", "--ui"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    server = subprocess.Popen(ROLELLM + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = server.stdout.readline()  # printed once the server listens
+        assert "serving" in line, server.stderr.read() if server.poll() is not None else line
+        url = line.split(" on ")[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        client = Client(url, verbose=False, download_files=False)
+        questions = ["Hello there!", "What do you eat?"]
+        answers = [client.predict(question, "Po", api_name="/chat") for question in questions]
+        components = {c.get("props", {}).get("label"): c["props"] for c in client.config["components"]}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    profile = profile_from_card(card("Po", GREETING))
+    assert answers == expected_answers(tiny_model_path, profile, questions, max_new_tokens=12)
+    assert all(answer.strip() for answer in answers)
+    assert components["Role"]["choices"] == [["Po", "Po"], ["Shifu", "Shifu"]] and components["Role"]["value"] == "Po"
+    assert GREETING in json.dumps(components["Po"]["value"])  # the chat opens with the greeting
+
+
+def test_terminal_chat_streams_answers_and_takes_commands(cards, tmp_path):
+    import pty
+    import select
+
+    def read_until(fd, marker, screen):
+        """Read the terminal until `marker` shows after what `screen` already held; return the new part."""
+        start = len(screen[0])
+        while marker not in screen[0][start:]:
+            ready, _, _ = select.select([fd], [], [], 60)
+            assert ready, f"no {marker!r} in {screen[0][start:]!r}"
+            screen[0] += os.read(fd, 4096).decode(errors="replace")
+        return screen[0][start:]
+
+    argv = ["chat", "--model", "m", "--profiles", str(cards), "--role", "Po"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "TERM": "dumb"}
+    with ChatCompletionsServer(lambda body: f"Dumplings, {len(body['messages'])} messages!") as server:
+        primary, secondary = pty.openpty()
+        process = subprocess.Popen(
+            [*ROLELLM, *argv, "--base_url", server.base_url], stdin=secondary, stdout=secondary, stderr=secondary,
+            env=env, close_fds=True,
+        )  # fmt: skip
+        os.close(secondary)
+        screen = [""]
+        try:
+            opening = read_until(primary, "you> ", screen)
+            os.write(primary, b"What do you eat?\n")
+            answer = read_until(primary, "you> ", screen)
+            os.write(primary, b"/role Oogway\n")
+            mistake = read_until(primary, "you> ", screen)
+            os.write(primary, b"/save " + str(tmp_path / "t.json").encode() + b"\n/quit\n")
+            assert process.wait(timeout=60) == 0
+        finally:
+            process.kill()
+            os.close(primary)
+    assert "Talking to Po (m); /help for commands" in opening and f"Po: {GREETING}" in opening
+    assert "Po: Dumplings, 3 messages!" in answer
+    assert "error: roles ['Oogway'] are not in the profiles" in mistake  # the chat goes on after a mistake
+    saved = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert [m["content"] for m in saved["messages"]] == [GREETING, "What do you eat?", "Dumplings, 3 messages!"]
