@@ -48,10 +48,12 @@ def build_chat_ui(session: ChatSession):
             yield answer
 
     title = f"rolellm chat · {session.client.model_name}"
-    with gr.Blocks(title=title, analytics_enabled=False) as app:
+    with gr.Blocks(title=title, analytics_enabled=False, fill_height=True) as app:
         gr.Markdown(f"## {title}")
         picker = gr.Dropdown(choices=list(session.profiles), value=session.role, label="Role", interactive=True)
-        chatbot = gr.Chatbot(value=greeting_messages(session, session.role), label=session.role, render=False)
+        chatbot = gr.Chatbot(
+            value=greeting_messages(session, session.role), label=session.role, height="70vh", render=False
+        )
         chat = gr.ChatInterface(
             respond, chatbot=chatbot, additional_inputs=[picker], api_name="chat", analytics_enabled=False,
             fill_height=True,
