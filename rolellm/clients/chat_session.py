@@ -122,7 +122,7 @@ class ChatSession:
         return {
             "role": self.role,
             "model": self.client.model_name,
-            "base_url": getattr(self.client, "base_url", None),
+            "base_url": self.client.base_url if isinstance(self.client, OpenAIChatClient) else None,
             "sampling": dict(self.sampling),
             "started": self.started,
             "saved": _now(),
