@@ -14,8 +14,9 @@ rolellm chat --model runs/rolellama --ui --port 7860
 
 In the terminal, answers stream as they are generated; `/help` lists the commands (`/reset`, `/role NAME`,
 `/save FILE`, `/quit`). With stdin not a terminal, every line is a user message (or a command) and every answer is
-printed on one line of stdout, its newlines written as `\\n`, carriage returns as `\\r` and backslashes as `\\\\` (so
-`unescape_line` gives the answer back); nothing else is written to stdout. An empty line is answered by an empty
+printed on one line of stdout, its newlines written as `\\n`, carriage returns as `\\r`, backslashes as `\\\\` and the
+other line breaks of `str.splitlines` as `\\uXXXX` (`unescape_line` gives the answer back); nothing else is written to
+stdout. An empty line is answered by an empty
 line without asking the model; a message that starts with `/` is written `//...`. Exit codes: 0 at the end of the
 input, 2 a usage error (unknown role or command, missing model folder), 3 the endpoint cannot be reached.
 """
@@ -38,6 +39,8 @@ COMMANDS_HELP = """commands:
   /quit         leave (Ctrl-D too)
 a message starting with / is written //..."""
 _UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+_ESCAPE = re.compile(r"\\(\\|n|r|u[0-9a-f]{4})")
+_LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 @dataclass
@@ -138,19 +141,22 @@ def load_client(config: ChatArguments):
 
 
 def escape_line(text: str) -> str:
-    r"""One answer as one line: `\` -> `\\`, newline -> `\n`, carriage return -> `\r`.
+    r"""One answer as one line: `\` -> `\\`, newline -> `\n`, carriage return -> `\r`, and the other characters
+    `str.splitlines` breaks on (`\x0b`, `\x0c`, `\x1c`-`\x1e`, `\x85`, `\u2028`, `\u2029`) -> `\uXXXX`.
 
     >>> print(escape_line("Arr!\nA path: C:\\rum"))
     Arr!\nA path: C:\\rum
-    >>> unescape_line(escape_line("a\\b\r\nc")) == "a\\b\r\nc"
-    True
+    >>> text = "a\\nb\r\n\u2028c"
+    >>> len(escape_line(text).splitlines()), unescape_line(escape_line(text)) == text
+    (1, True)
     """
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return _LINE_BREAKS.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def unescape_line(line: str) -> str:
     """The answer `escape_line` wrote on `line`."""
-    return re.sub(r"\\([\\nr])", lambda match: _UNESCAPES[match.group(1)], line)
+    return _ESCAPE.sub(lambda match: _UNESCAPES.get(match.group(1)) or chr(int(match.group(1)[1:], 16)), line)
 
 
 def run_command(session, line: str, out) -> bool:

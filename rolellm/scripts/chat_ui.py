@@ -63,5 +63,11 @@ def build_chat_ui(session: ChatSession):
             opening = greeting_messages(session, role)
             return gr.update(value=opening, label=role), opening
 
-        picker.change(start_over, [picker], [chat.chatbot, chat.chatbot_state], api_visibility="private")
+        picker.change(
+            start_over,
+            [picker],
+            [chat.chatbot, chat.chatbot_state],
+            api_name="start_over",
+            api_visibility="undocumented",
+        )
     return app
