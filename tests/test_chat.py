@@ -288,3 +288,28 @@ def test_terminal_chat_streams_answers_and_takes_commands(cards, tmp_path):
     assert "error: roles ['Oogway'] are not in the profiles" in mistake  # the chat goes on after a mistake
     saved = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
     assert [m["content"] for m in saved["messages"]] == [GREETING, "What do you eat?", "Dumplings, 3 messages!"]
+
+
+def test_local_sampling_is_seeded_and_a_stopped_answer_stops_generating(chat_model_path, cards):
+    import torch
+
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.roles.resolve import load_profiles
+
+    client = LocalChatClient(chat_model_path, chat_template="chatml", progress=False)
+    profiles, state = load_profiles(cards), torch.random.get_rng_state()
+    answers = []
+    for seed in (1, 1, 2):
+        session = ChatSession(client, profiles, "Po", temperature=1.0, max_new_tokens=16, seed=seed)
+        answers.append("".join(session.send("Hello there!")))
+    assert answers[0] == answers[1] != answers[2]
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is left alone
+
+    forward_calls, forward = [], client.model.forward
+    client.model.forward = lambda *args, **kwargs: forward_calls.append(1) or forward(*args, **kwargs)
+    session = ChatSession(client, profiles, "Po", temperature=0.0, max_new_tokens=500)
+    stream = session.send("Hello there!")
+    next(stream)
+    stream.close()  # what Ctrl-C or a closed UI stream does
+    assert len(forward_calls) < 500  # generation stopped with the reader (it joined the generating thread)
+    assert [turn["content"] for turn in session.history] == [GREETING]  # the stopped answer is not kept

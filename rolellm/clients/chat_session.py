@@ -196,10 +196,11 @@ def _stream_local(client, messages, max_new_tokens, temperature, top_p, seed) ->
         {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
     )
     failure = []
+    devices = [model.device.index or 0] if model.device.type != "cpu" else []
 
     def generate():
-        try:
-            with torch.no_grad():
+        try:  # seeded in a private random stream: the caller's global RNG state is left as it was
+            with torch.no_grad(), torch.random.fork_rng(devices=devices, device_type=model.device.type):
                 torch.manual_seed(seed)
                 model.generate(
                     input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
