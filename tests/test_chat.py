@@ -313,3 +313,19 @@ def test_local_sampling_is_seeded_and_a_stopped_answer_stops_generating(chat_mod
     stream.close()  # what Ctrl-C or a closed UI stream does
     assert len(forward_calls) < 500  # generation stopped with the reader (it joined the generating thread)
     assert [turn["content"] for turn in session.history] == [GREETING]  # the stopped answer is not kept
+
+
+def test_profiles_repeat_and_a_system_template_replaces_the_instruction(cards, tmp_path, capsys, monkeypatch):
+    template = tmp_path / "system.jinja"
+    template.write_text("{{ role }} speaks. {{ description }}", encoding="utf-8")
+    with ChatCompletionsServer(lambda body: body["messages"][0]["content"]) as server:
+        code, out, err = run_cli(
+            ["--model", "m", "--base_url", server.base_url, "--profiles", str(cards / "po.json"), "--profiles",
+             str(cards / "shifu.json"), "--role", "shifu", "--system_template", str(template)],
+            "Hi\n/role po\nHi\n", capsys, monkeypatch,
+        )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines() == [
+        "Shifu speaks. A strict red panda master.",
+        "Po speaks. A kung fu panda who loves dumplings.",
+    ]
