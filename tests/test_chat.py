@@ -110,7 +110,7 @@ def test_stdin_chat_with_a_local_model_answers_like_encode_chat_and_generate(cha
         ("assistant", expected[1]),
     ]  # fmt: skip
     assert all(m["timestamp"].endswith("+00:00") for m in saved["messages"])
-    assert saved["system"].startswith("You are Po") and saved["sampling"]["temperature"] == 0.0
+    assert "Po" in saved["system"] and saved["sampling"]["temperature"] == 0.0
 
 
 def test_profiles_default_to_the_model_folder(tiny_model_path, tmp_path, capsys, monkeypatch):
@@ -126,7 +126,8 @@ def test_profiles_default_to_the_model_folder(tiny_model_path, tmp_path, capsys,
 
 def test_endpoint_chat_streams_and_keeps_the_history(cards, tmp_path, capsys, monkeypatch):
     def responder(body):
-        return f"{body['messages'][0]['content'][:12]}|{len(body['messages'])}\nsecond \\ line"
+        role = "Shifu" if "Shifu" in body["messages"][0]["content"] else "Po"  # whose system text was sent
+        return f"{role}|{len(body['messages'])}\nsecond \\ line"
 
     transcript = tmp_path / "chat.json"
     with ChatCompletionsServer(responder) as server:
@@ -140,11 +141,11 @@ def test_endpoint_chat_streams_and_keeps_the_history(cards, tmp_path, capsys, mo
     assert code == 0, err
     lines = out.splitlines()
     assert [unescape_line(line) for line in lines] == [
-        "You are Po, |3\nsecond \\ line",  # system, greeting, question
+        "Po|3\nsecond \\ line",  # system, greeting, question
         "",  # an empty line is answered by an empty line, the model is not asked
-        "You are Po, |5\nsecond \\ line",
-        "You are Shif|2\nsecond \\ line",  # no greeting: system, question
-        "You are Shif|2\nsecond \\ line",  # after /reset
+        "Po|5\nsecond \\ line",
+        "Shifu|2\nsecond \\ line",  # no greeting: system, question
+        "Shifu|2\nsecond \\ line",  # after /reset
     ]
     bodies = [request["body"] for request in server.requests]
     assert len(bodies) == 4 and all(body["stream"] for body in bodies)
@@ -155,7 +156,7 @@ def test_endpoint_chat_streams_and_keeps_the_history(cards, tmp_path, capsys, mo
     assert "(conversation with Shifu reset)" in err and "(now talking to Shifu)" in err and "roles: Po, Shifu" in err
     saved = json.loads(transcript.read_text(encoding="utf-8"))
     assert saved["role"] == "Shifu" and saved["base_url"].startswith("http://127.0.0.1:")
-    assert [m["content"] for m in saved["messages"]] == ["Hello", "You are Shif|2\nsecond \\ line"]
+    assert [m["content"] for m in saved["messages"]] == ["Hello", "Shifu|2\nsecond \\ line"]
 
 
 @pytest.mark.parametrize(
@@ -206,7 +207,7 @@ def test_session_reply_leaves_the_history_alone_and_a_failed_answer_is_not_kept(
         client = OpenAIChatClient("m", base_url=server.base_url, progress=False, max_retries=0)
         session = ChatSession(client, load_profiles(cards), "po")
         assert "".join(session.reply([{"role": "user", "content": "Hi"}], role="Shifu")) == "Aye"
-        assert server.requests[0]["body"]["messages"][0]["content"].startswith("You are Shifu")
+        assert "Shifu" in server.requests[0]["body"]["messages"][0]["content"]
         assert [m["content"] for m in session.history] == [GREETING]
         server.add_faults(Fault("server_error", status=400))
         with pytest.raises(Exception, match="HTTP 400"):
