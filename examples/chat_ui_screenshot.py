@@ -12,6 +12,7 @@ answers, and takes the screenshot.
 
 import argparse
 import base64
+import fcntl
 import json
 import os
 import subprocess
@@ -73,8 +74,10 @@ class DevTools:
         ]  # fmt: skip
 
         def use_pipes():  # Chromium reads commands on fd 3 and writes replies on fd 4
-            os.dup2(self.commands_read, 3)
-            os.dup2(self.replies_written, 4)
+            # out of the way first: a pipe end may itself be fd 3 or 4
+            read, written = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (self.commands_read, self.replies_written))
+            os.dup2(read, 3)
+            os.dup2(written, 4)
 
         self.process = subprocess.Popen(
             [chromium, *flags], preexec_fn=use_pipes, close_fds=False,
@@ -111,9 +114,8 @@ class DevTools:
         self.process.wait()
 
 
-def screenshot(chromium: str, url: str, window_size: str, questions: list[str]) -> bytes:
+def screenshot(browser: DevTools, url: str, window_size: str, questions: list[str]) -> bytes:
     """Open `url`, type `questions` one after the other, wait for the answers, and return the page as PNG."""
-    browser = DevTools(chromium, window_size)
     try:
         target = browser.send("Target.createTarget", url="about:blank")["targetId"]
         session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
@@ -143,13 +145,14 @@ def main():
     answers = {row["question"].strip(): row["generated"][0] for row in rows if row["role"] == "Jack Sparrow"}
     card = Path(tempfile.mkdtemp()) / "jack.json"
     card.write_text(json.dumps(CARD), encoding="utf-8")
+    browser = DevTools(args.chromium, args.window_size)  # started before any thread: it forks
     with ChatCompletionsServer(lambda body: answers[body["messages"][-1]["content"]]) as server:
         client = OpenAIChatClient("rolegpt-replay", base_url=server.base_url, progress=False)
         app = build_chat_ui(ChatSession(client, load_profiles(card), "Jack Sparrow"))
         port = free_port()
         app.launch(server_name="127.0.0.1", server_port=port, quiet=True, prevent_thread_lock=True)
         try:
-            png = screenshot(args.chromium, f"http://127.0.0.1:{port}/", args.window_size, QUESTIONS)
+            png = screenshot(browser, f"http://127.0.0.1:{port}/", args.window_size, QUESTIONS)
         finally:
             app.close()
     Path(args.output).write_bytes(png)
