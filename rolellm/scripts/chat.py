@@ -112,8 +112,8 @@ def read_profiles(config: ChatArguments, sources: list[str] | None, roles=None, 
         raise ValueError(f"--model {config.model} is not a folder holding role profiles: pass --profiles SRC")
     try:
         return load_profiles(config.model, lang=lang, roles=roles)
-    except ValueError:
-        raise ValueError(f"the model folder {config.model} holds no role profiles: pass --profiles SRC") from None
+    except ValueError as error:  # the reader's own message is kept as the cause (shown with --debug)
+        raise ValueError(f"the model folder {config.model} holds no role profiles: pass --profiles SRC") from error
 
 
 def load_client(config: ChatArguments):
