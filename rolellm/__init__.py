@@ -48,6 +48,8 @@ _EXPORTS = {
     "ClientConfig": "rolellm.clients.config",
     "make_client": "rolellm.clients.config",
     "LocalChatClient": "rolellm.clients.local",
+    "ChatSession": "rolellm.clients.chat_session",
+    "stream_answer": "rolellm.clients.chat_session",
     "DialogueRetriever": "rolellm.roles.retrieval",
     "dialogue_to_messages": "rolellm.roles.retrieval",
     "RoleGPT": "rolellm.generation.rolegpt",

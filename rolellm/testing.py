@@ -11,6 +11,7 @@ out like a Hub model repository, so the real `from_pretrained(path)` code paths 
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -250,8 +251,10 @@ class Fault:
 
 
 def content_key(body: dict) -> str:
-    """The identity of a chat-completions request body for counting: its messages and sampling parameters."""
-    return json.dumps({k: v for k, v in body.items() if k not in ("stream",)}, sort_keys=True, ensure_ascii=False)
+    """The identity of a chat-completions request body for counting: its messages and sampling parameters (streamed
+    or not, it is the same request)."""
+    transport = ("stream", "stream_options")
+    return json.dumps({k: v for k, v in body.items() if k not in transport}, sort_keys=True, ensure_ascii=False)
 
 
 class ChatCompletionsServer:
@@ -259,7 +262,9 @@ class ChatCompletionsServer:
 
     The answer of each request comes from `responder(body)`, so tests can make answers depend on the request (and
     really exercise parsing). It returns the assistant text (`str`), a full response body (`dict`), or a `Fault` to
-    fail this request. Faults can also be queued with `add_faults()`; the next requests take them in order.
+    fail this request. Faults can also be queued with `add_faults()`; the next requests take them in order. A request
+    with `"stream": true` is answered as a real server does: server-sent events (`chat.completion.chunk`, one content
+    delta per word, then `data: [DONE]`) over chunked HTTP.
 
     Args:
         responder (`Callable[[dict], str | dict | Fault]`, *optional*): defaults to echoing the last user message.
@@ -349,7 +354,10 @@ class ChatCompletionsServer:
                         if isinstance(answer, Fault):
                             raise ValueError(f"{fault} returned by the responder needs answer='...'")
                     truncated = fault is not None and fault.kind == "truncated"
-                    return self._send(200, _completion(body, answer, truncated=truncated), body, fault)
+                    completion = _completion(body, answer, truncated=truncated)
+                    if body.get("stream"):
+                        return self._send_stream(completion, body, fault)
+                    return self._send(200, completion, body, fault)
                 if fault.kind == "rate_limit":
                     error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
                     return self._send(429, error, body, fault, {"Retry-After": f"{fault.retry_after:g}"})
@@ -385,6 +393,34 @@ class ChatCompletionsServer:
                 if status == 200 and (fault is None or fault.kind in ("slow", "truncated")):
                     with server._lock:
                         server.answered.append(body)
+
+            def _send_stream(self, completion, body, fault):
+                """Server-sent events, one chunk per word of the answer, as chunked HTTP (`stream=True`)."""
+                with server._lock:
+                    server.requests.append(
+                        {
+                            "body": body,
+                            "status": 200,
+                            "fault": fault,
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "received": self.received,
+                        }
+                    )
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for event in _stream_events(completion, body):
+                        data = f"data: {event}\n\n".encode()
+                        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:  # the client went away mid-stream: not answered
+                    return
+                with server._lock:
+                    server.answered.append(body)
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 1024  # the default backlog of 5 resets connections when many arrive at once
@@ -436,3 +472,18 @@ def _completion(body: dict, answer: str | dict, truncated: bool = False) -> dict
             "total_tokens": prompt_tokens + len(text.split()),
         },
     }
+
+
+def _stream_events(completion: dict, body: dict) -> list[str]:
+    """The `data:` payloads of a streamed `completion`: a role delta, one content delta per word (spaces kept), a
+    final delta with the finish reason, the usage when `stream_options.include_usage` asks for it, and `[DONE]`."""
+    choice = completion["choices"][0]
+    pieces = re.findall(r"\S+\s*|\s+", choice["message"]["content"] or "")
+    head = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"]}
+    head["model"] = completion["model"]
+    deltas = [{"role": "assistant", "content": ""}, *({"content": piece} for piece in pieces)]
+    events = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append({**head, "choices": [], "usage": completion["usage"]})
+    return [json.dumps(event, ensure_ascii=False) for event in events] + ["[DONE]"]

@@ -30,6 +30,7 @@ COMMANDS = {
         "rolellm.scripts.template",
         "Check a model's chat template: exact masks, system text, injection safety.",
     ),
+    "chat": ("rolellm.scripts.chat", "Talk to a role: terminal chat, one answer per line on stdin, or a Gradio UI."),
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
 }
 
