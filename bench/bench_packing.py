@@ -1,7 +1,7 @@
 """Training throughput of prefix-shared role packing against TRL's padding and TRL's packing, side by side, at two
 model sizes so the trend with size is visible.
 
-Llamas of about 7M (4 layers, 256 wide) and about 50M parameters (8 layers, 640 wide) with a BPE tokenizer trained on
+Llamas of about 7M (4 layers, 256 wide) and about 50M parameters (10 layers, 640 wide) with a BPE tokenizer trained on
 the Chinese RoleBench texts, on CPU, over a fixed sample of the Chinese RoleBench train rows (general +
 role-specific) with the paper's role system instruction:
 
@@ -42,10 +42,10 @@ from rolellm.training import RoCITConfig, RoCITTrainer, rolebench_to_conversatio
 from rolellm.training import attention as rolellm_attention
 
 
-# Llama shapes: about 7M and about 50M parameters with the 6000-token vocabulary (untied input and output embeddings)
+# Llama shapes: about 7M and about 50M parameters with the tokenizer trained here (untied input and output embeddings)
 SIZES = {
     "7m": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 4},
-    "50m": {"hidden_size": 640, "intermediate_size": 1792, "num_hidden_layers": 8, "num_attention_heads": 10},
+    "50m": {"hidden_size": 640, "intermediate_size": 1792, "num_hidden_layers": 10, "num_attention_heads": 10},
 }
 
 

@@ -22,6 +22,7 @@ import pytest
 from fixtures.mini_release import write_mini_release
 
 from rolellm.data import load_rolebench, read_rolebench_jsonl
+from rolellm.data.builder import read_rolebench_table
 from rolellm.evaluation.agreement import read_human_labels
 from rolellm.evaluation.dialogue import read_scenarios
 from rolellm.roles.character_card import read_character_card
@@ -248,6 +249,19 @@ CASES = [
      general_rows, accepted(lambda rows: len(rows) == 2)),
     ("rows-no-final-newline", text_file("rows.jsonl", json.dumps(ROW)), general_rows,
      accepted(lambda rows: len(rows) == 1)),
+    ("rows-line-separator-in-text", text_file("rows.jsonl", json.dumps({**ROW, "question": "A\u2028B\x85C"}, ensure_ascii=False) + "\n"),
+     general_rows, accepted(lambda rows: rows[0]["question"] == "A\u2028B\x85C")),
+    ("rows-cr-line-ends", text_file("rows.jsonl", json.dumps(ROW) + "\r" + json.dumps(ROW | {"role": "Shifu"}) + "\r"),
+     general_rows, accepted(lambda rows: [r["role"] for r in rows] == ["Po", "Shifu"])),
+    ("rows-null-answer", rows_file({**ROW, "generated": ["A", None]}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' must be a list of strings")),
+    ("rows-duplicate-keys", rows_file('{"role": "Tai Lung", "role": "Po", "question": "Hi?", "generated": ["A"]}'),
+     general_rows, accepted(lambda rows: rows[0]["role"] == "Po")),
+    ("rows-type-null-in-general", rows_file({**ROW, "type": None}), general_rows, accepted(lambda rows: rows[0]["type"] == [])),
+    ("rows-type-some-rows-only", rows_file(TYPED, ROW | {"role": "Shifu"}), specific_rows,
+     accepted(lambda rows: [r["type"] for r in rows] == [["script_agnostic"], []])),
+    ("rows-type-mixed-kinds", rows_file(TYPED, ROW | {"role": "Shifu", "type": ["script_based"]}), specific_rows,
+     accepted(lambda rows: [r["type"] for r in rows] == [["script_agnostic"], ["script_based"]])),
     ("rows-unicode-escapes", text_file("rows.jsonl", json.dumps({**ROW, "role": "李白"}) + "\n"), general_rows,
      accepted(lambda rows: rows[0]["role"] == "李白")),
     ("rows-extra-fields", rows_file({**ROW, "id": 3, "source": "x"}), general_rows,
@@ -524,6 +538,25 @@ def _search(pattern, text) -> bool:
     import re
 
     return re.search(pattern, text, re.S) is not None
+
+
+ROW_CASES = [c for c in CASES if not hasattr(c, "values") and c[2] in (general_rows, specific_rows)]
+
+
+@pytest.mark.parametrize(("name", "build", "entry", "expected"), ROW_CASES, ids=[c[0] for c in ROW_CASES])
+def test_the_arrow_reader_of_the_builder_agrees_with_the_row_reader(name, build, entry, expected, tmp_path):
+    """The builder reads files with Arrow and falls back on the row reader: same rows, or the same error."""
+    path = build(tmp_path)
+    subset = "general" if entry is general_rows else "role_specific"
+    outcomes = []
+    for read in (lambda: entry(path), lambda: read_rolebench_table(path, subset, "en").to_pylist()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                outcomes.append(read())
+            except Exception as raised:  # noqa: BLE001  (the outcome compared is the message)
+                outcomes.append(f"{type(raised).__name__}: {raised}")
+    assert outcomes[0] == outcomes[1]
 
 
 def test_the_suite_has_at_least_90_cases():

@@ -20,6 +20,7 @@ Role names keep the data's spelling (`Dr. Frank-N-Furter`); profiles join throug
 """
 
 import json
+import json.scanner
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,10 @@ from rolellm.data.release import LANGS, SUBSETS, TYPES
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 
 
-COLUMNS = ("role", "question", "generated", "type")  # what a file gives; `subset` and `lang` are the same on every row
+COLUMNS = ("role", "question", "generated", "type")
+_SCANNER = json.scanner.make_scanner(
+    json.JSONDecoder()
+)  # what a file gives; `subset` and `lang` are the same on every row
 
 
 class DuplicateRowsWarning(UserWarning):
@@ -60,26 +64,33 @@ def read_rolebench_columns(path: str | Path, subset: str, lang: str) -> dict[str
     first_line: dict[tuple[str, str], int] = {}
     repeats: list[tuple[int, int]] = []
     typed = subset == "role_specific"
-    loads = json.loads
-    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
-        if not line or line.isspace():
-            continue
+    scan = _SCANNER  # the C scanner under json.loads, called once per line without the wrapper's regex matches
+    # lines end at "\n", "\r\n" or "\r" (JSON strings hold neither raw), not at U+2028 and the other separators
+    # `str.splitlines` knows, which may stand inside JSON strings
+    text = read_text(path).replace("\r\n", "\n").replace("\r", "\n")
+    for line_no, line in enumerate(text.split("\n"), start=1):
         try:
-            record = loads(line)
-        except ValueError:
-            record = None
-        if type(record) is not dict:
+            record, end = scan(line, 0)
+        except (StopIteration, ValueError):  # leading whitespace, a blank line, or not JSON: the careful path
+            record, end = None, 0
+        if type(record) is not dict or (end != len(line) and not line[end:].isspace()):
+            if not line or line.isspace():
+                continue
             record = parse_json_line(line, path, line_no)  # raises the error naming the file and the line
         role, question, generated = record.get("role"), record.get("question"), record.get("generated")
         kind = record.get("type")
-        if (  # the common case, checked cheaply; anything else gets normalize_row's checks and messages
-            type(role) is str
-            and type(question) is str
-            and type(generated) is list
-            and generated
-            and question.strip()
-            and all(type(answer) is str and answer.strip() for answer in generated)
-        ) and (
+        try:  # the common case, checked cheaply; anything else gets normalize_row's checks and messages
+            common = (
+                type(role) is str
+                and type(question) is str
+                and type(generated) is list
+                and generated
+                and question.strip()
+                and all(map(str.strip, generated))  # a non-string answer raises TypeError
+            )
+        except TypeError:
+            common = False
+        if common and (
             kind is None
             or (typed and type(kind) is str and kind in TYPES)
             or (typed and type(kind) is list and len(kind) == len(generated) and all(k in TYPES for k in kind))
