@@ -44,11 +44,14 @@ def rolellm_lines(err: str) -> list[str]:
     return [line for line in err.replace("\r", "\n").splitlines() if line.startswith("rolellm ")]
 
 
-def test_generate_runs_after_a_passing_preflight(generate_job, tmp_path, monkeypatch):
+def test_generate_runs_after_a_passing_preflight(generate_job, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with ChatCompletionsServer(lambda body: "Arr!", api_key=KEY, models=["test-model"]) as server:
-        assert main([*generate_job, "--base_url", server.base_url]) == 0
+        url = server.base_url
+        assert main([*generate_job, "--base_url", url]) == 0
         assert len(server.model_listings) == 1 and len(server.requests) == 2  # the check was the model list only
+    out = capsys.readouterr().out
+    assert f"{url} serves 'test-model'. RoleGPT will send 2 requests (0 already cached, 2 to send)" in out
     assert (tmp_path / "out" / "general" / "train.jsonl").read_text().count("\n") == 1
 
 

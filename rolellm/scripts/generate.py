@@ -200,7 +200,10 @@ def main(args=None):
         estimate = client.estimate(generator.requests(*inputs))
         print(f"{generator.desc} would send {estimate} (dry run: nothing sent, no data written)")
         return 0
-    check_endpoints(client)  # a dead endpoint, a refused key or an unknown model stops here, in seconds
+    # a dead endpoint, a refused key or an unknown model stops here, in seconds, before anything is sent
+    checked = check_endpoints(client)
+    estimate = client.estimate(generator.requests(*inputs))
+    print(f"{'; '.join(checked) + '. ' if checked else ''}{generator.desc} will send {estimate}")
     result = generator.generate(client, *inputs, output_dir=job.output_dir)
     print(result.dataset)
     print(f"Stats: {result.stats}")
