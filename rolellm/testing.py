@@ -269,10 +269,15 @@ class ChatCompletionsServer:
     Args:
         responder (`Callable[[dict], str | dict | Fault]`, *optional*): defaults to echoing the last user message.
         latency (`float`, *optional*, defaults to 0.0): seconds every answer waits before it is sent.
+        api_key (`str`, *optional*): when set, a request without `Authorization: Bearer <api_key>` gets HTTP 401.
+        models (`list[str]`, *optional*): the models `GET /v1/models` lists; when set, a chat completion for another
+            model gets HTTP 404 as from OpenAI. By default the list is empty and every model is answered.
 
     Attributes:
         requests (`list[dict]`): every request, in the order answered, as `{"body", "status", "fault", "headers",
             "received"}`: header names lower-cased, `received` the `time.monotonic()` of its arrival.
+        model_listings (`list[dict]`): the headers of every `GET /v1/models` (not chat completions, so not in
+            `requests`).
         answered (`list[dict]`): the bodies of the requests whose HTTP 200 answer was fully written.
 
     >>> import openai
@@ -283,10 +288,19 @@ class ChatCompletionsServer:
     ('AHOY', 1)
     """
 
-    def __init__(self, responder: Callable[[dict], str | dict | Fault] | None = None, latency: float = 0.0):
+    def __init__(
+        self,
+        responder: Callable[[dict], str | dict | Fault] | None = None,
+        latency: float = 0.0,
+        api_key: str | None = None,
+        models: list[str] | None = None,
+    ):
         self.responder = responder if responder is not None else (lambda body: body["messages"][-1]["content"])
         self.latency = latency
+        self.api_key = api_key
+        self.models = models
         self.requests: list[dict] = []
+        self.model_listings: list[dict] = []
         self.answered: list[dict] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
@@ -325,6 +339,28 @@ class ChatCompletionsServer:
             def log_message(self, format, *args):  # noqa: A002 - silence the per-request stderr lines
                 pass
 
+            def do_GET(self):
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with server._lock:
+                    server.model_listings.append(headers)
+                if self.path.rstrip("/") != "/v1/models":
+                    return self._reply(404, {"error": {"message": f"no route {self.path}"}})
+                if not self._authorized():
+                    return self._reply(401, _UNAUTHORIZED)
+                listed = [{"id": name, "object": "model", "owned_by": "test"} for name in server.models or []]
+                return self._reply(200, {"object": "list", "data": listed})
+
+            def _authorized(self) -> bool:
+                return server.api_key is None or self.headers.get("Authorization") == f"Bearer {server.api_key}"
+
+            def _reply(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self):
                 with server._lock:
                     server._handling += 1
@@ -340,6 +376,11 @@ class ChatCompletionsServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._send(404, {"error": {"message": f"no route {self.path}"}}, body)
+                if not self._authorized():
+                    return self._send(401, _UNAUTHORIZED, body)
+                if server.models is not None and body.get("model") not in server.models:
+                    missing = {"message": f"The model `{body.get('model')}` does not exist", "code": "model_not_found"}
+                    return self._send(404, {"error": missing}, body)
                 with server._lock:
                     fault = server._faults.popleft() if server._faults else None
                 answer = server.responder(body) if fault is None else None
@@ -446,6 +487,9 @@ class ChatCompletionsServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_UNAUTHORIZED = {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}
 
 
 def _completion(body: dict, answer: str | dict, truncated: bool = False) -> dict:

@@ -121,7 +121,7 @@ def test_read_scenarios_from_yaml_and_jsonl(tmp_path):
         ('{"role": "Po", "situation": "s", "user_persona": "p", "opening_line": "o", "id": "a"}\n'
          '{"role": "Po", "situation": "s", "user_persona": "p", "opening_line": "o", "id": "a"}\n', ".jsonl",
          r"scenarios.jsonl:2: field 'id' 'a' is already used at .*scenarios.jsonl:1"),
-        ("", ".yaml", "expected a YAML list"),
+        ("", ".yaml", r"scenarios.yaml: the file is empty"),
         ("x", ".txt", r"ends in .yaml, .yml or .jsonl"),
     ],
 )  # fmt: skip

@@ -17,7 +17,7 @@ import logging
 import os
 from pathlib import Path
 
-from rolellm.clients.config import make_client
+from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.config import GENERATION_FIELDS, EvaluateConfig
 from rolellm.evaluation.scoring import read_raw_targets, score_predictions
 from rolellm.roles.release import RELEASE_LANG_DIRS
@@ -218,6 +218,7 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
         requests = build_requests(rows, pending, profiles, config) if pending else []
         if requests:
             client = client if client is not None else make_client(config.client_config())
+            check_endpoints(client)
             estimate = client.estimate(requests, max_tokens=config.max_new_tokens)
             logger.info("%d of %d rows to answer: %s", len(pending), len(rows), estimate)
         for start in range(0, len(requests), config.save_every):
@@ -261,11 +262,14 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline: list[str], profiles) -> dict:
+def judge_against_rolegpt(
+    config: EvaluateConfig, rows, predictions, baseline: list[str], profiles, client=None
+) -> dict:
     """The paper's GPT-judge win rate of `predictions` against `baseline`, the RoleGPT answers to the same rows.
 
     Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
-    re-run sends nothing already judged. A failed generation is judged as an empty answer.
+    re-run sends nothing already judged. A failed generation is judged as an empty answer. `client` is the judge
+    (default: the one `config.judge_client_config()` describes).
 
     Returns:
         `dict`: `WinRateResult.to_dict()`: `win_rate`, `ci_low`, `ci_high`, `average_rank`, counts, `outcomes`.
@@ -274,7 +278,7 @@ def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline: l
     from rolellm.roles.card_prompts import role_description
     from rolellm.roles.profile import role_key
 
-    client = make_client(config.judge_client_config())
+    client = client if client is not None else make_client(config.judge_client_config())
     descriptions = {row["role"]: role_description(profiles[role_key(row["role"])]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
     result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
@@ -310,6 +314,10 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     lang = rows[0]["lang"]
     # the RoleGPT answers are matched before any generation: a row without one stops the run at once
     baseline = rolegpt_predictions(rows, dataset["rolegpt_baseline"]) if needs_baseline else None
+    judge = None
+    if config.judge_model is not None:  # checked before any answer is generated
+        judge = make_client(config.judge_client_config())
+        check_endpoints(judge)
     if config.is_rolegpt_baseline:
         predictions, mode = baseline, None
     else:
@@ -327,7 +335,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if config.judge_model is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
     else:
-        judged = judge_against_rolegpt(config, rows, predictions, baseline, profiles)
+        judged = judge_against_rolegpt(config, rows, predictions, baseline, profiles, client=judge)
         scores["metrics"]["win_rate"] = judged["win_rate"]
         scores["win_rate"] = judged
     results = {

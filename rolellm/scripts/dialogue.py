@@ -143,7 +143,7 @@ def read_run_scenarios(args: DialogueArguments, profiles: dict, user_client) -> 
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
-    from rolellm.clients.config import make_client
+    from rolellm.clients.config import check_endpoints, make_client
     from rolellm.evaluation.dialogue import TRANSCRIPTS_NAME, run_dialogues
     from rolellm.evaluation.rubric import judge_transcripts
     from rolellm.roles.resolve import load_profiles
@@ -156,13 +156,15 @@ def main(args=None):
     output_dir.mkdir(parents=True, exist_ok=True)
     profiles = load_profiles(config.profiles, lang=config.lang, roles=config.roles)
     user_client = make_client(config.client_config(config.user_model))
+    model_client = make_client(config.client_config(config.model, config.model_base_url))
+    judges = [make_client(config.client_config(name)) for name in config.judge_model or []]
+    check_endpoints(user_client, model_client, *judges)  # every endpoint answers before the first turn is played
     scenarios = read_run_scenarios(config, profiles, user_client)
     if not scenarios:
         raise ValueError("no scenario to play: give --scenarios, Character Cards with a scenario, or a user model")
     (output_dir / "scenarios.jsonl").write_text(
         "".join(json.dumps(asdict(s), ensure_ascii=False) + "\n" for s in scenarios), encoding="utf-8"
     )
-    model_client = make_client(config.client_config(config.model, config.model_base_url))
     transcripts = run_dialogues(
         scenarios, profiles, model_client, user_client, output_dir, max_tokens=config.max_new_tokens,
         temperature=config.temperature, user_temperature=config.temperature, seed=config.seed,
@@ -177,7 +179,6 @@ def main(args=None):
         return EXIT_FAILED
     failures = len(stopped)
     if config.judge_model:
-        judges = [make_client(config.client_config(name)) for name in config.judge_model]
         scores = judge_transcripts(transcripts, profiles, judges, seed=config.seed)
         (output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n", "utf-8")
         print(format_scores(scores))
