@@ -86,6 +86,7 @@ _EXPORTS = {
     "parse_rubric": "rolellm.evaluation.rubric",
     "read_human_labels": "rolellm.evaluation.agreement",
     "compare_with_humans": "rolellm.evaluation.agreement",
+    "lm_eval_tasks_dir": "rolellm.lm_eval_tasks",
 }
 
 __all__ = ["__version__", *_EXPORTS]
