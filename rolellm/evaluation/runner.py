@@ -317,6 +317,8 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         scores["metrics"]["win_rate"] = verdicts["win_rate"]
         scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
         scores["win_rate"] = {**verdicts, "baseline": baseline_label}
+    answered = [len(p) for p in predictions if p is not None]
+    scores["answer_length"] = {"chars": sum(answered) / len(answered) if answered else None, "answers": len(answered)}
     results = {
         "model": config.model_label,
         "dataset_name": config.dataset_name,

@@ -75,7 +75,7 @@ def main(args=None):
         print(format_win_rate(results["win_rate"]))
     for metric, reason in results["unavailable"].items():
         print(f"{metric}: unavailable ({reason})")
-    print(f"Wrote results.json, results.md, per_role.png and comparison.png to {args.output_dir}")
+    print(f"Wrote results.json, results.md, results.html and the charts to {args.output_dir}")
     counts = json.dumps(results["counts"])
     print(f"Counts: {counts}")
     failed = {
