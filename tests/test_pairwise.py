@@ -2,6 +2,9 @@
 win rate; what `rolellm evaluate` does when the judge is dead or talks nonsense."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -160,3 +163,18 @@ def test_dead_judge_garbage_verdicts_and_bad_baselines(rolebench_dir, tmp_path, 
         assert "has no generations.jsonl" in capsys.readouterr().err
         assert _evaluate(rolebench_dir, tmp_path / "x", model.base_url, "--baseline_model", "m") == 2
         assert "set judge_model too" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_example_judges_against_another_run(rolebench_dir, tmp_path):
+    script = Path(__file__).resolve().parents[1] / "examples" / "judge_any_baseline.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--data_dir", str(rolebench_dir), "--output_dir", str(tmp_path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    judged = json.loads((tmp_path / "talkative" / "results.json").read_text(encoding="utf-8"))["win_rate"]
+    assert judged["baseline"] == "terse" and judged["judged"] == 40
+    assert judged["lc_win_rate"] < judged["win_rate"] and judged["model_length"] > judged["baseline_length"]
+    assert f"raw win rate {judged['win_rate']:.2%}, length-controlled {judged['lc_win_rate']:.2%}" in run.stdout
+    assert (tmp_path / "talkative" / "results.html").is_file() and (tmp_path / "talkative" / "win_rate.svg").is_file()
