@@ -152,7 +152,7 @@ class EvaluateConfig:
             )
         if self.baseline_base_url is not None and self.baseline_model is None:
             raise ValueError("baseline_base_url needs baseline_model, the model name that endpoint serves")
-        if self.judge_model is None and (not compares_rolegpt or self.baseline_label is not None):
+        if self.judge_model is None and not compares_rolegpt:
             raise ValueError("the baseline is what the judge compares against: set judge_model too")
         if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
             raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
