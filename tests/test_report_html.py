@@ -4,10 +4,12 @@ transcripts as a readable page the reports link into."""
 import json
 import re
 
+from huggingface_hub import ModelCard
+
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.dialogue import write_transcripts
 from rolellm.evaluation.pages import markdown_to_html, write_dialogue_report
-from rolellm.evaluation.report import write_report
+from rolellm.evaluation.report import update_model_card, write_report
 from rolellm.evaluation.rubric import DIMENSIONS, judge_transcripts
 from rolellm.roles.profile import RoleProfile
 from rolellm.scripts import cli
@@ -56,6 +58,12 @@ def test_benchmark_report_shows_win_rates_lengths_and_role_names_as_text(tmp_pat
     assert page.count("<svg") == 4 and "<img" not in page
     assert {"孙悟空", "华妃", "rolellama vs RoleGPT"} <= set(svg_texts(page))
     assert "<td>75.00 [65.00, 85.00]</td>" in page and "<td>孙悟空</td>" in page
+    card = update_model_card(
+        tmp_path / "README.md", {**results[1], "metrics": {**results[1]["metrics"], "lc_win_rate": 0.45}}
+    )
+    entries = {e.metric_name: e.metric_value for e in ModelCard.load(card).data.eval_results}
+    assert entries["Win rate vs rolellama [system]"] == 0.4
+    assert entries["Length-controlled win rate vs rolellama [system]"] == 0.45
 
 
 def rubric_judge(offset):

@@ -229,13 +229,10 @@ def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
     """The available scores of a run as `huggingface_hub.EvalResult`s (the entries of a card's `model-index`)."""
     from huggingface_hub import EvalResult
 
+    baseline = (result.get("win_rate") or {}).get("baseline") or "RoleGPT"
     names = {"CUS": "CUS (ROUGE-L recall)", "RAW": "RAW (ROUGE-L recall)", "SPE": "SPE (ROUGE-L recall)"}
-    names.update(
-        {
-            "avg": "Avg. (ROUGE-L recall)",
-            "win_rate": f"Win rate vs {(result.get('win_rate') or {}).get('baseline') or 'RoleGPT'}",
-        }
-    )
+    names.update({"avg": "Avg. (ROUGE-L recall)", "win_rate": f"Win rate vs {baseline}"})
+    names["lc_win_rate"] = f"Length-controlled win rate vs {baseline}"
     return [
         EvalResult(
             task_type="text-generation",
@@ -244,7 +241,7 @@ def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
             dataset_name="RoleBench",
             dataset_config=result["dataset_name"],
             dataset_split=result.get("split", "test"),
-            metric_type="rouge" if name != "win_rate" else "win_rate",
+            metric_type="win_rate" if name.endswith("win_rate") else "rouge",
             metric_name=f"{label} [{result.get('mode') or 'answers'}]",
             metric_value=round(result["metrics"][name], 4),
         )
