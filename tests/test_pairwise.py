@@ -65,6 +65,16 @@ def test_a_judge_that_prefers_length_wins_raw_but_not_length_controlled():
     assert (result.model_length, result.baseline_length) == (np.mean([len(p) for p in predictions]), 80.0)
 
 
+def test_length_control_recovers_the_preference_at_equal_length():
+    # verdicts drawn from P(win) = sigmoid(0.3 + 2 * tanh(diff / std)): the rate at equal length is sigmoid(0.3)
+    rng = np.random.default_rng(0)
+    lengths, baseline_lengths = rng.integers(10, 400, 3000), rng.integers(10, 400, 3000)
+    difference = (lengths - baseline_lengths) / np.std(lengths - baseline_lengths)
+    scores = (rng.random(3000) < 1 / (1 + np.exp(-(0.3 + 2 * np.tanh(difference))))).astype(float)
+    result = length_controlled_win_rate(scores, lengths, baseline_lengths, num_bootstrap=200)
+    assert result.ci_low < 1 / (1 + np.exp(-0.3)) < result.ci_high and abs(result.length_coefficient - 2) < 0.3
+
+
 def test_a_judge_that_always_picks_the_longer_answer_leaves_length_control_undetermined():
     # verdicts that follow the length perfectly say nothing about equal lengths: the interval spans most of [0, 1]
     scores = np.array([1.0] * 16 + [0.0] * 4)
