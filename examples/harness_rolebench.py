@@ -1,4 +1,4 @@
-"""RoleBench in lm-evaluation-harness: rolellm's task files, run by lm-eval on a model, scored with the paper's ROUGE-L.
+"""RoleBench in lm-evaluation-harness: rolellm's task files run by lm-eval on a model, scored with the paper's ROUGE-L.
 
 Offline, the model is a tiny random two-layer Llama built on the spot (its scores mean nothing; the point is the
 pipeline), and the data are the release files in `--data_dir`. With a real model:

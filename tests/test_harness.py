@@ -41,7 +41,8 @@ def test_lm_eval_reports_rolellms_rouge_l_on_its_logged_samples(rolebench_dir, t
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     tasks = TaskManager(include_path=rolellm.lm_eval_tasks_dir(), metadata={"data_dir": str(rolebench_dir)})
     output = lm_eval.simple_evaluate(
-        model="hf", model_args=f"pretrained={tiny_model_path},dtype=float32", tasks=["rolebench_zh_spe", "rolebench_zh_cus"],
+        model="hf", model_args=f"pretrained={tiny_model_path},dtype=float32",
+        tasks=["rolebench_zh_spe", "rolebench_zh_cus"],
         task_manager=tasks, limit=4, log_samples=True, device="cpu", batch_size=4, gen_kwargs="max_gen_toks=24",
     )  # fmt: skip
     for task in ("rolebench_zh_spe", "rolebench_zh_cus"):

@@ -110,8 +110,8 @@ def win_rate_chart(entries: list[dict]) -> str:
         bars = ax.barh(
             positions, values, height=height, xerr=errors, capsize=3, label=name, color=COLORS[k and "lc" or "raw"]
         )
-        ax.bar_label(bars, labels=[f"{v:.1f}" if e["win_rate"] is not None else "n/a" for v, e in zip(values, entries)],
-                     fontsize=7, padding=3)  # fmt: skip
+        labels = [f"{v:.1f}" if e["win_rate"] is not None else "n/a" for v, e in zip(values, entries)]
+        ax.bar_label(bars, labels=labels, fontsize=7, padding=3)
     ax.axvline(50, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks([i + height / 2 for i in range(len(entries))], labels=[e["label"] for e in entries])
     ax.invert_yaxis()

@@ -5,8 +5,9 @@ Each sample (role, question, the model's answer, the baseline's answer) is judge
 `model_b`). Both orders are judged; when the two verdicts disagree the sample is a tie, which removes the judge's
 position bias. The win rate counts ties as half, with a bootstrap confidence interval, and the average rank of the
 model (1 = best) is reported too, beside a length-controlled win rate (`rolellm.evaluation.length_control`: the
-preference at equal answer lengths, since judges favour longer answers) and the mean answer lengths. Requests go through a chat client (`OpenAIChatClient` for any
-OpenAI-compatible endpoint): cached on disk, retried, run concurrently. An answer that is not a ranking is asked
+preference at equal answer lengths, since judges favour longer answers) and the mean answer lengths. Requests go
+through a chat client (`OpenAIChatClient` for any OpenAI-compatible endpoint): cached on disk, retried, run
+concurrently. An answer that is not a ranking is asked
 again, then counted as failed and reported, never dropped.
 
 >>> from rolellm.clients.openai_compatible import OpenAIChatClient

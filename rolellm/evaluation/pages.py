@@ -6,7 +6,8 @@ report's folder is embedded as it is, so its text (Chinese role names included) 
 `transcripts_html` renders `transcripts.jsonl` as a readable page with one anchor per conversation
 (`transcripts.html#<id>`), the target of the links in the reports.
 
->>> print(markdown_to_html("## Scores\\n\\n| role | mean |\\n|---|---|\\n| 孙悟空 | 4.00 |", title="t").split("<body>")[1])
+>>> page = markdown_to_html("## Scores\\n\\n| role | mean |\\n|---|---|\\n| 孙悟空 | 4.00 |", title="t")
+>>> print(page.split("<body>")[1])
 <BLANKLINE>
 <h2>Scores</h2>
 <table>
@@ -132,7 +133,8 @@ def transcripts_html(transcripts: Sequence[Mapping], scores: Mapping | None = No
                 parts.append(f'<p class="meta">{html.escape(judge)}: failed ({html.escape(verdict["error"])})</p>')
                 continue
             rows = "".join(
-                f"<tr><td>{html.escape(d)}</td><td>{score}</td><td>{html.escape(verdict['rationales'].get(d, ''))}</td></tr>"
+                f"<tr><td>{html.escape(d)}</td><td>{score}</td><td>{html.escape(verdict['rationales'].get(d, ''))}"
+                "</td></tr>"
                 for d, score in verdict["scores"].items()
             )
             parts.append(
@@ -161,7 +163,8 @@ def human_agreement_markdown(agreement: Mapping) -> list[str]:
     if "choices" in agreement:
         choices = agreement["choices"]
         lines.append(
-            f"| pairwise choice | {choices['n']} | Cohen's kappa {_interval(choices['kappa'], choices['kappa_ci'])} | |"
+            f"| pairwise choice | {choices['n']} | Cohen's kappa "
+            f"{_interval(choices['kappa'], choices['kappa_ci'])} | |"
         )
     return lines + [""]
 
@@ -188,7 +191,8 @@ def dialogue_report_markdown(scores: Mapping | None, transcripts: Sequence[Mappi
                  _number(between.get("mean_spearman"), 3), _number(row["length_spearman"], 3)]  # fmt: skip
         lines.append(f"| {dimension} | " + " | ".join(cells) + " |")
     length = summary["length"]
-    lines += ["", f"Overall {_number(summary['overall'])}; mean answer length {_number(length['chars_per_answer'], 1)} "
+    lines += ["", f"Overall {_number(summary['overall'])}; mean answer length "
+              f"{_number(length['chars_per_answer'], 1)} "
               f"characters; {scores['failures']['count']} judge answers failed.", ""]  # fmt: skip
     dimensions = scores["dimensions"]
     lines += ["## Per role", "", "| role | " + " | ".join(dimensions) + " | chars/answer |",

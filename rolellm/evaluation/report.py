@@ -156,8 +156,9 @@ def _save(fig, plt, path) -> Path:
 
 def format_win_rates(results: list[dict]) -> str:
     """Answer lengths and judged win rates of the runs: raw and length-controlled, with their CIs and counts."""
-    lines = ["### Answer lengths and win rates\n", "| Model | Dataset | Chars/answer | Baseline | Win rate [95% CI] | "
-             "LC win rate [95% CI] | Avg. rank | Baseline chars/answer | W / T / L / failed |", "|---" * 9 + "|"]  # fmt: skip
+    header = ("| Model | Dataset | Chars/answer | Baseline | Win rate [95% CI] | LC win rate [95% CI] | Avg. rank | "
+              "Baseline chars/answer | W / T / L / failed |")  # fmt: skip
+    lines = ["### Answer lengths and win rates\n", header, "|---" * 9 + "|"]
     for result in results:
         judged = result.get("win_rate") or {}
         cells = [result["model"], result["dataset_name"], _number((result.get("answer_length") or {}).get("chars"))]

@@ -15,7 +15,8 @@ rolellm evaluate --config examples/recipes/evaluate_vllm.yaml
 rolellm evaluate --model_name_or_path ./rolellama --dataset_name zh --data_dir RoleBench --output_dir runs/rolellama \
     --judge_model gpt-4o --baseline runs/qwen-zh
 # ... or against a model answering the same rows now
-rolellm evaluate ... --judge_model gpt-4o --baseline_model Qwen/Qwen2.5-7B-Instruct --baseline_base_url http://localhost:8001/v1
+rolellm evaluate ... --judge_model gpt-4o --baseline_model Qwen/Qwen2.5-7B-Instruct \
+    --baseline_base_url http://localhost:8001/v1
 ```
 
 Exit codes: 0 done, 1 some generations or verdicts failed (`--allow_partial` accepts that), 2 a usage or input
