@@ -369,3 +369,7 @@ def test_multi_turn_example_runs_offline(tmp_path):
     agreement = json.loads((tmp_path / "agreement.json").read_text())
     assert set(agreement["scores"]) == {"character_consistency", "speaking_style", "in_character"}
     assert "| character_consistency | 6 |" in done.stdout
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "## Agreement with people" in report and "| 孙悟空 |" in report
+    assert "孙悟空" in (tmp_path / "radar.svg").read_text(encoding="utf-8")
+    assert (tmp_path / "transcripts.html").is_file()
