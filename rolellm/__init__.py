@@ -75,11 +75,13 @@ _EXPORTS = {
     "rouge_l_scores": "rolellm.evaluation.rouge",
     "judge_win_rate": "rolellm.evaluation.judge",
     "WinRateResult": "rolellm.evaluation.judge",
+    "length_controlled_win_rate": "rolellm.evaluation.length_control",
     "EvaluateConfig": "rolellm.evaluation.config",
     "run_benchmark": "rolellm.evaluation.runner",
     "score_predictions": "rolellm.evaluation.scoring",
     "write_report": "rolellm.evaluation.report",
     "update_model_card": "rolellm.evaluation.report",
+    "write_dialogue_report": "rolellm.evaluation.pages",
     "Scenario": "rolellm.evaluation.dialogue",
     "read_scenarios": "rolellm.evaluation.dialogue",
     "scenarios_from_card": "rolellm.evaluation.dialogue",
@@ -91,6 +93,7 @@ _EXPORTS = {
     "parse_rubric": "rolellm.evaluation.rubric",
     "read_human_labels": "rolellm.evaluation.agreement",
     "compare_with_humans": "rolellm.evaluation.agreement",
+    "lm_eval_tasks_dir": "rolellm.lm_eval_tasks",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -13,7 +13,9 @@ A model that is an existing folder runs in-process (`LocalChatClient`); any othe
 (`--model_base_url` for the evaluated model if it is served elsewhere). Everything is cached in `--cache_path`
 (default `<output_dir>/cache.sqlite`) and every turn is saved as it is played: a run that stops, even killed, goes on
 where it was when started again. Writes `scenarios.jsonl`, `turns.jsonl`, `transcripts.jsonl` (one conversation a
-line) and, with judges, `scores.json`. Exit codes: 0 done, 1 some conversations or judge answers failed (unless
+line) and, with judges, `scores.json`; then the report: `report.md`, `report.html` (per-dimension, per-role and
+per-judge tables, radar charts per role, answer lengths, the judges' agreement, links into `transcripts.html`, the
+conversations as a page). Exit codes: 0 done, 1 some conversations or judge answers failed (unless
 `--allow_partial`), 2 a usage error, 3 no turn could be played.
 """
 
@@ -145,6 +147,7 @@ def main(args=None):
         args = make_parser().parse_args()
     from rolellm.clients.config import check_endpoints, make_client
     from rolellm.evaluation.dialogue import TRANSCRIPTS_NAME, run_dialogues
+    from rolellm.evaluation.pages import write_dialogue_report
     from rolellm.evaluation.rubric import judge_transcripts
     from rolellm.roles.resolve import load_profiles
 
@@ -184,6 +187,8 @@ def main(args=None):
         print(format_scores(scores))
         print(f"Wrote {output_dir / 'scores.json'}")
         failures += scores["failures"]["count"]
+    report = write_dialogue_report(output_dir)
+    print(f"Wrote {report['report']}, {report['html']} and {report['transcripts']}")
     if failures and not config.allow_partial:
         what = f"{failures} conversations or judge answers failed"
         print(f"rolellm dialogue: {what} (pass --allow_partial to accept a partial run)", file=sys.stderr)
