@@ -62,10 +62,10 @@ def base_without_chatml(folder):
 
     from rolellm.testing import build_tiny_llama
 
-    backend = Tokenizer(models.BPE())
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())  # the vocabulary itself, not added tokens
+    backend = Tokenizer(models.BPE(vocab={byte: i for i, byte in enumerate(alphabet)}, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    backend.add_tokens(pre_tokenizers.ByteLevel.alphabet())
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="~", pad_token="!")
     return build_tiny_llama(folder, tokenizer=tokenizer)
 

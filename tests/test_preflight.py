@@ -52,7 +52,10 @@ def test_generate_runs_after_a_passing_preflight(generate_job, tmp_path, monkeyp
         assert len(server.model_listings) == 1 and len(server.requests) == 2  # the check was the model list only
     out = capsys.readouterr().out
     assert f"{url} serves 'test-model'. RoleGPT will send 2 requests (0 already cached, 2 to send)" in out
-    assert (tmp_path / "out" / "general" / "train.jsonl").read_text().count("\n") == 1
+    rows = [
+        path for path in (tmp_path / "out").glob("rolebench-*/**/general/*.jsonl") if path.stem != "rolegpt_baseline"
+    ]
+    assert sum(path.read_text().count("\n") for path in rows) == 1
 
 
 @pytest.mark.parametrize(

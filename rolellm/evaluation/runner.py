@@ -298,13 +298,15 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
-    judge = None
-    if judged:  # the judge is checked before any answer is generated
+    profiles = read_profiles(config, lang) if judged or not config.is_rolegpt_baseline else {}
+    baseline, baseline_label, judge = None, None, None
+    if judged and config.baseline_model is None:  # read before anything is sent: a row without one stops the run
+        baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
+    if judged:  # the judge is checked before any answer is generated, the baseline model's included
         judge = make_client(config.judge_client_config())
         check_endpoints(judge)
-    profiles = read_profiles(config, lang) if judged or not config.is_rolegpt_baseline else {}
-    # the baseline's answers are matched (or generated) before the model's: a row without one stops the run at once
-    baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles) if judged else (None, None)
+        if baseline is None:
+            baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
     if config.is_rolegpt_baseline:
         predictions, mode = rolegpt_predictions(rows, dataset["rolegpt_baseline"]), None
     else:

@@ -233,14 +233,22 @@ def parse_screenplay(
 def read_screenplay(path: str | Path, role: str, **kwargs) -> RoleProfile:
     """`parse_screenplay` on a text file; the file name (without suffix) becomes the `source` unless given.
 
+    Without `aliases`, a role whose full name is no cue of the script is looked for under its first name
+    (`"Ada Quill"` speaks under the cue `ADA`), as screenplays usually cue characters.
+
     Raises:
         `DataFormatError`: the file is empty, not UTF-8, or has no line of `role` (the message lists the cues found).
     """
     path = Path(path)
     kwargs.setdefault("source", path.stem)
-    profile = parse_screenplay(read_text(path), role, **kwargs)
+    text = read_text(path)
+    profile = parse_screenplay(text, role, **kwargs)
+    cues = Counter(u.speaker.upper() for u in profile.dialogue if not u.narration)
+    first_name = role.split()[0].upper() if len(role.split()) > 1 else None
+    if not kwargs.get("aliases") and role.upper() not in cues and first_name in cues:
+        # scripts cue a character by the first name ("ADA" for "Ada Quill") when it is the only cue of theirs
+        profile = parse_screenplay(text, role, **{**kwargs, "aliases": [first_name]})
     if not any(u.speaker == role for u in profile.dialogue):
-        cues = Counter(u.speaker.upper() for u in profile.dialogue if not u.narration)
         found = f"cues found: {', '.join(c for c, _ in cues.most_common(10))}" if cues else "no speaker cue found"
         raise DataFormatError(
             f"{path}: no line of {role!r} ({found}); give the role as the script's cues spell it, or its cue names "
