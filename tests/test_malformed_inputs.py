@@ -400,11 +400,8 @@ CASES = [
      error(r"po\.png: the zTXt chunk at byte \d+ cannot be read")),
     ("card-png-wrong-spec", text_file("po.png", "", raw=png_bytes(card_chunk({**CARD, "spec": "v1"}))),
      read_character_card, error(r"po\.png: field 'spec' is 'v1'")),
-    pytest.param(
-        "card-png-bad-crc", text_file("po.png", "", raw=png_bytes((*card_chunk(), False))), read_character_card,
-        error(r"po\.png: .*CRC"),
-        marks=pytest.mark.xfail(strict=True, reason="chunk CRCs are not checked yet: a damaged card chunk is read"),
-    ),
+    ("card-png-bad-crc", text_file("po.png", "", raw=png_bytes((*card_chunk(), False))), read_character_card,
+     error(r"po\.png: the tEXt chunk at byte \d+ fails its CRC check")),
     # --- recipes --------------------------------------------------------------------------------------------------
     ("recipe-yaml-error", recipe("model_name_or_path: rolegpt\n  dataset_name: [zh\n"), cli(*EVALUATE),
      error(r"rolellm evaluate: .*recipe\.yaml: not valid YAML: .* line 2")),

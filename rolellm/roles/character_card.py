@@ -41,6 +41,7 @@ from rolellm.roles.profile import (
 SPECS = {"chara_card_v2": "2.0", "chara_card_v3": "3.0"}
 CARD_KEYWORDS = ("ccv3", "chara")  # the text-chunk keywords of a card, the V3 one first
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
 USER = "user"
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _V2_FIELDS = ["name", "description", "personality", "scenario", "first_mes", "mes_example", "creator_notes",
@@ -313,6 +314,9 @@ def _png_chunks(raw: bytes, path) -> list[tuple[bytes, bytes, int, int]]:
         data = raw[offset + 8 : offset + 8 + length]
         if len(data) != length or offset + 12 + length > len(raw):
             raise DataFormatError(f"{path}: truncated PNG ({kind.decode('latin-1')} chunk at byte {offset})")
+        (crc,) = struct.unpack(">I", raw[offset + 8 + length : offset + 12 + length])
+        if kind in _TEXT_CHUNKS and crc != zlib.crc32(kind + data):  # a damaged card would be read as garbage
+            raise DataFormatError(f"{path}: the {kind.decode('latin-1')} chunk at byte {offset} fails its CRC check")
         chunks.append((kind, data, offset, offset + 12 + length))
         offset += 12 + length
         if kind == b"IEND":
