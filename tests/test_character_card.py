@@ -75,7 +75,7 @@ def test_a_release_profile_exports_as_a_new_card():
     assert card["spec"] == "chara_card_v3" and card["spec_version"] == "3.0"
     assert card["data"]["description"] == "生性聪明。常用口头禅是：“俺老孙”"
     assert card["data"]["mes_example"] == "<START>\n唐僧: 悟空！\n{{char}}: 师父！"
-    assert card["data"]["extensions"] == {"rolellm": {"source": "西游记", "lang": "zh"}}
+    assert card["data"]["extensions"] == {"rolellm": {"source": "西游记", "lang": "zh", "speakers": ["唐僧"]}}
     again = profile_from_card(card)
     assert again.dialogue == profile.dialogue and again.catchphrases == ["俺老孙"]
 

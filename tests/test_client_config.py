@@ -34,7 +34,7 @@ def test_a_local_backend_with_an_endpoint_is_refused():
 
 
 def test_every_command_describes_its_clients_with_the_one_config(tmp_path):
-    generate = GenerateArguments(output_dir=str(tmp_path), model="m", profiles_dir="p", base_url="http://h/v1")
+    generate = GenerateArguments(output_dir=str(tmp_path), model="m", profiles="p", base_url="http://h/v1")
     assert generate.client_config() == ClientConfig(
         "m", backend="openai", base_url="http://h/v1", cache_path=str(tmp_path / "cache.sqlite")
     )

@@ -26,7 +26,7 @@ def job(tmp_path):
     instructions = tmp_path / "instructions.jsonl"
     instructions.write_text("".join(json.dumps({"instruction": q}) + "\n" for q in QUESTIONS), encoding="utf-8")
     return [
-        "generate", "rolegpt", "--profiles_dir", str(tmp_path / "release"), "--instructions", str(instructions),
+        "generate", "rolegpt", "--profiles", str(tmp_path / "release"), "--instructions", str(instructions),
         "--prompt_mode", "zero_shot", "--num_samples", "2", "--output_dir", str(tmp_path / "out"),
         "--model", "test-model", "--max_retries", "1",
     ]  # fmt: skip
@@ -127,7 +127,7 @@ def test_data_check_on_an_empty_folder_is_an_error(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["generate", "rolegpt", "--model", "m", "--profiles_dir", "/no/such/folder", "--output_dir", "o",
+        (["generate", "rolegpt", "--model", "m", "--profiles", "/no/such/folder", "--output_dir", "o",
           "--instructions", "i.jsonl"], "rolellm generate: /no/such/folder: no such file or folder"),
         (["generate", "rolegpt", "--config", "/no/such/recipe.yaml"], "rolellm generate: "),
         (["evaluate", "--model_name_or_path", "rolegpt", "--output_dir", "o", "--dataset_name", "xx"],

@@ -43,7 +43,7 @@ def test_cli_rolegpt_from_recipe_against_server(screenplay_dir, shared_data_dir,
     with ChatCompletionsServer(_rolegpt_answer) as server:
         code = main(
             ["generate", "rolegpt", "--config", str(RECIPES / "generate_rolegpt.yaml"),
-             "--profiles_dir", str(screenplay_dir / "profile_zhenhuan"),
+             "--profiles", str(screenplay_dir / "profile_zhenhuan"),
              "--instructions", str(shared_data_dir / "rolebench" / "rolebench-zh" / "general" / "test.jsonl"),
              "--max_instructions", "40", "--output_dir", str(out), "--base_url", server.base_url,
              "--model", "test-model", "--num_samples", "3"]
@@ -78,7 +78,7 @@ def test_cli_profile_against_server(screenplay_dir, tmp_path):
     with ChatCompletionsServer(lambda body: reply) as server:
         code = main(
             ["generate", "describe", "--config", str(RECIPES / "generate_profile.yaml"),
-             "--profiles_dir", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
+             "--profiles", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
              "--base_url", server.base_url, "--model", "test-model"]
         )  # fmt: skip
     assert code == 0
@@ -100,7 +100,7 @@ def test_recipe_files_are_valid_yaml():
 @pytest.mark.slow
 def test_cli_profile_with_local_backend(screenplay_dir, tiny_model_path, tmp_path):
     code = main(
-        ["generate", "profile", "--profiles_dir", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
+        ["generate", "profile", "--profiles", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
          "--backend", "local", "--model", str(tiny_model_path), "--chat_template", "chatml",
          "--max_dialogue_tokens", "300", "--max_tokens", "8"]
     )  # fmt: skip

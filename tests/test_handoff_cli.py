@@ -80,12 +80,12 @@ def test_generate_train_evaluate_through_one_folder(tmp_path, tiny_model_path, c
     with ChatCompletionsServer(Responder()) as server:
         server_args += ["--base_url", server.base_url]
         # 1. descriptions and catchphrases for the screenplay's roles, written as the release's profiles-zh/
-        assert main(["generate", "describe", "--profiles_dir", str(screenplay), *server_args]) == 0
+        assert main(["generate", "describe", "--profiles", str(screenplay), *server_args]) == 0
         # 2. RoleGPT general rows and 3. Context-Instruct role-specific rows, from the profiles of step 1
-        code = main(["generate", "rolegpt", "--profiles_dir", str(out), "--instructions", str(instructions),
+        code = main(["generate", "rolegpt", "--profiles", str(out), "--instructions", str(instructions),
                      "--num_samples", "2", "--test_fraction", "0.3", *server_args])  # fmt: skip
         assert code == 0
-        code = main(["generate", "context-instruct", "--profiles_dir", str(out), "--test_fraction", "0.3",
+        code = main(["generate", "context-instruct", "--profiles", str(out), "--test_fraction", "0.3",
                      *server_args])  # fmt: skip
         assert code == 0
     printed = capsys.readouterr().out
@@ -146,7 +146,7 @@ def test_a_rerun_that_fills_gaps_moves_no_row_between_splits(tmp_path):
     instructions.write_text("".join(json.dumps({"instruction": q}, ensure_ascii=False) + "\n" for q in QUESTIONS))
     responder = Responder()
     with ChatCompletionsServer(responder) as server:
-        argv = ["generate", "rolegpt", "--profiles_dir", str(screenplay), "--instructions", str(instructions),
+        argv = ["generate", "rolegpt", "--profiles", str(screenplay), "--instructions", str(instructions),
                 "--prompt_mode", "zero_shot", "--num_samples", "2", "--test_fraction", "0.5", "--output_dir", str(out),
                 "--model", "test-model", "--max_retries", "0", "--base_url", server.base_url]  # fmt: skip
         responder.fail = ("长安", "远行", "雨天")  # 3 of the 8 questions fail
@@ -174,7 +174,7 @@ def test_runs_into_one_folder_add_up(tmp_path):
     instructions = tmp_path / "instructions.jsonl"
     instructions.write_text("".join(json.dumps({"instruction": q}, ensure_ascii=False) + "\n" for q in QUESTIONS))
     with ChatCompletionsServer(Responder()) as server:
-        common = ["--profiles_dir", str(screenplay), "--output_dir", str(out), "--model", "test-model",
+        common = ["--profiles", str(screenplay), "--output_dir", str(out), "--model", "test-model",
                   "--base_url", server.base_url, "--test_fraction", "0.5"]  # fmt: skip
         rolegpt = ["generate", "rolegpt", *common, "--instructions", str(instructions), "--prompt_mode", "zero_shot",
                    "--num_samples", "2"]  # fmt: skip
@@ -215,7 +215,7 @@ def test_a_broken_file_in_the_folder_stops_the_run_before_any_row_is_written(tmp
     (general / "test.jsonl").write_text('{"role": "李白", "question": "你好", "gener\n', "utf-8")  # cut short
     before = {path.name: path.read_bytes() for path in general.iterdir()}
     with ChatCompletionsServer(Responder()) as server:
-        code = main(["generate", "rolegpt", "--profiles_dir", str(screenplay), "--instructions", str(instructions),
+        code = main(["generate", "rolegpt", "--profiles", str(screenplay), "--instructions", str(instructions),
                      "--prompt_mode", "zero_shot", "--num_samples", "2", "--output_dir", str(out),
                      "--model", "test-model", "--base_url", server.base_url])  # fmt: skip
     err = capsys.readouterr().err

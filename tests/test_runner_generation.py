@@ -26,7 +26,7 @@ def zh_profiles(rolebench_dir, shared_data_dir):
         model_name_or_path="m",
         output_dir="unused",
         data_dir=str(rolebench_dir),
-        profiles_dir=[str(shared_data_dir / "roleglm-screenplay/profile_xiyou")],
+        profiles=[str(shared_data_dir / "roleglm-screenplay/profile_xiyou")],
     )
     return read_profiles(config, "zh")
 

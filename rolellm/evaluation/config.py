@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from rolellm.clients.config import ClientConfig
 from rolellm.roles.prompts import PromptingMode
+from rolellm.roles.resolve import merge_deprecated_sources, profiles_field
 
 
 ROLEGPT = "rolegpt"
@@ -42,8 +43,11 @@ class EvaluateConfig:
         split (`str`, *optional*, defaults to `"test"`): the split to answer.
         roles (`list[str]`, *optional*): only these roles.
         max_samples_per_role (`int`, *optional*): only the first rows of each role and subset (quick runs).
-        profiles_dir (`list[str]`, *optional*): screenplay profile folders (`desc.json` + per-role `.jsonl` lines)
-            adding script dialogue, for the few-shot modes, to the release's profiles.
+        profiles (`list[str]`, *optional*): profile sources (`--profiles`, repeatable; any source
+            `rolellm.roles.load_profiles` reads: a release or screenplay folder, a `desc.json`, a screenplay file with
+            `roles`, Character Cards) read after the release's profiles in `data_dir`: they add roles, and script
+            dialogue for the few-shot modes.
+        profiles_dir (`list[str]`, *optional*): deprecated alias of `profiles`.
         raw_targets_file (`str`, *optional*): `instructions-general.jsonl` with the raw answers (RAW); defaults to
             `instructions-{eng,zh}/instructions-general.jsonl` in `data_dir` when that exists.
 
@@ -95,7 +99,8 @@ class EvaluateConfig:
     split: str = field(default="test", metadata={"help": "Split to answer."})
     roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
     max_samples_per_role: int | None = field(default=None, metadata={"help": "First N rows per role and subset."})
-    profiles_dir: list[str] | None = field(default=None, metadata={"help": "Screenplay profile folders (dialogue)."})
+    profiles: list[str] | None = profiles_field()
+    profiles_dir: list[str] | None = field(default=None, metadata={"help": "Deprecated: use --profiles."})
     raw_targets_file: str | None = field(default=None, metadata={"help": "instructions-general.jsonl (RAW)."})
     mode: PromptingMode = field(default="system", metadata={"help": "Prompting mode."})
     num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved by the few-shot modes."})
@@ -122,6 +127,8 @@ class EvaluateConfig:
     )
 
     def __post_init__(self):
+        self.profiles = merge_deprecated_sources(self.profiles, profiles_dir=self.profiles_dir)
+        self.profiles_dir = None
         if self.is_rolegpt_baseline and self.base_url is not None:
             raise ValueError("model_name_or_path='rolegpt' scores the release's answers: drop base_url")
         if self.is_rolegpt_baseline and self.judge_model is not None:

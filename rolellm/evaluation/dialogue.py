@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from rolellm.clients.base import ChatRequest
+from rolellm.roles.card_prompts import role_description
 from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, role_key
 from rolellm.roles.prompts import build_chat_messages, load_prompt
 
@@ -252,7 +253,7 @@ def generate_scenarios(
     requests = []
     for profile in profiles:
         content = load_prompt(f"scenario_{'zh' if profile.lang == 'zh' else 'en'}.jinja").render(
-            role=profile.name, desc=profile.description_with_catchphrases(), num_scenarios=num_scenarios
+            role=profile.name, desc=role_description(profile), num_scenarios=num_scenarios
         )
         params = {"temperature": temperature, "seed": seed, "max_tokens": max_tokens}
         requests.append(ChatRequest([{"role": "user", "content": content}], params=params))

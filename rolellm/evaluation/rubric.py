@@ -38,6 +38,7 @@ import numpy as np
 from rolellm.clients.base import ChatRequest
 from rolellm.evaluation.agreement import krippendorff_alpha, mean_pairwise_spearman, spearman
 from rolellm.evaluation.dialogue import answer_length
+from rolellm.roles.card_prompts import role_description
 from rolellm.roles.profile import RoleProfile, role_key
 from rolellm.roles.prompts import load_prompt
 
@@ -118,7 +119,7 @@ def build_rubric_messages(transcript: Mapping, profile: RoleProfile, dimensions:
     situation = (transcript.get("scenario") or {}).get("situation", "")
     user = template.user(
         profile.name,
-        profile.description_with_catchphrases(),
+        role_description(profile),
         situation,
         render_transcript(transcript, profile.name, lang),
         list(dimensions),

@@ -82,16 +82,17 @@ def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
 
 def read_profiles(config: EvaluateConfig, lang: str) -> dict:
     """The profiles of `lang`, keyed by `role_key(name)`: the release's (in `data_dir`), with the roles and dialogue
-    of the `config.profiles_dir` sources added (any source `rolellm.roles.load_profiles` reads)."""
+    of the `config.profiles` sources added (any source `rolellm.roles.load_profiles` reads; `config.roles` name the
+    roles of a screenplay file)."""
     from rolellm.roles.profile import role_key
     from rolellm.roles.resolve import load_profiles
 
-    sources = list(config.profiles_dir or [])
+    sources = list(config.profiles or [])
     if config.data_dir is not None and (Path(config.data_dir) / f"profiles-{RELEASE_LANG_DIRS[lang]}").is_dir():
         sources.insert(0, Path(config.data_dir) / f"profiles-{RELEASE_LANG_DIRS[lang]}")
     elif config.data_dir is not None:
         logger.info("No release profiles of %r in %s", lang, config.data_dir)
-    profiles = load_profiles(sources, lang) if sources else {}
+    profiles = load_profiles(sources, lang, roles=config.roles) if sources else {}
     return {role_key(name): profile for name, profile in profiles.items()}
 
 
@@ -181,8 +182,8 @@ def build_requests(rows: list[dict], indices: list[int], profiles: dict, config:
                 retrievers[row["role"]] = DialogueRetriever(profile)
             except ValueError as error:
                 raise ValueError(
-                    f"mode={config.mode!r} needs script dialogue of {row['role']!r}: {error}. Pass profiles_dir= "
-                    "with a screenplay profile folder of this role, or use mode='system'"
+                    f"mode={config.mode!r} needs script dialogue of {row['role']!r}: {error}. Pass profiles= "
+                    "(--profiles) with a screenplay or Character Card of this role, or use mode='system'"
                 ) from error
         question = row["question"].strip()  # the English release starts every question with a space
         examples = (
@@ -209,7 +210,7 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
         folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}"
         raise ValueError(
             f"no profile for roles {missing}: the system instruction needs each role's description. Give data_dir "
-            f"with the release's {folder}/desc.json, or profiles_dir with any profile source of these roles"
+            f"with the release's {folder}/desc.json, or profiles (--profiles) with any profile source of these roles"
         )
     failures = []
     with GenerationLog(config, rows) as log:
@@ -270,10 +271,11 @@ def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline: l
         `dict`: `WinRateResult.to_dict()`: `win_rate`, `ci_low`, `ci_high`, `average_rank`, counts, `outcomes`.
     """
     from rolellm.evaluation.judge import judge_win_rate
+    from rolellm.roles.card_prompts import role_description
     from rolellm.roles.profile import role_key
 
     client = make_client(config.judge_client_config())
-    descriptions = {row["role"]: profiles[role_key(row["role"])].description_with_catchphrases() for row in rows}
+    descriptions = {row["role"]: role_description(profiles[role_key(row["role"])]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
     result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
     return result.to_dict()

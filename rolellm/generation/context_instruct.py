@@ -40,6 +40,7 @@ from rolellm.generation.job import (
     user_prompt,
     write_jsonl,
 )
+from rolellm.roles.card_prompts import role_description
 from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
@@ -224,10 +225,14 @@ class ContextInstruct(GenerationJob):
     desc = "Context-Instruct"
 
     def prompt(self, profile: RoleProfile, segment: str) -> list[dict]:
-        """The chat messages asking for `num_questions` items about `profile` from one `segment`."""
+        """The chat messages asking for `num_questions` items about `profile` from one `segment`.
+
+        The description is `role_description(profile)`: for a Character Card, with its personality and scenario;
+        the segments of a card are its `mes_example` blocks (the profile's dialogue).
+        """
         variables = {
             "role": profile.name,
-            "desc": profile.description_with_catchphrases(),
+            "desc": role_description(profile),
             "source": profile.source,
             "segment": segment,
             "num_questions": self.config.num_questions,

@@ -27,6 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Literal
 
+from rolellm.roles.card_prompts import split_mes_example, substitute
 from rolellm.roles.profile import (
     DataFormatError,
     RoleProfile,
@@ -41,29 +42,44 @@ SPECS = {"chara_card_v2": "2.0", "chara_card_v3": "3.0"}
 CARD_KEYWORDS = ("ccv3", "chara")  # the text-chunk keywords of a card, the V3 one first
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 USER = "user"
-_MESSAGE = re.compile(r"^(\{\{user\}\}|\{\{char\}\}|<USER>|<BOT>|[^:\n<>{}]{1,40}):\s?(.*)$")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _V2_FIELDS = ["name", "description", "personality", "scenario", "first_mes", "mes_example", "creator_notes",
               "system_prompt", "post_history_instructions", "alternate_greetings", "tags", "creator",
               "character_version", "extensions"]  # fmt: skip
 
 
-def parse_mes_example(text: str, name: str) -> list[Utterance]:
-    """`<START>`-separated example chats as utterances; each block is one dialogue group (`act_id` = `diag_id`)."""
-    utterances, block = [], -1
-    for line in text.splitlines():
-        if line.strip().upper() == "<START>":
-            block += 1
-            continue
-        match = _MESSAGE.match(line)
-        if match:
-            speaker = {"{{char}}": name, "<BOT>": name, "{{user}}": USER, "<USER>": USER}.get(
-                match[1], match[1].strip()
-            )
-            block = max(block, 0)
-            utterances.append(Utterance(block, block, speaker, match[2]))
-        elif utterances and utterances[-1].act_id == max(block, 0):
-            utterances[-1].content += "\n" + line  # a message that spans lines
+def parse_mes_example(
+    text: str, name: str, user_name: str | None = None, char: str | None = None, speakers: list[str] | None = None
+) -> list[Utterance]:
+    """`<START>`-separated example chats as utterances; each block is one dialogue group (`act_id` = `diag_id`).
+
+    A message starts with `{{user}}:`, `{{char}}:`, `<USER>:`, `<BOT>:`, the role's name, the user's name or one of
+    `speakers` (the other speakers of a card rolellm wrote, `extensions.rolellm.speakers`) and a colon; any other
+    line belongs to the message before it, so prose like `Brass: a metal.` is never a speaker. The
+    text before the first `<START>` is a block of its own; lines of a block before its first message are narration.
+    `{{char}}` and `{{user}}` inside messages become `char` (default `name`) and `user_name` (default "User").
+
+    >>> [(u.speaker, u.content) for u in parse_mes_example(
+    ...     "<START>\\n{{user}}: What is brass?\\n{{char}}: Hm.\\nBrass: copper and zinc, {{user}}.", "Ada")]
+    [('user', 'What is brass?'), ('Ada', 'Hm.\\nBrass: copper and zinc, User.')]
+    """
+    char, user = char or name, user_name or "User"
+    others = {speaker.casefold(): speaker for speaker in speakers or []}
+    speakers = {**others, "{{char}}": name, "<bot>": name, "{{user}}": USER, "<user>": USER, name.casefold(): name}
+    speakers.setdefault(user.casefold(), USER)
+    if char.casefold() not in speakers:
+        speakers[char.casefold()] = name
+    utterances = []
+    for block, lines in enumerate(split_mes_example(text)):
+        for line in lines.splitlines():
+            head, colon, rest = line.partition(":")
+            speaker = speakers.get(head.strip().casefold()) if colon else None
+            if speaker is not None:
+                utterances.append(Utterance(block, block, speaker, substitute(rest.removeprefix(" "), char, user)))
+            elif utterances and utterances[-1].act_id == block:
+                utterances[-1].content += "\n" + substitute(line, char, user)  # a message that spans lines
+            elif line.strip():
+                utterances.append(Utterance(block, block, "narration", substitute(line.strip(), char, user)))
     return utterances
 
 
@@ -75,7 +91,7 @@ def render_mes_example(dialogue: list[Utterance], name: str) -> str:
             group = (utterance.act_id, utterance.diag_id)
             lines.append("<START>")
         speaker = {name: "{{char}}", USER: "{{user}}"}.get(utterance.speaker, utterance.speaker)
-        lines.append(f"{speaker}: {utterance.content}")
+        lines.append(utterance.content if utterance.narration else f"{speaker}: {utterance.content}")
     return "\n".join(lines)
 
 
@@ -97,15 +113,35 @@ def profile_from_card(card: dict, lang: str | None = None, where: str = "card") 
         raise DataFormatError(f"{where}: field 'data.name' is missing or empty")
     name, text = data["name"], data.get("description", "")
     lang = lang or ("zh" if _CJK.search(text + name) else "en")
-    description, catchphrases = split_catchphrases(text, lang)
-    if join_catchphrases(description, catchphrases, lang) != text:  # keep the text as written when it would change
-        description, catchphrases = text, []
-    dialogue = parse_mes_example(data.get("mes_example", ""), name)
-    extra = {
-        "character_card": copy.deepcopy(card),
-        "character_card_dialogue": [vars(u).copy() for u in dialogue],
-    }
+    extra = {"character_card": copy.deepcopy(card)}
+    phrases = _rolellm_extension(data, where, "catchphrases")
+    if phrases is not None:  # the card says them: the description stays as written
+        description, catchphrases = text, phrases
+        extra["character_card_catchphrases"] = "extensions.rolellm.catchphrases"
+    else:
+        description, catchphrases = split_catchphrases(text, lang)
+        if join_catchphrases(description, catchphrases, lang) != text:  # keep the text as written when it would change
+            description, catchphrases = text, []
+    nickname = data.get("nickname") if isinstance(data.get("nickname"), str) and data["nickname"].strip() else None
+    user = "你" if lang == "zh" else "User"
+    speakers = _rolellm_extension(data, where, "speakers")
+    dialogue = parse_mes_example(data.get("mes_example", ""), name, user_name=user, char=nickname, speakers=speakers)
+    extra["character_card_dialogue"] = [vars(u).copy() for u in dialogue]
     return RoleProfile(name, lang, description, catchphrases, dialogue=dialogue, extra=extra)
+
+
+def _rolellm_extension(data: dict, where, key: str) -> list[str] | None:
+    """The `extensions.rolellm.{key}` list of strings of a card (`catchphrases`, `speakers`), `None` when absent."""
+    extensions = data.get("extensions")
+    rolellm = extensions.get("rolellm") if isinstance(extensions, dict) else None
+    values = rolellm.get(key) if isinstance(rolellm, dict) else None
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise DataFormatError(
+            f"{where}: field 'data.extensions.rolellm.{key}' must be a list of strings, got {values!r}"
+        )
+    return [value.strip() for value in values if value.strip()]
 
 
 def card_from_profile(profile: RoleProfile, spec: Literal["chara_card_v2", "chara_card_v3"] | None = None) -> dict:
@@ -131,10 +167,17 @@ def card_from_profile(profile: RoleProfile, spec: Literal["chara_card_v2", "char
         if card["spec"] == "chara_card_v3":
             data.update(group_only_greetings=[])
     data["name"] = profile.name
-    data["description"] = profile.description_with_catchphrases()
+    if kept and profile.extra.get("character_card_catchphrases"):
+        data["description"] = profile.description
+        data["extensions"]["rolellm"]["catchphrases"] = list(profile.catchphrases)
+    else:
+        data["description"] = profile.description_with_catchphrases()
     unchanged = kept and profile.extra.get("character_card_dialogue") == [vars(u) for u in profile.dialogue]
     if not unchanged:
         data["mes_example"] = render_mes_example(profile.dialogue, profile.name)
+        others = sorted({u.speaker for u in profile.dialogue if not u.narration} - {profile.name, USER})
+        if others:  # read back as speakers (any other `Word:` line is prose)
+            data.setdefault("extensions", {}).setdefault("rolellm", {})["speakers"] = others
     return card
 
 

@@ -22,6 +22,7 @@ from typing import Literal, get_args
 
 import jinja2
 
+from rolellm.roles.card_prompts import card_data, card_examples_text, card_field, card_system_text, post_history_text
 from rolellm.roles.profile import RoleProfile, Utterance, role_key
 
 
@@ -48,6 +49,7 @@ def build_system_instruction(
     template: str | None = None,
     user_name: str | None = None,
     retrieved_dialogue: list | None = None,
+    context: list[str] | None = None,
 ) -> str:
     """Render the system instruction that puts a model in a role (RoleGPT and RoCIT).
 
@@ -65,6 +67,13 @@ def build_system_instruction(
         retrieved_dialogue (`list[list[Utterance]]`, *optional*): script dialogue groups to show the role (the
             paper's retrieval-augmentation ablation, e.g. `DialogueRetriever.retrieve(question)`); the default
             templates append them, one `speaker: line` per line and a blank line between groups.
+        context (`list[str]`, *optional*): the recent turns of the conversation (oldest first), scanned for the
+            keys of a Character Card's lorebook.
+
+    A profile read from a Character Card gets SillyTavern's assembly around this instruction
+    (`rolellm.roles.card_prompts.card_system_text`): the card's `system_prompt` replaces it (`{{original}}` stands
+    for it), then the lorebook entries `context` triggers, `personality` and `scenario`; the retrieved dialogue
+    comes last. Every other profile gets the instruction alone.
 
     Returns:
         `str`: the system instruction.
@@ -86,21 +95,28 @@ def build_system_instruction(
             compiled = JINJA_ENV.from_string(template)
         except jinja2.TemplateSyntaxError as error:
             raise ValueError(f"template= is not valid Jinja (line {error.lineno}): {error.message}") from error
+    variables = {
+        "role": profile.name,
+        "desc": profile.description_with_catchphrases(),
+        "description": profile.description,
+        "catchphrases": list(profile.catchphrases),
+        "lang": lang,
+        "user_name": user_name,
+        "retrieved_dialogue": retrieved_dialogue or [],
+    }
     try:
-        return compiled.render(
-            role=profile.name,
-            desc=profile.description_with_catchphrases(),
-            description=profile.description,
-            catchphrases=list(profile.catchphrases),
-            lang=lang,
-            user_name=user_name,
-            retrieved_dialogue=retrieved_dialogue or [],
-        )
+        instruction = compiled.render(**variables)
+        if card_data(profile) is None:
+            return instruction
+        # a card: the instruction without the retrieved dialogue is the main prompt; the dialogue goes last
+        main = compiled.render(**{**variables, "retrieved_dialogue": []}) if retrieved_dialogue else instruction
     except jinja2.UndefinedError as error:
         raise ValueError(
             f"template= uses an unknown variable ({error.message}); available: role, desc, description, "
             "catchphrases, lang, user_name, retrieved_dialogue"
         ) from error
+    text = card_system_text(profile, main, lang, context=context, user_name=user_name)
+    return text + instruction[len(main) :] if instruction.startswith(main) else text
 
 
 def to_role_messages(
@@ -150,8 +166,8 @@ def to_role_messages(
     elif reference != "all":
         raise ValueError(f"reference={reference!r} is not one of 'first', 'random', 'all'")
     lang = lang or row.get("lang") or profile.lang
-    system = build_system_instruction(profile, lang=lang, template=template, user_name=user_name)
     question = row["question"].strip()
+    system = build_system_instruction(profile, lang=lang, template=template, user_name=user_name, context=[question])
     return [
         [
             {"role": "system", "content": system},
@@ -210,7 +226,9 @@ def build_role_messages(
         )
     lang = lang if lang is not None else profile.lang
     retrieved = examples if mode == "retrieval" else None
-    instruction = build_system_instruction(profile, lang=lang, template=system_template, retrieved_dialogue=retrieved)
+    instruction = build_system_instruction(
+        profile, lang=lang, template=system_template, retrieved_dialogue=retrieved, context=[question]
+    )
     if mode in ("system", "retrieval"):
         return [{"role": "system", "content": instruction}, {"role": "user", "content": question}]
     if mode == "zero-shot":
@@ -234,21 +252,26 @@ def build_role_messages(
 def role_greeting(profile: RoleProfile) -> str | None:
     """The role's opening line of a chat: a Character Card's `first_mes`, or `None` when the source has none.
 
-    >>> card = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Po", "first_mes": "Skadoosh!"}}
+    `{{char}}` and `{{user}}` are replaced by the role's name and "User" ("你" in Chinese).
+
+    >>> card = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Po", "first_mes": "Hi {{user}}!"}}
     >>> from rolellm.roles.character_card import profile_from_card
     >>> role_greeting(profile_from_card(card))
-    'Skadoosh!'
+    'Hi User!'
     >>> role_greeting(RoleProfile("Po", "en")) is None
     True
     """
-    card = profile.extra.get("character_card") or {}
-    return (card.get("data") or {}).get("first_mes") or None
+    return card_field(profile, "first_mes") or None
 
 
 def build_chat_messages(
     profile: RoleProfile, history: list[dict], lang: str | None = None, system_template: str | None = None
 ) -> list[dict]:
     """The messages sent to a model playing `profile` in a multi-turn chat: the role's system text, then `history`.
+
+    For a profile read from a Character Card the system text is SillyTavern's (see `build_system_instruction`) with
+    the lorebook scanning `history` and the card's `mes_example` blocks shown after it, and the card's
+    `post_history_instructions` follow `history` as a last system turn.
 
     Args:
         profile (`RoleProfile`): the role.
@@ -265,5 +288,14 @@ def build_chat_messages(
     >>> [m["role"] for m in build_chat_messages(profile, [{"role": "user", "content": "Hi!"}])]
     ['system', 'user']
     """
-    system = build_system_instruction(profile, lang=lang, template=system_template)
-    return [{"role": "system", "content": system}, *history]
+    context = [turn["content"] for turn in history]
+    system = build_system_instruction(profile, lang=lang, template=system_template, context=context)
+    if card_data(profile) is None:
+        return [{"role": "system", "content": system}, *history]
+    examples = card_examples_text(profile, lang or profile.lang)
+    post = post_history_text(profile)
+    return [
+        {"role": "system", "content": f"{system}\n\n{examples}" if examples else system},
+        *history,
+        *([{"role": "system", "content": post}] if post else []),
+    ]

@@ -21,10 +21,13 @@ that works for one works for all. Accepted sources, told apart by what is on dis
 ['Po']
 """
 
+import argparse
 import contextlib
 import json
 import re
+import warnings
 from collections.abc import Iterable
+from dataclasses import field
 from pathlib import Path
 
 from rolellm.roles.character_card import read_character_card
@@ -44,8 +47,74 @@ _RELEASE_FOLDERS = {f"profiles-{suffix}": lang for lang, suffix in RELEASE_LANG_
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
+PROFILES_HELP = (
+    "Role profiles, repeatable (--profiles A B --profiles C): a RoleBench release folder, a profiles-eng/ or "
+    "profiles-zh/ folder, a desc.json, a screenplay folder, a screenplay file (.txt, .fountain: with --roles), a "
+    "Character Card V2/V3 (.json, .png) or a folder of cards."
+)
+
+
 class ProfileSourceError(ValueError):
     """A profile source that is missing or of no accepted kind; the message names it and lists the accepted kinds."""
+
+
+class ProfileSourcesAction(argparse.Action):
+    """`--profiles A B --profiles C` gives `["A", "B", "C"]`; the first use on the command line replaces the value a
+    YAML recipe set, the next ones add to it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        kept = [] if current is None or current is self.default else list(current)
+        setattr(namespace, self.dest, kept + list(values))
+
+
+def profiles_field(required: bool = False, help: str = PROFILES_HELP):
+    """The `profiles` field of every command's config: one or more profile sources for `load_profiles`.
+
+    On the command line it is `--profiles SOURCE [SOURCE ...]`, repeatable (`ProfileSourcesAction`); in a YAML
+    recipe, a string or a list of strings. A config using it normalises the value with `as_sources` in its
+    `__post_init__`.
+
+    >>> from dataclasses import dataclass
+    >>> from transformers import HfArgumentParser
+    >>> @dataclass
+    ... class Arguments:
+    ...     profiles: list[str] | None = profiles_field()
+    >>> HfArgumentParser(Arguments).parse_args(["--profiles", "a.json", "b/", "--profiles", "c.png"]).profiles
+    ['a.json', 'b/', 'c.png']
+    """
+    metadata = {"help": help, "action": ProfileSourcesAction}
+    return field(metadata=metadata) if required else field(default=None, metadata=metadata)
+
+
+def as_sources(value, name: str = "profiles") -> list[str]:
+    """A `profiles` value (`None`, a path, or a list of paths, as a recipe or the command line gives it) as a list.
+
+    >>> as_sources("card.png"), as_sources(["a", "b"]), as_sources(None)
+    (['card.png'], ['a', 'b'], [])
+    """
+    if value is None:
+        return []
+    items = [value] if isinstance(value, (str, Path)) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(item, (str, Path)) for item in items):
+        raise ValueError(f"{name} must be a path or a list of paths to profile sources, got {value!r}")
+    return [str(item) for item in items]
+
+
+def merge_deprecated_sources(profiles, **deprecated) -> list[str] | None:
+    """`profiles` with the sources of deprecated fields (`profiles_dir=`, `profiles_path=`) added, each with a
+    `FutureWarning`; `None` when there is none."""
+    sources = as_sources(profiles)
+    for name, value in deprecated.items():
+        if value:
+            warnings.warn(
+                f"{name} (--{name}) is deprecated and will be removed: use profiles (--profiles), which reads the "
+                "same sources and more",
+                FutureWarning,
+                stacklevel=3,
+            )
+            sources += as_sources(value, name)
+    return sources or None
 
 
 def load_profiles(

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rolellm.roles.resolve import as_sources, profiles_field
 from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
@@ -35,9 +36,10 @@ class DialogueArguments:
     > Parameters that control the roles and scenarios
 
     Args:
-        profiles (`str`): any profile source `rolellm.roles.load_profiles` reads (release folder, screenplay folder,
-            `desc.json`, Character Card or folder of cards).
-        roles (`list[str]`, *optional*): only these roles (spelled as in the profiles or not).
+        profiles (`list[str]`): one or more profile sources `rolellm.roles.load_profiles` reads (`--profiles`,
+            repeatable: release folder, screenplay folder or file, `desc.json`, Character Card or folder of cards).
+        roles (`list[str]`, *optional*): only these roles (spelled as in the profiles or not); required for a
+            screenplay file.
         lang (`Literal["en", "zh"]`, *optional*): the profiles' language.
         scenarios (`str`, *optional*): a YAML or JSONL scenario file; default: card scenarios, else generated.
         num_scenarios (`int`, *optional*, defaults to 2): scenarios the user model writes per role without a file.
@@ -64,7 +66,7 @@ class DialogueArguments:
         allow_partial (`bool`, *optional*, defaults to `False`): exit 0 although some requests failed.
     """
 
-    profiles: str = field(metadata={"help": "Role profiles: a release or screenplay folder, a desc.json, a card."})
+    profiles: list[str] = profiles_field(required=True)
     model: str = field(metadata={"help": "Evaluated model: a local folder, or an endpoint model name."})
     user_model: str = field(metadata={"help": "User simulator: a local folder, or an endpoint model name."})
     output_dir: str = field(metadata={"help": "Where scenarios, turns, transcripts and scores go."})
@@ -88,6 +90,7 @@ class DialogueArguments:
     allow_partial: bool = field(default=False, metadata={"help": "Exit 0 although some requests failed."})
 
     def __post_init__(self):
+        self.profiles = as_sources(self.profiles)
         if self.num_turns is not None and self.num_turns < 1:
             raise ValueError(f"--num_turns must be at least 1, got {self.num_turns}")
         if self.num_scenarios < 1:

@@ -5,8 +5,12 @@
 rolellm generate rolegpt --config examples/recipes/generate_rolegpt.yaml --base_url http://localhost:8000/v1
 
 # Context-Instruct role-specific items with a local transformers model (no API key, no server)
-rolellm generate context-instruct --profiles_dir ../shared/data/roleglm-screenplay/profile_zhenhuan \
+rolellm generate context-instruct --profiles ../shared/data/roleglm-screenplay/profile_zhenhuan \
     --roles 华妃 --backend local --model ./my-model --output_dir runs/ci
+
+# a Character Card and a screenplay file at once (any profile source, repeatable)
+rolellm generate context-instruct --profiles my_card.png --profiles script.txt --roles "Ada Quill" "Moss" \
+    --model gpt-4o-mini --output_dir runs/ci-mine
 
 # descriptions and catchphrases for profiles from their dialogue (`profile` is another name of `describe`)
 rolellm generate describe --config examples/recipes/generate_profile.yaml
@@ -33,6 +37,7 @@ from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.job import FAILURES_NAME
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
+from rolellm.roles.resolve import PROFILES_HELP, merge_deprecated_sources, profiles_field
 from rolellm.scripts.exit_codes import EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
 
@@ -44,9 +49,11 @@ class GenerateArguments:
     > Parameters that control the input and output
 
     Args:
-        profiles_dir (`str`): any profile source `rolellm.roles.load_profiles` reads: a release folder, a
-            `profiles-{lang}/` folder, a screenplay folder (`desc.json` + `{script}-{role}.jsonl`), a `desc.json`, a
-            Character Card or a folder of cards, a screenplay file (with `roles`).
+        profiles (`list[str]`): one or more profile sources `rolellm.roles.load_profiles` reads (`--profiles`,
+            repeatable): a release folder, a `profiles-{lang}/` folder, a screenplay folder (`desc.json` +
+            `{script}-{role}.jsonl`), a `desc.json`, a Character Card or a folder of cards, a screenplay file (with
+            `roles`).
+        profiles_dir (`str`, *optional*): deprecated alias of `profiles`.
         lang (`Literal["en", "zh"]`, *optional*): the profiles' language (default: every language of a release
             folder; guessed from the text of screenplays and cards).
         roles (`list[str]`, *optional*): only these roles, spelled as in the profiles or not (`Dr. Frank N Furter`
@@ -76,9 +83,8 @@ class GenerateArguments:
 
     output_dir: str = field(metadata={"help": "Release folder the data and profiles are added to."})
     model: str = field(metadata={"help": "Endpoint model name, or the local model's folder / Hub id."})
-    profiles_dir: str = field(
-        metadata={"help": "Role profiles: a release or screenplay folder, a desc.json, a Character Card, a script."}
-    )
+    profiles: list[str] | None = profiles_field()
+    profiles_dir: str | None = field(default=None, metadata={"help": "Deprecated: use --profiles."})
     lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
     roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
     backend: Literal["openai", "local"] = field(default="openai", metadata={"help": "Where answers come from."})
@@ -98,6 +104,12 @@ class GenerateArguments:
     dry_run: bool = field(
         default=False, metadata={"help": "Print the requests and tokens the run would send; send nothing."}
     )
+
+    def __post_init__(self):
+        self.profiles = merge_deprecated_sources(self.profiles, profiles_dir=self.profiles_dir)
+        self.profiles_dir = None
+        if not self.profiles:
+            raise ValueError(f"the following argument is required: --profiles ({PROFILES_HELP})")
 
     def client_config(self) -> ClientConfig:
         """The chat client these arguments describe."""
@@ -158,7 +170,7 @@ def read_profiles(args: GenerateArguments) -> list:
     """The profiles to generate for: the `roles` asked for, else every role with dialogue."""
     from rolellm.roles.resolve import load_profiles
 
-    profiles = load_profiles(args.profiles_dir, lang=args.lang, roles=args.roles)
+    profiles = load_profiles(args.profiles, lang=args.lang, roles=args.roles)
     return list(profiles.values()) if args.roles else [p for p in profiles.values() if p.dialogue]
 
 

@@ -16,7 +16,12 @@ python examples/train_rolellama.py --config examples/recipes/tiny-cpu.yaml --mod
 
 Data come from a local RoleBench release folder (`--data_dir`), a dataset in the Hub layout (`--dataset_name`,
 e.g. one exported by `rolellm`), or the official release on the Hub when neither is given. Profiles come from
-`--profiles_path`, else from the same place as the data.
+`--profiles` (repeatable: release folders, `desc.json`, screenplays with `--roles`, Character Cards), else from the
+same place as the data; `--roles` also keeps only those roles' rows:
+
+```bash
+rolellm train --config examples/recipes/tiny-cpu.yaml --profiles my_card.png --roles "Ada Quill"
+```
 """
 
 import argparse
@@ -38,6 +43,8 @@ class RoleBenchArguments:
         dataset_train_split (`str`, *optional*, defaults to `"train"`), dataset_test_split (`str`, *optional*,
             defaults to `"test"`): the splits; evaluation runs only when `eval_strategy` is not `"no"`.
         max_train_samples (`int`, *optional*), max_eval_samples (`int`, *optional*): keep the first rows only.
+        roles (`list[str]`, *optional*): train only on these roles' rows (spelled as in the data or not), and read
+            these roles from a screenplay file given in `profiles`.
     """
 
     dataset_configs: list[str] = field(default_factory=lambda: ["zh"], metadata={"help": "RoleBench configs."})
@@ -47,6 +54,9 @@ class RoleBenchArguments:
     dataset_test_split: str = field(default="test", metadata={"help": "Evaluation split."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation rows."})
+    roles: list[str] | None = field(
+        default=None, metadata={"help": "Only these roles' rows; the roles read from a screenplay file in --profiles."}
+    )
 
 
 def load_rows(script_args, split):
@@ -54,6 +64,7 @@ def load_rows(script_args, split):
     import datasets
 
     from rolellm.data import load_rolebench
+    from rolellm.roles.profile import role_key
 
     parts = []
     for name in script_args.dataset_configs:
@@ -62,6 +73,13 @@ def load_rows(script_args, split):
         else:
             parts.append(load_rolebench(name, data_dir=script_args.data_dir, splits=[split])[split])
     rows = datasets.concatenate_datasets(parts)
+    if script_args.roles:
+        keys = {role_key(role) for role in script_args.roles}
+        rows = rows.filter(lambda row: role_key(row["role"]) in keys)
+        if not len(rows):
+            raise ValueError(
+                f"--roles {script_args.roles}: no {split} row of these roles in {script_args.dataset_configs}"
+            )
     limit = script_args.max_train_samples if split == script_args.dataset_train_split else script_args.max_eval_samples
     return rows.select(range(min(limit, len(rows)))) if limit is not None else rows
 
@@ -70,10 +88,10 @@ def load_profiles_for(script_args, training_args):
     from rolellm.data import load_rolebench_profiles
     from rolellm.roles.resolve import load_profiles
 
-    if training_args.profiles_path is not None:
-        return load_profiles(training_args.profiles_path)
+    if training_args.profiles:
+        return load_profiles(training_args.profiles, roles=script_args.roles)
     if script_args.data_dir is not None:
-        return load_profiles(script_args.data_dir)
+        return load_profiles(script_args.data_dir, roles=script_args.roles)
     langs = sorted({"zh" if name.startswith("zh") else "en" for name in script_args.dataset_configs})
     return {name: p for lang in langs for name, p in load_rolebench_profiles(lang).items()}
 

@@ -5,6 +5,8 @@ from typing import Literal
 
 from trl import SFTConfig
 
+from rolellm.roles.resolve import merge_deprecated_sources, profiles_field
+
 
 @dataclass
 class RoCITConfig(SFTConfig):
@@ -14,9 +16,12 @@ class RoCITConfig(SFTConfig):
     Parameters:
         > Parameters that control the role data
 
+        profiles (`list[str]`, *optional*):
+            Where the role profiles come from when the trainer is not given `profiles=` (`--profiles`, repeatable):
+            any sources `rolellm.roles.load_profiles` reads, e.g. a RoleBench release folder, a `desc.json`, a
+            screenplay folder, Character Cards (JSON, PNG or a folder of them).
         profiles_path (`str`, *optional*):
-            Where the role profiles come from when the trainer is not given `profiles=`: a RoleBench release folder
-            (holding `profiles-en/` and/or `profiles-zh/`), one `profiles-{lang}` folder, or a `desc.json` file.
+            Deprecated alias of `profiles`.
         reference (`str`, *optional*, defaults to `"first"`):
             Which reference answer of a row's `generated` to train on: `"first"`, `"random"` (one per row, drawn with
             `seed`) or `"all"` (one sample per reference).
@@ -69,13 +74,11 @@ class RoCITConfig(SFTConfig):
             "const": True,
         },
     )
-    profiles_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "RoleBench release folder (with profiles-en/ or profiles-zh/), a profiles-{lang} folder or a "
-            "desc.json file, read when the trainer is not given profiles=."
-        },
+    profiles: list[str] | None = profiles_field(
+        help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "
+        "desc.json, a screenplay folder, Character Cards (.json, .png) or a folder of cards."
     )
+    profiles_path: str | None = field(default=None, metadata={"help": "Deprecated: use --profiles."})
     reference: Literal["first", "random", "all"] = field(
         default="first",
         metadata={"help": "Reference answer(s) to train on: 'first', 'random' (seeded) or 'all' (one sample each)."},
@@ -112,6 +115,8 @@ class RoCITConfig(SFTConfig):
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True
         super().__post_init__()
+        self.profiles = merge_deprecated_sources(self.profiles, profiles_path=self.profiles_path)
+        self.profiles_path = None
         if self.role_specific_fraction is not None and not 0.0 <= self.role_specific_fraction <= 1.0:
             raise ValueError(
                 f"role_specific_fraction={self.role_specific_fraction} is not a fraction: use a value in [0, 1], "

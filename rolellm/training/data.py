@@ -81,7 +81,7 @@ def rolebench_to_conversations(
     if missing:
         raise ValueError(
             f"no profile for {len(missing)} role(s) of the data: {missing[:10]}; the profiles hold "
-            f"{sorted(profiles)[:10]}{' ...' if len(profiles) > 10 else ''}. Pass profiles= or profiles_path= that "
+            f"{sorted(profiles)[:10]}{' ...' if len(profiles) > 10 else ''}. Pass profiles= (or RoCITConfig.profiles) that "
             "cover every role"
         )
     has_subset = "subset" in dataset.column_names

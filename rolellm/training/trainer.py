@@ -96,7 +96,7 @@ class RoCITTrainer(SFTTrainer):
             (no mixing, same reference choice).
         processing_class (`PreTrainedTokenizerBase`, *optional*): the tokenizer; loaded from the model when omitted. A
             tokenizer without a chat template gets rolellm's ChatML-style role template (`set_role_chat_template`).
-        profiles (`dict[str, RoleProfile]`, *optional*): role -> profile; read from `args.profiles_path` when omitted.
+        profiles (`dict[str, RoleProfile]`, *optional*): role -> profile; read from `args.profiles` when omitted.
         peft_config (`peft.PeftConfig`, *optional*): LoRA and friends, as for `SFTTrainer`.
         quantization_config (`transformers.BitsAndBytesConfig`, *optional*): QLoRA, when `model` is a name or path.
         **kwargs: the other arguments of `SFTTrainer` (`callbacks`, `optimizers`, ...).
@@ -141,8 +141,8 @@ class RoCITTrainer(SFTTrainer):
             raise ValueError("train_dataset is required: RoleBench rows or messages samples")
         self.args = args  # `SFTTrainer.__init__` sets it too; the role conversion below needs it first
         self.profiles = profiles
-        if self.profiles is None and args.profiles_path is not None:
-            self.profiles = load_profiles(args.profiles_path)
+        if self.profiles is None and args.profiles:
+            self.profiles = load_profiles(args.profiles)
         self._system_template = None
         if args.system_template_path is not None:
             self._system_template = Path(args.system_template_path).read_text(encoding="utf-8")
@@ -231,7 +231,7 @@ class RoCITTrainer(SFTTrainer):
             )
         if self.profiles is None:
             raise ValueError(
-                "RoleBench rows need role profiles: pass profiles= to the trainer or set RoCITConfig.profiles_path"
+                "RoleBench rows need role profiles: pass profiles= to the trainer or set RoCITConfig.profiles"
             )
         args = self.args
         if split == "train":
