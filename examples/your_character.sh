@@ -50,7 +50,11 @@ else
     python "$HERE/stand_in_llm.py" --url_file "$WORK/llm-url" >"$WORK/stand-in.log" 2>&1 &
     STAND_IN=$!
     trap 'kill "$STAND_IN" 2>/dev/null || true' EXIT
-    for _ in $(seq 600); do [ -s "$WORK/llm-url" ] && break; kill -0 "$STAND_IN" && sleep 0.1; done
+    for _ in $(seq 600); do  # up to a minute for it to start
+        [ -s "$WORK/llm-url" ] && break
+        kill -0 "$STAND_IN" 2>/dev/null || { cat "$WORK/stand-in.log" >&2; exit 1; }
+        sleep 0.1
+    done
     nonempty "$WORK/llm-url"
     BASE_URL="$(cat "$WORK/llm-url")"
     LLM_MODEL="stand-in"
