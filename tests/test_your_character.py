@@ -17,7 +17,7 @@ import pytest
 
 from rolellm import ContextInstruct, ContextInstructConfig, OpenAIChatClient, ProfileDescriber, RoleGPT, RoleGPTConfig
 from rolellm.roles.profile import RoleProfile, Utterance
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing import ChatCompletionsServer, Fault
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,3 +165,19 @@ def test_the_stand_in_answers_the_english_prompts_of_the_three_generators(stand_
     config = RoleGPTConfig(num_samples=2, prompt_mode="zero_shot", include_reference=True)
     answered = RoleGPT(config).generate(stand_in, [profile], instructions)
     assert answered.stats["rows"] == 1 and answered.stats["rejected"] == {}
+
+
+def test_the_example_uses_the_endpoint_the_user_sets(tmp_path):
+    """With `OPENAI_BASE_URL` set, the data are asked of that endpoint (here one refusing every request, so the
+    run stops at the first step with the endpoint's error), with the model `LLM_MODEL`."""
+    missing = missing_pieces(commands=())
+    if missing:
+        pytest.skip(f"the example calls {', '.join(missing)}, not in this checkout")
+    with ChatCompletionsServer(lambda body: Fault("server_error", status=422, message="model is asleep")) as server:
+        base_url = server.base_url
+        env = {**example_env(), "OPENAI_BASE_URL": base_url, "LLM_MODEL": "my-model"}
+        run = subprocess.run(["bash", str(EXAMPLE), str(tmp_path)], env=env, capture_output=True, text=True)
+    assert run.returncode == 3 and f"using {base_url} (my-model)" in run.stdout, run.stdout[-2000:] + run.stderr
+    assert server.requests and {request["body"]["model"] for request in server.requests} == {"my-model"}
+    assert "model is asleep" in (tmp_path / "data" / "generation" / "context-instruct" / "failures.jsonl").read_text()
+    assert not (tmp_path / "llm-url").exists() and not (tmp_path / "lora").exists()
