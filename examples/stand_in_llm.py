@@ -36,9 +36,23 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 _ROLE = [re.compile(r'character "([^"\n]+)"'), re.compile(r"角色“([^”\n]+)”")]  # as the two prompts name the role
 _QUESTION = re.compile(r"^(?:Question: |问题：)<(.+?)>[.。]")
 _CLAUSE = re.compile(r"[^.!?。！？]+[.!?。！？]?")
-TOPICS = {
-    "en": ["the weather", "my work", "the people I trust", "the hardest day I remember", "what I fear", "home"],
-    "zh": ["天气", "我的差事", "我信得过的人", "最难熬的一天", "我害怕的事", "家乡"],
+TOPICS = {  # (question to the role, what the answer is about)
+    "en": [
+        ("what is your work like on an ordinary day", "My work"),
+        ("who do you trust most, and why", "Trust"),
+        ("what was the hardest day you remember", "The hardest day"),
+        ("what are you afraid of", "Fear"),
+        ("where do you feel at home", "Home"),
+        ("what do you make of the weather today", "The weather"),
+    ],
+    "zh": [
+        ("你平常一天都做些什么", "我的差事"),
+        ("你最信任谁，为什么", "信任"),
+        ("你记得最难熬的一天是哪天", "最难熬的一天"),
+        ("你害怕什么", "害怕的事"),
+        ("你觉得哪里才是家", "家"),
+        ("你怎么看今天的天气", "天气"),
+    ],
 }
 OPENERS = {
     "en": ["Hm.", "Well now.", "Listen.", "Ha!"],
@@ -103,17 +117,18 @@ class StandInLLM:
         return json.dumps({"description": description, "catchphrases": catchphrases}, ensure_ascii=False)
 
     def context_instruct(self, prompt: str) -> str:
-        """One item per topic, alternating the two types, every question naming the role."""
+        """`num_questions` items (one per topic, then the topics again, numbered), both types, naming the role."""
         lang, role = _lang(prompt), _first(_ROLE, prompt, "friend")
         match = re.search(r"(?:Write |设计)(\d+)", prompt)
         count = int(match[1]) if match else 5
         items = []
         for i in range(count):
-            topic = TOPICS[lang][i % len(TOPICS[lang])] + ("" if i < len(TOPICS[lang]) else f" ({i + 1})")
-            question = f"{role}，说说{topic}吧？" if lang == "zh" else f"{role}, what can you tell me about {topic}?"
-            answer = f"说起{topic}，{_pick(CLOSERS['zh'], topic)}" if lang == "zh" else (
-                f"About {topic}? {_pick(CLOSERS['en'], topic)}"
-            )  # fmt: skip
+            asked, subject = TOPICS[lang][i % len(TOPICS[lang])]
+            again = "" if i < len(TOPICS[lang]) else (f"（{i + 1}）" if lang == "zh" else f" ({i + 1})")
+            if lang == "zh":
+                question, answer = f"{role}，{asked}？{again}", f"说起{subject}，{_pick(CLOSERS['zh'], asked)}"
+            else:
+                question, answer = f"{role}, {asked}?{again}", f"{subject}? {_pick(CLOSERS['en'], asked)}"
             items.append({
                 "question": question, "type": "script_based" if i % 2 else "script_agnostic",
                 "completeness": "High", "confidence": 0.9, "answer": answer,
