@@ -7,8 +7,8 @@
 #   bash examples/your_character.sh [WORK_DIR]      # WORK_DIR defaults to a new temporary folder
 #
 # Offline by default: the data are generated against examples/stand_in_llm.py (canned answers, no key) and the
-# model is a tiny random Llama built on the spot, so the whole run takes a minute or two on a CPU. For real data and
-# a real model set, before running it:
+# model is a tiny random Llama built on the spot, so the whole run takes a couple of minutes on a CPU. To generate
+# the data with a real LLM and fine-tune a real model (for four CPU steps: a full run is a GPU recipe, see the doc):
 #   OPENAI_BASE_URL=http://localhost:8000/v1 LLM_MODEL=Qwen/Qwen2.5-7B-Instruct   # vLLM (or OpenAI + OPENAI_API_KEY)
 #   BASE_MODEL=Qwen/Qwen2.5-0.5B-Instruct                                          # the model to fine-tune
 # Inputs can be swapped the same way: CARD=my_card.png SCREENPLAY=my_script.txt ROLE="My Role".
