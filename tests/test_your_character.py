@@ -85,7 +85,14 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
 
     # the LoRA checkpoint holds what it needs to load alone; evaluate scored every test row
     adapter = work / "lora"
-    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "chat_template.jinja"):
+    names = (
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "role_profiles.jsonl",
+    )
+    for name in names:
         assert (adapter / name).stat().st_size > 0, name
     results = json.loads((work / "eval" / "results.json").read_text("utf-8"))
     assert results["metrics"]["CUS"] is not None and results["metrics"]["SPE"] is not None
@@ -98,6 +105,7 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
     assert not (merged / "adapter_config.json").exists()
     answers = (work / "chat.txt").read_text("utf-8").splitlines()
     assert len(answers) == 2 and all(answer.strip() for answer in answers)
+    assert f"{ROLE}: *Juniper taps the barometer" in run.stderr  # the card's greeting, read from the merged folder
 
     # a fresh process loads the adapter (peft's auto-loading) and the merged model with `pipeline` and generates
     check = subprocess.run(
