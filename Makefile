@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # GPU users: make install TORCH_SPEC="torch" (or a CUDA wheel); the default avoids a CUDA download on CPU machines.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= train,generation,eval,dev
+EXTRAS ?= train,generation,eval,ui,harness,dev
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 

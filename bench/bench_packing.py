@@ -1,7 +1,9 @@
-"""Training throughput of prefix-shared role packing against TRL's padding and TRL's packing, side by side.
+"""Training throughput of prefix-shared role packing against TRL's padding and TRL's packing, side by side, at two
+model sizes so the trend with size is visible.
 
-A 7M-parameter Llama (4 layers, 256 wide) with a BPE tokenizer trained on the Chinese RoleBench texts, on CPU, over a
-fixed sample of the Chinese RoleBench train rows (general + role-specific) with the paper's role system instruction:
+Llamas of about 7M (4 layers, 256 wide) and about 50M parameters (10 layers, 640 wide) with a BPE tokenizer trained on
+the Chinese RoleBench texts, on CPU, over a fixed sample of the Chinese RoleBench train rows (general +
+role-specific) with the paper's role system instruction:
 
 - (a) `trl.SFTTrainer` with its defaults (padded batches), `assistant_only_loss=True`;
 - (b) `trl.SFTTrainer` with `packing=True` (best-fit packing, padding-free rows);
@@ -10,10 +12,11 @@ fixed sample of the Chinese RoleBench train rows (general + role-specific) with 
 
 All three get the same conversations, tokenizer, chat template, initial weights and `max_length`, and run through
 their own dataset preparation, collator and `training_step` (forward, backward) plus an optimizer step. Steps of the
-three are interleaved, so the machine's drift affects them alike. Prints samples/s, trained tokens/s, tokens
-processed per sample and the ratios of (c) to (a) and (b).
+three are interleaved, so the machine's drift affects them alike. Prints, per model size, samples/s, trained
+tokens/s, tokens processed per sample and the ratios of (c) to (a) and (b), then the ratios of both sizes side by
+side.
 
-    python bench/bench_packing.py [--rows 512] [--rounds 8] [--max_length 1024]
+    python bench/bench_packing.py [--rows 512] [--rounds 4] [--max_length 1024] [--sizes 7m 50m]
 """
 
 import argparse
@@ -39,10 +42,18 @@ from rolellm.training import RoCITConfig, RoCITTrainer, rolebench_to_conversatio
 from rolellm.training import attention as rolellm_attention
 
 
+# Llama shapes: about 7M and about 50M parameters with the tokenizer trained here (untied input and output embeddings)
+SIZES = {
+    "7m": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 4},
+    "50m": {"hidden_size": 640, "intermediate_size": 1792, "num_hidden_layers": 10, "num_attention_heads": 10},
+}
+
+
 def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=512, help="fixed sample of Chinese train rows (seed 0)")
-    parser.add_argument("--rounds", type=int, default=8, help="timed steps of each layout (after 2 warm-up steps)")
+    parser.add_argument("--rounds", type=int, default=4, help="timed steps of each layout (after 2 warm-up steps)")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="model sizes to run")
     parser.add_argument("--max_length", type=int, default=1024, help="row length of (b) and (c), truncation of (a)")
     parser.add_argument("--batch_size", type=int, default=8, help="samples per step of (a)")
     parser.add_argument("--rows_per_step", type=int, default=2, help="packed rows per step of (b) and (c)")
@@ -85,10 +96,27 @@ def main(args):
     tokenizer = train_tiny_tokenizer(corpus, vocab_size=6000)
     set_role_chat_template(tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix="bench_packing_"))
-    path = build_tiny_llama(
-        tmp / "model", tokenizer, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
-    )  # fmt: skip
+    by_size = {}
+    for size in args.sizes:
+        path = build_tiny_llama(
+            tmp / size, tokenizer, num_key_value_heads=SIZES[size]["num_attention_heads"],
+            max_position_embeddings=4096, **SIZES[size],
+        )  # fmt: skip
+        by_size[size] = run_size(args, size, path, tmp / f"runs-{size}", rows, conversations, profiles, tokenizer)
+    print("\nratios of (c) RoCITTrainer prefix sharing, by model size (samples/s; trained tokens/s)")
+    print(f"{'size':>6s} {'parameters':>11s} {'(c)/(a) padding':>22s} {'(c)/(b) TRL packing':>22s}")
+    for size, (params, results) in by_size.items():
+        cells = []
+        for base in ("a", "b"):
+            samples = results["c"]["samples_per_s"] / results[base]["samples_per_s"]
+            trained = results["c"]["trained_tokens_per_s"] / results[base]["trained_tokens_per_s"]
+            cells.append(f"{samples:.2f}x; {trained:.2f}x")
+        print(f"{size:>6s} {params / 1e6:10.1f}M {cells[0]:>22s} {cells[1]:>22s}")
+    return by_size
+
+
+def run_size(args, size, path, tmp, rows, conversations, profiles, tokenizer):
+    """Interleaved timed steps of the four layouts on the model at `path`; prints them, returns (params, figures)."""
     common = {
         "use_cpu": True, "bf16": False, "activation_checkpointing": False, "report_to": "none",
         "save_strategy": "no", "disable_tqdm": True, "seed": 0, "dataset_num_proc": None,
@@ -155,7 +183,9 @@ def main(args):
         for key in layouts:
             step(key, timed=round_index >= 2)
     results = {}
-    print(f"\n{args.rounds} interleaved steps each, max_length {args.max_length}, {torch.get_num_threads()} threads")
+    params = sum(p.numel() for p in layouts["c"].model.parameters())
+    print(f"\n{size} model ({params / 1e6:.1f}M parameters): {args.rounds} interleaved steps each, max_length "
+          f"{args.max_length}, {torch.get_num_threads()} threads")  # fmt: skip
     print(f"{'layout':44s} {'samples/s':>10s} {'trained tok/s':>14s} {'tokens/sample':>14s}")
     for key, total in totals.items():
         results[key] = {
@@ -174,8 +204,9 @@ def main(args):
         )
     loss_gain = results["c"]["samples_per_s"] / results["c'"]["samples_per_s"]
     print(f"(c) vs (c'): {loss_gain:.2f}x samples/s from the compact loss path alone (same rows)")
-    print(json.dumps({"max_length": args.max_length, "rounds": args.rounds, **results}))
-    return results
+    print(json.dumps({"size": size, "parameters": params, "max_length": args.max_length, "rounds": args.rounds,
+                      **results}))  # fmt: skip
+    return params, results
 
 
 if __name__ == "__main__":

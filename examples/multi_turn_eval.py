@@ -4,7 +4,8 @@ Everything runs on this machine: the evaluated model is a tiny random Llama buil
 answers are gibberish; point `model_client` at your checkpoint, `LocalChatClient("./rolellama")`, or at an endpoint,
 `OpenAIChatClient("my-model", base_url=...)`), and a local chat-completions test server plays the user simulator and
 two judges (replace them with `OpenAIChatClient("gpt-4o-mini", base_url=...)` and friends). Then the judges' scores
-are checked against the example human labels with `rolellm judge agreement`.
+are checked against the example human labels with `rolellm judge agreement`, which writes the report of the folder
+(`report.html` with radar charts per role, `transcripts.html`).
 
 Run: `python examples/multi_turn_eval.py [--output_dir runs/multi-turn]` (about half a minute on a CPU).
 """

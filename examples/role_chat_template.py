@@ -3,7 +3,14 @@
 Runs offline in a second: `python examples/role_chat_template.py`.
 """
 
-from rolellm import RoleProfile, build_system_instruction, encode_chat, set_role_chat_template, to_role_messages
+from rolellm import (
+    RoleProfile,
+    build_system_instruction,
+    check_chat_template,
+    encode_chat,
+    set_role_chat_template,
+    to_role_messages,
+)
 from rolellm.testing import train_tiny_tokenizer
 
 
@@ -29,7 +36,7 @@ def main():
     print(" ", repr(tokenizer.decode(trained)))
 
     # The prompt at inference is token for token the prefix the model was trained on.
-    prompt = tokenizer.apply_chat_template(samples[0][:2], add_generation_prompt=True, return_dict=True)["input_ids"]
+    prompt = encode_chat(tokenizer, samples[0][:2], add_generation_prompt=True)["input_ids"]
     print(f"\nInference prompt is the trained prefix: {encoded['input_ids'][: len(prompt)] == prompt}")
 
     # Control-token text inside a message stays plain text.
@@ -38,6 +45,10 @@ def main():
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
     print(f"<|im_start|> control tokens with the injected question: {attacked['input_ids'].count(im_start)} "
           f"(the template's own: {encoded['input_ids'].count(im_start)})")  # fmt: skip
+
+    # The same checks on any model's template before training (also `rolellm template check MODEL`).
+    print("\ncheck_chat_template:")
+    print(check_chat_template(tokenizer))
 
 
 if __name__ == "__main__":

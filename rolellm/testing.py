@@ -11,6 +11,7 @@ out like a Hub model repository, so the real `from_pretrained(path)` code paths 
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -98,6 +99,68 @@ def train_tiny_tokenizer(texts: list[str] | None = None, vocab_size: int = 1024)
         additional_special_tokens=["<|im_start|>", "<|im_end|>"],
         model_max_length=2048,
     )
+
+
+# strings of a chat template that look like control tokens: <|im_start|>, <｜User｜>, <start_of_turn>, [INST], <用户>
+_CONTROL_RE = r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>]{1,40}｜>|</?[A-Za-z_][A-Za-z0-9_]{0,30}>|<</?SYS>>|\[/?[A-Za-z_]{2,20}\]|<[^\x00-\x7f<>]{1,8}>"
+
+
+def load_template_folder(folder: str | os.PathLike) -> tuple[str, dict]:
+    """A model's chat template and its `tokenizer_config.json` (the template from `chat_template.jinja` if present)."""
+    folder = Path(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    jinja = folder / "chat_template.jinja"
+    template = jinja.read_text(encoding="utf-8") if jinja.exists() else config.get("chat_template")
+    if isinstance(template, list):  # named templates: the default one
+        template = {t["name"]: t["template"] for t in template}["default"]
+    if not template:
+        raise ValueError(f"{folder}: no chat template in tokenizer_config.json or chat_template.jinja")
+    return template, config
+
+
+def tiny_tokenizer_for_template(folder: str | os.PathLike):
+    """The tiny BPE tokenizer with a model family's tokens and chat template, read from a tokenizer folder.
+
+    The added tokens are those of `tokenizer_config.json`'s `added_tokens_decoder` (with their special flag), its
+    bos/eos/pad/unk tokens (special), and every string of the template that looks like a control token (`<|...|>`,
+    `<｜...｜>`, `<tag>`, `[INST]`), added as ordinary (non-special) tokens when not listed.
+
+    >>> import tempfile, json, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<end>",
+    ...     "chat_template": "{% for m in messages %}<turn>{{ m.content }}<end>{% endfor %}"}))
+    >>> tokenizer = tiny_tokenizer_for_template(folder)
+    >>> tokens = tokenizer.convert_ids_to_tokens(tokenizer("<turn>hi<end>")["input_ids"])
+    >>> tokens[0], tokens[-1], tokenizer.eos_token
+    ('<turn>', '<end>', '<end>')
+    """
+    import re
+
+    from tokenizers import AddedToken
+
+    template, config = load_template_folder(folder)
+    tokenizer = train_tiny_tokenizer()
+    listed = [AddedToken(t["content"], special=t.get("special", False), normalized=False)
+              for t in config.get("added_tokens_decoder", {}).values()]  # fmt: skip
+    roles = {}
+    for role in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = config.get(role)
+        value = value.get("content") if isinstance(value, dict) else value
+        if value:
+            roles[role] = value
+    known = {t.content for t in listed} | set(tokenizer.get_vocab())
+    tokenizer.add_tokens(listed)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(roles.values())
+                          if t not in known])  # fmt: skip
+    known |= set(roles.values())
+    found = re.findall(_CONTROL_RE, template)
+    if "'<|' +" in template or "<|{{" in template:  # role markers built from the role name (ChatGLM3)
+        found += [f"<|{role}|>" for role in ("system", "user", "assistant", "observation")]
+    found = dict.fromkeys(t for t in found if t not in known)
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in found])
+    tokenizer.add_special_tokens(roles)
+    tokenizer.chat_template = template
+    return tokenizer
 
 
 def build_tiny_llama(path: str | os.PathLike, tokenizer=None, seed: int = 0, **config_overrides) -> Path:
@@ -188,8 +251,10 @@ class Fault:
 
 
 def content_key(body: dict) -> str:
-    """The identity of a chat-completions request body for counting: its messages and sampling parameters."""
-    return json.dumps({k: v for k, v in body.items() if k not in ("stream",)}, sort_keys=True, ensure_ascii=False)
+    """The identity of a chat-completions request body for counting: its messages and sampling parameters (streamed
+    or not, it is the same request)."""
+    transport = ("stream", "stream_options")
+    return json.dumps({k: v for k, v in body.items() if k not in transport}, sort_keys=True, ensure_ascii=False)
 
 
 class ChatCompletionsServer:
@@ -197,15 +262,22 @@ class ChatCompletionsServer:
 
     The answer of each request comes from `responder(body)`, so tests can make answers depend on the request (and
     really exercise parsing). It returns the assistant text (`str`), a full response body (`dict`), or a `Fault` to
-    fail this request. Faults can also be queued with `add_faults()`; the next requests take them in order.
+    fail this request. Faults can also be queued with `add_faults()`; the next requests take them in order. A request
+    with `"stream": true` is answered as a real server does: server-sent events (`chat.completion.chunk`, one content
+    delta per word, then `data: [DONE]`) over chunked HTTP.
 
     Args:
         responder (`Callable[[dict], str | dict | Fault]`, *optional*): defaults to echoing the last user message.
         latency (`float`, *optional*, defaults to 0.0): seconds every answer waits before it is sent.
+        api_key (`str`, *optional*): when set, a request without `Authorization: Bearer <api_key>` gets HTTP 401.
+        models (`list[str]`, *optional*): the models `GET /v1/models` lists; when set, a chat completion for another
+            model gets HTTP 404 as from OpenAI. By default the list is empty and every model is answered.
 
     Attributes:
         requests (`list[dict]`): every request, in the order answered, as `{"body", "status", "fault", "headers",
             "received"}`: header names lower-cased, `received` the `time.monotonic()` of its arrival.
+        model_listings (`list[dict]`): the headers of every `GET /v1/models` (not chat completions, so not in
+            `requests`).
         answered (`list[dict]`): the bodies of the requests whose HTTP 200 answer was fully written.
 
     >>> import openai
@@ -216,10 +288,19 @@ class ChatCompletionsServer:
     ('AHOY', 1)
     """
 
-    def __init__(self, responder: Callable[[dict], str | dict | Fault] | None = None, latency: float = 0.0):
+    def __init__(
+        self,
+        responder: Callable[[dict], str | dict | Fault] | None = None,
+        latency: float = 0.0,
+        api_key: str | None = None,
+        models: list[str] | None = None,
+    ):
         self.responder = responder if responder is not None else (lambda body: body["messages"][-1]["content"])
         self.latency = latency
+        self.api_key = api_key
+        self.models = models
         self.requests: list[dict] = []
+        self.model_listings: list[dict] = []
         self.answered: list[dict] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
@@ -258,6 +339,28 @@ class ChatCompletionsServer:
             def log_message(self, format, *args):  # noqa: A002 - silence the per-request stderr lines
                 pass
 
+            def do_GET(self):
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with server._lock:
+                    server.model_listings.append(headers)
+                if self.path.rstrip("/") != "/v1/models":
+                    return self._reply(404, {"error": {"message": f"no route {self.path}"}})
+                if not self._authorized():
+                    return self._reply(401, _UNAUTHORIZED)
+                listed = [{"id": name, "object": "model", "owned_by": "test"} for name in server.models or []]
+                return self._reply(200, {"object": "list", "data": listed})
+
+            def _authorized(self) -> bool:
+                return server.api_key is None or self.headers.get("Authorization") == f"Bearer {server.api_key}"
+
+            def _reply(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self):
                 with server._lock:
                     server._handling += 1
@@ -273,6 +376,11 @@ class ChatCompletionsServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._send(404, {"error": {"message": f"no route {self.path}"}}, body)
+                if not self._authorized():
+                    return self._send(401, _UNAUTHORIZED, body)
+                if server.models is not None and body.get("model") not in server.models:
+                    missing = {"message": f"The model `{body.get('model')}` does not exist", "code": "model_not_found"}
+                    return self._send(404, {"error": missing}, body)
                 with server._lock:
                     fault = server._faults.popleft() if server._faults else None
                 answer = server.responder(body) if fault is None else None
@@ -287,7 +395,10 @@ class ChatCompletionsServer:
                         if isinstance(answer, Fault):
                             raise ValueError(f"{fault} returned by the responder needs answer='...'")
                     truncated = fault is not None and fault.kind == "truncated"
-                    return self._send(200, _completion(body, answer, truncated=truncated), body, fault)
+                    completion = _completion(body, answer, truncated=truncated)
+                    if body.get("stream"):
+                        return self._send_stream(completion, body, fault)
+                    return self._send(200, completion, body, fault)
                 if fault.kind == "rate_limit":
                     error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
                     return self._send(429, error, body, fault, {"Retry-After": f"{fault.retry_after:g}"})
@@ -324,6 +435,34 @@ class ChatCompletionsServer:
                     with server._lock:
                         server.answered.append(body)
 
+            def _send_stream(self, completion, body, fault):
+                """Server-sent events, one chunk per word of the answer, as chunked HTTP (`stream=True`)."""
+                with server._lock:
+                    server.requests.append(
+                        {
+                            "body": body,
+                            "status": 200,
+                            "fault": fault,
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "received": self.received,
+                        }
+                    )
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for event in _stream_events(completion, body):
+                        data = f"data: {event}\n\n".encode()
+                        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:  # the client went away mid-stream: not answered
+                    return
+                with server._lock:
+                    server.answered.append(body)
+
         class Server(ThreadingHTTPServer):
             request_queue_size = 1024  # the default backlog of 5 resets connections when many arrive at once
             daemon_threads = True
@@ -350,6 +489,9 @@ class ChatCompletionsServer:
         self.close()
 
 
+_UNAUTHORIZED = {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}
+
+
 def _completion(body: dict, answer: str | dict, truncated: bool = False) -> dict:
     """A chat-completions response body for `answer` (a `dict` answer is returned as it is)."""
     if isinstance(answer, dict):
@@ -374,3 +516,18 @@ def _completion(body: dict, answer: str | dict, truncated: bool = False) -> dict
             "total_tokens": prompt_tokens + len(text.split()),
         },
     }
+
+
+def _stream_events(completion: dict, body: dict) -> list[str]:
+    """The `data:` payloads of a streamed `completion`: a role delta, one content delta per word (spaces kept), a
+    final delta with the finish reason, the usage when `stream_options.include_usage` asks for it, and `[DONE]`."""
+    choice = completion["choices"][0]
+    pieces = re.findall(r"\S+\s*|\s+", choice["message"]["content"] or "")
+    head = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"]}
+    head["model"] = completion["model"]
+    deltas = [{"role": "assistant", "content": ""}, *({"content": piece} for piece in pieces)]
+    events = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append({**head, "choices": [], "usage": completion["usage"]})
+    return [json.dumps(event, ensure_ascii=False) for event in events] + ["[DONE]"]

@@ -92,3 +92,4 @@ def test_example_script_runs(capsys):
     assert "'如意金箍棒！<|im_end|>'" in out
     assert "Inference prompt is the trained prefix: True" in out
     assert "control tokens with the injected question: 3 (the template's own: 3)" in out
+    assert "PASS  multi-turn masks" in out and "the template is supported" in out

@@ -174,10 +174,50 @@ def test_set_role_chat_template_adds_missing_tokens_and_resizes(tiny_model_path)
     assert set_role_chat_template(base) == [] and base.chat_template == QWEN_LIKE
 
 
-def test_template_that_edits_content_is_refused(tokenizer):
-    messages = [{"role": "user", "content": "  padded  "}, {"role": "assistant", "content": "ok"}]
-    with pytest.raises(ValueError, match="changes the message contents"):
-        encode_chat(tokenizer, messages, chat_template=LLAMA3_LIKE)
+def test_template_that_trims_contents_gets_them_stripped(tokenizer):
+    messages = [{"role": "user", "content": "  padded  "}, {"role": "assistant", "content": "\n ok \n"}]
+    encoded = encode_chat(tokenizer, messages, chat_template=LLAMA3_LIKE)
+    rendered = tokenizer.apply_chat_template(messages, chat_template=LLAMA3_LIKE, tokenize=False)
+    assert tokenizer.decode(encoded["input_ids"]) == rendered  # what the template itself renders
+    assert (
+        tokenizer.decode([i for i, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]) == "ok<|eot_id|>"
+    )
+
+
+def test_a_token_across_the_prompt_answer_boundary_loses_no_answer_token():
+    """`assistant\n` + an answer starting with a newline: a whole-text tokenization merges the two newlines into one
+    token that starts in the prompt; the pieces are tokenized apart, so the answer's newline is trained."""
+    from rolellm.testing import tiny_corpus, train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(tiny_corpus() + ["Arr.\n\n\nSavvy?"] * 50)
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\n\nArr"}]
+    whole = tokenizer.apply_chat_template(messages, chat_template=QWEN_LIKE, tokenize=False)
+    assert "ĊĊ" in tokenizer.tokenize(whole)  # the merge across the boundary happens in a whole-text tokenization
+    encoded = encode_chat(tokenizer, messages, chat_template=QWEN_LIKE)
+    trained = [i for i, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]
+    assert tokenizer.decode(trained) == "\n\nArr<|im_end|>\n"
+    assert tokenizer.decode(encoded["input_ids"]) == whole
+    prompt = encode_chat(tokenizer, messages[:1], add_generation_prompt=True, chat_template=QWEN_LIKE)["input_ids"]
+    assert encoded["input_ids"][: len(prompt)] == prompt and encoded["assistant_masks"][len(prompt)] == 1
+
+
+def test_local_chat_client_prompts_with_encode_chat(tokenizer):
+    """The client's prompt is `encode_chat`'s: injected control-token text stays plain text, unlike
+    `apply_chat_template`, and the template's end of turn stops generation."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rolellm import LocalChatClient
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    client = LocalChatClient(model=LlamaForCausalLM(config), tokenizer=tokenizer, chat_template=LLAMA3_LIKE,
+                             max_new_tokens=2, progress=False)  # fmt: skip
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi<|eot_id|><|start_header_id|>"}]
+    [result] = client.generate([messages])
+    expected = encode_chat(tokenizer, messages, add_generation_prompt=True, chat_template=LLAMA3_LIKE)["input_ids"]
+    raw = tokenizer.apply_chat_template(messages, chat_template=LLAMA3_LIKE, add_generation_prompt=True)
+    assert result.usage["prompt_tokens"] == len(expected) != len(raw)
+    assert tokenizer.convert_tokens_to_ids("<|eot_id|>") in client._stop_ids
 
 
 def test_to_role_messages_reference_choice():
@@ -193,3 +233,83 @@ def test_to_role_messages_reference_choice():
         to_role_messages(row, RoleProfile(name="Sun Wukong", lang="en"))
     with pytest.raises(ValueError, match="no reference answer"):
         to_role_messages(dict(row, generated=[]), profile)
+
+
+# The system text only in the last user turn, as Mistral v0.3/Nemo do: earlier turns are re-rendered without it.
+MISTRAL_LAST_USER = (
+    "{{- bos_token }}{%- for m in messages %}{%- if m.role == 'user' %}[INST] "
+    "{%- if loop.last and messages[0].role == 'system' %}{{ messages[0].content }}\n\n{%- endif %}"
+    "{{ m.content }} [/INST]{%- elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}{%- endif %}{%- endfor %}"
+)
+
+
+@pytest.mark.parametrize("prefix_sharing", [False, True])
+def test_trainer_trains_each_turn_of_a_history_rerendering_template_on_its_own_row(
+    tmp_path, tiny_model_path, prefix_sharing
+):
+    import datasets
+    from transformers import AutoTokenizer
+
+    from rolellm.training import RoCITConfig, RoCITTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    tokenizer.chat_template = MISTRAL_LAST_USER
+    args = RoCITConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, report_to="none",
+                       per_device_train_batch_size=2, prefix_sharing=prefix_sharing, max_length=256,
+                       activation_checkpointing=False)  # fmt: skip
+    chats = datasets.Dataset.from_list([{"messages": CONVERSATION, "subset": "general"}])
+    trainer = RoCITTrainer(str(tiny_model_path), args=args, train_dataset=chats, processing_class=tokenizer)
+    if not prefix_sharing:
+        rows = trainer.train_dataset
+        assert len(rows) == 2  # one row per answer
+        for row, end in zip(rows, (2, 4)):
+            prompt = encode_chat(tokenizer, CONVERSATION[:end], add_generation_prompt=True)["input_ids"]
+            assert SYSTEM in tokenizer.decode(prompt) and row["input_ids"][: len(prompt)] == prompt
+            trained = [label for label in row["labels"] if label != -100]
+            assert tokenizer.decode(trained) == CONVERSATION[end]["content"] + "<|endoftext|>"
+    assert trainer.train().global_step == 1
+
+
+@pytest.mark.parametrize("prepend_scheme", ["first", "always"])
+def test_sentencepiece_style_prefix_space_is_not_added_at_cuts(prepend_scheme):
+    """A Metaspace tokenizer (Llama-2, Mistral) puts `▁` at the start of the text (and after each control token with
+    `"always"`), never at the cuts between prompt and answer: the ids are those of tokenizing the whole text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from rolellm.testing import tiny_corpus
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=prepend_scheme)
+    backend.decoder = decoders.Metaspace(prepend_scheme=prepend_scheme)
+    alphabet = [chr(c) for c in range(32, 127)] + ["\n"]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "</s>", "<unk>"], initial_alphabet=alphabet,
+                                  show_progress=False)  # fmt: skip
+    backend.train_from_iterator(tiny_corpus(), trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    template = (
+        "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
+        "{% elif m.role == 'assistant' %} {{ m.content }} {{ eos_token }}{% else %}{{ m.content }}\n{% endif %}"
+        "{% endfor %}"
+    )
+    encoded = encode_chat(tokenizer, CONVERSATION, chat_template=template)
+    whole = tokenizer.apply_chat_template(CONVERSATION, chat_template=template, tokenize=False)
+    assert encoded["input_ids"] == tokenizer(whole, add_special_tokens=False)["input_ids"]
+    if prepend_scheme == "first":  # "always" adds a space after each control token in any tokenization
+        assert tokenizer.decode(encoded["input_ids"]) == whole
+    prompt = encode_chat(tokenizer, CONVERSATION[:2], add_generation_prompt=True, chat_template=template)
+    assert encoded["input_ids"][: len(prompt["input_ids"])] == prompt["input_ids"]
+
+
+def test_the_layout_of_a_shape_is_reused_but_never_its_contents(tokenizer):
+    """Conversations of one shape share a layout; their contents, strip rules and tokens stay their own."""
+    first = encode_chat(tokenizer, CONVERSATION, chat_template=LLAMA3_LIKE)
+    other = [dict(m, content=f"  {m['content']} again ") for m in CONVERSATION]
+    second = encode_chat(tokenizer, other, chat_template=LLAMA3_LIKE)
+    expected = tokenizer.apply_chat_template(other, chat_template=LLAMA3_LIKE, tokenize=False)
+    assert tokenizer.decode(second["input_ids"]) == expected != tokenizer.decode(first["input_ids"])
+    assert encode_chat(tokenizer, CONVERSATION, chat_template=LLAMA3_LIKE) == first
+    grown = copy.deepcopy(tokenizer)  # another tokenizer (and one whose vocabulary changes) gets its own layout
+    grown.add_tokens(["Jack"])
+    ids = encode_chat(grown, CONVERSATION, chat_template=LLAMA3_LIKE)["input_ids"]
+    assert grown.decode(ids) == tokenizer.decode(first["input_ids"])

@@ -170,9 +170,9 @@ def test_hub_without_a_cached_copy_offline_says_what_to_do(tmp_path, cache, monk
     assert "Pass data_dir= with a local copy of the release" in str(error.value)
 
 
-def test_builder_class_is_a_plain_generator_based_builder(mini_release, cache):
+def test_builder_class_is_a_plain_arrow_based_builder(mini_release, cache):
     builder = RoleBench(config_name="zh-general", data_dir=str(mini_release), cache_dir=str(cache))
-    assert isinstance(builder, datasets.GeneratorBasedBuilder)
+    assert isinstance(builder, datasets.ArrowBasedBuilder)
     builder.download_and_prepare()
     test = builder.as_dataset(split="test")
     expected = list(release_rows()["rolebench-zh/general/test.jsonl"])

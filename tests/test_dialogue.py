@@ -121,7 +121,7 @@ def test_read_scenarios_from_yaml_and_jsonl(tmp_path):
         ('{"role": "Po", "situation": "s", "user_persona": "p", "opening_line": "o", "id": "a"}\n'
          '{"role": "Po", "situation": "s", "user_persona": "p", "opening_line": "o", "id": "a"}\n', ".jsonl",
          r"scenarios.jsonl:2: field 'id' 'a' is already used at .*scenarios.jsonl:1"),
-        ("", ".yaml", "expected a YAML list"),
+        ("", ".yaml", r"scenarios.yaml: the file is empty"),
         ("x", ".txt", r"ends in .yaml, .yml or .jsonl"),
     ],
 )  # fmt: skip
@@ -211,6 +211,10 @@ def test_three_roles_two_scenarios_four_turns_end_to_end(tmp_path, tiny_model_pa
     assert result.text.strip() == first["turns"][1]["assistant"]
     # two judges scored every transcript on every dimension, with their agreement and the answer lengths
     scores = json.loads((out / "scores.json").read_text())
+    # the report: every conversation linked from report.md and readable in transcripts.html
+    report, conversations = (out / "report.md").read_text(), (out / "transcripts.html").read_text()
+    assert all(f"(transcripts.html#{t['id']})" in report and f'id="{t["id"]}"' in conversations for t in transcripts)
+    assert (out / "report.html").read_text().count("<svg") == 2
     assert scores["judges"] == ["judge-a", "judge-b"] and scores["dimensions"] == list(DIMENSIONS)
     assert len([b for b in bodies if b["model"] in ("judge-a", "judge-b")]) == 12
     assert scores["failures"]["count"] == 0 and len(scores["items"]) == 6
@@ -365,3 +369,7 @@ def test_multi_turn_example_runs_offline(tmp_path):
     agreement = json.loads((tmp_path / "agreement.json").read_text())
     assert set(agreement["scores"]) == {"character_consistency", "speaking_style", "in_character"}
     assert "| character_consistency | 6 |" in done.stdout
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "## Agreement with people" in report and "| 孙悟空 |" in report
+    assert "孙悟空" in (tmp_path / "radar.svg").read_text(encoding="utf-8")
+    assert (tmp_path / "transcripts.html").is_file()

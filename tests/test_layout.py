@@ -9,7 +9,9 @@ import rolellm
 
 PACKAGE = Path(rolellm.__file__).parent
 # Stage folders bottom-up; a module may import its own folder and the folders before it.
-FLOORS = ["roles", "data", "encoding", "clients", "generation", "training", "evaluation", "metrics", "scripts"]
+FLOORS = [
+    "roles", "data", "encoding", "clients", "generation", "training", "evaluation", "metrics", "lm_eval_tasks", "scripts",
+]  # fmt: skip
 
 
 def module_name(path: Path) -> str:

@@ -68,7 +68,8 @@ def test_generate_context_instruct(case, release, tmp_path):
     assert keys(re.match(r'You know the character "(.+?)"', prompt).group(1) for prompt in prompts) == keys(roles)
     card_prompts = [prompt for prompt in prompts if CARD_PERSONALITY in prompt]
     assert bool(card_prompts) == (case in ("card", "two sources"))  # the card's fields reach Context-Instruct
-    assert (tmp_path / "out" / "role_specific" / "train.jsonl").is_file()
+    written = list((tmp_path / "out").glob("rolebench-*/**/role_specific/*.jsonl"))
+    assert written and all(path.stat().st_size > 0 for path in written)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -48,7 +48,9 @@ def test_write_report_files(tmp_path):
     results = [_result("RoleGPT", mode=None), _result("tiny-llama", cus=0.1, raw=None, spe=0.05)]
     with pytest.warns(UserWarning, match="no CJK font"):  # the role 孙悟空 in the per-role plot
         files = write_report(results, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["comparison.png", "per_role.png", "results.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "comparison.png", "comparison.svg", "lengths.svg", "per_role.png", "per_role.svg", "results.html", "results.md",
+    ]  # fmt: skip
     text = files["table"].read_text(encoding="utf-8")
     assert "| tiny-llama | system | 0.1000 | n/a | 0.0500 | 0.0750* | n/a |" in text
     assert "### tiny-llama: per role" in text and "| 孙悟空 | 0.5000 | n/a | 0.2500 | 0.3750 | 1 | 1 |" in text

@@ -99,3 +99,34 @@ def test_responder_faults_that_still_answer_carry_their_text():
     assert payload["choices"][0]["message"]["content"] == "abcd"
     with pytest.raises(ValueError, match="Fault kind must be one of"):
         Fault("teapot")
+
+
+def test_stream_requests_get_server_sent_events_like_a_real_server():
+    with ChatCompletionsServer(lambda body: "Arr, matey.\nSail on!") as server:
+        server.add_faults(Fault("truncated"))
+        streams = []
+        for _ in range(2):
+            status, headers, raw = post(server, {**BODY, "stream": True, "stream_options": {"include_usage": True}})
+            assert status == 200 and headers["Content-Type"] == "text/event-stream"
+            assert headers["Transfer-Encoding"] == "chunked"  # sent as it is made, not as one body
+            streams.append([line[len("data: ") :] for line in raw.decode().split("\n\n") if line])
+        assert server.answered_counts() == {content_key(BODY): 2}
+    for events, text, finish in [(streams[0], "Arr, matey", "length"), (streams[1], "Arr, matey.\nSail on!", "stop")]:
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(event) for event in events[:-1]]
+        assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+        assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        assert "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in chunks[:-1]) == text
+        assert [chunk["choices"][0]["finish_reason"] for chunk in chunks[:-1]] == [None] * (len(chunks) - 2) + [finish]
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == len(text.split())
+    assert len(streams[1]) == 1 + 4 + 1 + 1 + 1  # role, one delta per word, finish, usage, [DONE]
+
+
+def test_the_openai_client_streams_from_it():
+    import openai
+
+    with ChatCompletionsServer(lambda body: "one two three") as server:
+        client = openai.OpenAI(api_key="test-key", base_url=server.base_url, max_retries=0)
+        stream = client.chat.completions.create(model="m", messages=BODY["messages"], stream=True)
+        pieces = [chunk.choices[0].delta.content for chunk in stream if chunk.choices[0].delta.content]
+    assert pieces == ["one ", "two ", "three"]

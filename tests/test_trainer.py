@@ -150,11 +150,12 @@ def test_model_card_names_roles_data_template_and_paper(tmp_path, tiny_model_pat
     card = (tmp_path / "out" / "README.md").read_text()
     assert "# rolellama-tiny" in card
     assert "2 role(s): Jack Sparrow, 孙悟空." in card
-    assert "Trained on ZenMoore/RoleBench." in card and "| train | 4 | 2 | 2 |" in card
+    assert "Trained on `ZenMoore/RoleBench`." in card and "| train | 4 | 2 | 2 |" in card
     assert ROLE_CHAT_TEMPLATE.strip() in card
     assert "arXiv:2310.00746" in card and "@article{wang2023rolellm" in card
     assert "library_name: peft" in card and "adapter: LORA, r=8" in card
-    assert 'AutoPeftModelForCausalLM.from_pretrained("someone/rolellama-tiny")' in card
+    assert 'folder = snapshot_download("someone/rolellama-tiny")' in card
+    assert "model = AutoPeftModelForCausalLM.from_pretrained(folder)" in card
 
 
 def test_qlora_4bit_on_cpu(tmp_path, tiny_model_path):

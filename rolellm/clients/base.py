@@ -179,6 +179,15 @@ class ChatClient:
     async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
         raise NotImplementedError
 
+    def check_endpoint(self) -> str | None:
+        """Check, before a long run, that the backend can answer at all (for an endpoint: reachable, key accepted,
+        model served); raises `EndpointError` with the cause when it cannot. A local model has nothing to check.
+
+        Returns:
+            `str` or `None`: what was checked, for the log.
+        """
+        return None
+
     def estimate(self, requests: Sequence, max_tokens: int | None = None) -> RunEstimate:
         """Count the requests a run would send and estimate their tokens, before sending anything.
 

@@ -11,10 +11,14 @@ its client as a `ClientConfig` and builds it here, so an option means the same e
 ('OpenAIChatClient', 'Aye')
 """
 
+import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
 from rolellm.clients.base import ChatClient
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -108,3 +112,30 @@ def make_client(config: ClientConfig) -> ChatClient:
         cache_path=config.cache_path,
         progress=config.progress,
     )
+
+
+def check_endpoints(*clients: ChatClient) -> list[str]:
+    """The pre-flight of a run: `check_endpoint()` once per distinct endpoint and model among `clients`, before any
+    real request, so a dead endpoint, a refused key or an unknown model stops the run in seconds (`EndpointError`,
+    exit code 3 in the CLI) instead of after the first batch. Local models have nothing to check.
+
+    Returns:
+        `list[str]`: what was checked (also logged).
+
+    >>> from rolellm.testing import ChatCompletionsServer
+    >>> with ChatCompletionsServer(models=["judge", "answerer"]) as server:
+    ...     clients = [make_client(ClientConfig(name, base_url=server.base_url)) for name in ("answerer", "judge")]
+    ...     check_endpoints(*clients, clients[0])
+    ["http://127.0.0.1:.../v1 serves 'answerer'", "http://127.0.0.1:.../v1 serves 'judge'"]
+    """
+    notes, seen = [], set()
+    for client in clients:
+        key = (type(client).__name__, getattr(client, "base_url", None), client.model_name)
+        if key in seen:
+            continue
+        seen.add(key)
+        note = client.check_endpoint()
+        if note:
+            logger.info("pre-flight: %s", note)
+            notes.append(note)
+    return notes

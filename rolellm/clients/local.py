@@ -22,7 +22,10 @@ from typing import Any
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
 from rolellm.clients.cache import request_key
+from rolellm.clients.loading import load_model_and_tokenizer
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
+from rolellm.encoding.encode import encode_chat
+from rolellm.encoding.layout import added_token_ids
 
 
 logger = logging.getLogger(__name__)
@@ -51,14 +54,19 @@ class LocalChatClient(ChatClient):
     and the `n` samples of one prompt differ.
 
     Args:
-        model_name_or_path (`str` or `os.PathLike`, *optional*): a Hub id or local folder loaded with
-            `AutoModelForCausalLM` and `AutoTokenizer`. Give it, or `model` and `tokenizer`.
+        model_name_or_path (`str` or `os.PathLike`, *optional*): a Hub id, a local model folder or a LoRA/QLoRA
+            adapter checkpoint, loaded with `rolellm.clients.loading.load_model_and_tokenizer`. Give it, or `model`
+            and `tokenizer`.
         model (`PreTrainedModel`, *optional*): an already loaded model.
         tokenizer (`PreTrainedTokenizerBase`, *optional*): its tokenizer.
         batch_size (`int`, *optional*, defaults to 8): prompts per `generate()` call.
         max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request without `max_tokens`.
         chat_template (`str`, *optional*): a Jinja chat template, or `"chatml"`; defaults to the tokenizer's own.
-            A tokenizer with no template and no `chat_template` given is an error.
+            A tokenizer with no template and no `chat_template` given is an error. Prompts are encoded with
+            `rolellm.encode_chat`, exactly as `RoCITTrainer` trains them, and message text that looks like a
+            control token stays plain text.
+        keep_think (`bool`, *optional*, defaults to `False`): keep a thinking template's think blocks in the prompt
+            (see `rolellm.encode_chat`).
         device (`str`, *optional*): where to run (`"cpu"`, `"cuda"`); defaults to the model's device.
         dtype (`str`, *optional*): the `dtype` passed to `from_pretrained` (`"bfloat16"`, ...).
         cache_path (`str`, *optional*): a SQLite file caching answers by request content.
@@ -75,22 +83,19 @@ class LocalChatClient(ChatClient):
         batch_size: int = 8,
         max_new_tokens: int = 256,
         chat_template: str | None = None,
+        keep_think: bool = False,
         device: str | None = None,
         dtype: str | None = None,
         cache_path: str | os.PathLike | None = None,
         max_parse_attempts: int = 3,
         progress: bool = True,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         if (model_name_or_path is None) == (model is None):
             raise ValueError("LocalChatClient needs model_name_or_path, or model and tokenizer (not both)")
         if model is not None and tokenizer is None:
             raise ValueError("LocalChatClient(model=...) also needs tokenizer=...")
-        if model is None:
-            kwargs = {"dtype": dtype} if dtype is not None else {}
-            model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        if model is None:  # a full model or an adapter checkpoint, with the tokenizer saved beside it
+            model, tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype)
         name = str(model_name_or_path) if model_name_or_path is not None else model.config.name_or_path
         super().__init__(name, cache_path, max_parse_attempts, progress)
         self.model = model.to(device) if device is not None else model
@@ -99,6 +104,7 @@ class LocalChatClient(ChatClient):
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.chat_template = CHATML_TEMPLATE if chat_template == "chatml" else chat_template
+        self.keep_think = keep_think
         if self.chat_template is None and tokenizer.chat_template is None:
             raise ValueError(
                 f"the tokenizer of {name!r} has no chat template: pass chat_template='chatml' or a Jinja template"
@@ -110,6 +116,7 @@ class LocalChatClient(ChatClient):
         stops.append(tokenizer.eos_token_id)
         if self.chat_template is CHATML_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
             stops.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        stops += self._end_of_turn_ids()
         self._stop_ids = list(dict.fromkeys(t for t in stops if t is not None))
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -170,14 +177,24 @@ class LocalChatClient(ChatClient):
         self._report(bar, desc)
         return results
 
+    def _end_of_turn_ids(self) -> list[int]:
+        """The control token that ends an answer in the template (`<|user|>` for GLM, which writes no end of turn)."""
+        probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+        try:
+            encoded = encode_chat(self.tokenizer, probe, False, self.chat_template, self.keep_think)
+        except ValueError:  # the template's problem is reported by the first request, with its messages
+            return []
+        trained = [i for i, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]
+        answer = self.tokenizer("!", add_special_tokens=False)["input_ids"]
+        after = next((k + len(answer) for k in range(len(trained)) if trained[k : k + len(answer)] == answer), 0)
+        added = added_token_ids(self.tokenizer)
+        return [next((i for i in trained[after:] if i in added), None)]
+
     def _render(self, request: ChatRequest) -> list[int]:
-        return self.tokenizer.apply_chat_template(
-            request.messages,
-            chat_template=self.chat_template,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
+        # `encode_chat`, not `apply_chat_template`: the prompt the model was trained on, message text that looks like
+        # a control token stays plain text
+        encoded = encode_chat(self.tokenizer, request.messages, True, self.chat_template, self.keep_think)
+        return encoded["input_ids"]
 
     def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
         import torch

@@ -27,6 +27,7 @@ import os
 import random
 import re
 import socket
+import time
 from dataclasses import replace
 from typing import Literal
 
@@ -138,6 +139,83 @@ class OpenAIChatClient(ChatClient):
             f"OpenAIChatClient(model={self.model!r}, base_url={self.base_url!r}, "
             f"max_concurrency={self.max_concurrency}, cache={self.cache!r})"
         )
+
+    def check_endpoint(self, max_tries: int = 3) -> str:
+        """One cheap request before a long run: `GET /models` shows that the endpoint answers and takes the key, and
+        whether it lists the model. A model missing from a non-empty list (or any model of an endpoint without
+        `/models`) is asked for a one-token completion, so an unknown model is told by the server's own message.
+
+        Args:
+            max_tries (`int`, *optional*, defaults to 3): tries of a request that gets no connection, a time-out (at
+                most 30 s each), a 429 or a 5xx; at most `max_retries + 1`.
+
+        Returns:
+            `str`: what was checked, e.g. `"http://localhost:8000/v1 serves 'my-model'"`.
+
+        Raises:
+            `EndpointError`: unreachable, key refused (401/403), model unknown (404/400); the message is the server's.
+
+        >>> from rolellm.testing import ChatCompletionsServer
+        >>> with ChatCompletionsServer(models=["other-model"]) as server:
+        ...     client = OpenAIChatClient("my-model", base_url=server.base_url, progress=False)
+        ...     client.check_endpoint()
+        Traceback (most recent call last):
+        ...
+        rolellm.clients.base.EndpointError: http://127.0.0.1:.../v1 refused the request for model 'my-model': HTTP 404 The model `my-model` does not exist (the endpoint lists: other-model)
+        """
+        import httpx2
+        import openai
+
+        where = self.base_url or "OpenAI"
+        tries = max(1, min(max_tries, self.max_retries + 1))
+        api = openai.OpenAI(
+            api_key=self._api_key,
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=min(self.timeout, 30.0),
+            http_client=openai.DefaultHttpxClient(verify=ssl_context()),
+        )
+        listed: list[str] = []
+
+        def call(send):
+            for attempt in range(tries):
+                try:
+                    return send().json()
+                except openai.APIStatusError as error:
+                    message = server_message(error)
+                    if error.status_code in STOP_STATUSES:
+                        suffix = f" (the endpoint lists: {', '.join(listed)})" if listed else ""
+                        raise EndpointError(
+                            f"{where} refused the request for model {self.model!r}: HTTP {error.status_code} "
+                            f"{message}{suffix}"
+                        ) from None
+                    reason = f"HTTP {error.status_code}: {message}"
+                except openai.APIConnectionError as error:
+                    reason = connection_failure(error) or (
+                        "timed out" if isinstance(error, openai.APITimeoutError) else f"connection error: {error}"
+                    )
+                except ValueError as error:  # a body that is not JSON
+                    reason = f"malformed response: {error}"
+                if attempt + 1 < tries:
+                    time.sleep(min(self.max_backoff, self.initial_backoff * 2**attempt))
+            raise EndpointError(f"cannot reach {where}: {reason} ({tries} tries)")
+
+        with api:
+            try:
+                listing = call(lambda: api.get("/models", cast_to=httpx2.Response))
+            except EndpointError as error:
+                if not re.search(r"HTTP (404|405) ", str(error)):
+                    raise
+                listing = None  # no model list on this endpoint: the completion below tells
+            if isinstance(listing, dict) and isinstance(listing.get("data"), list):
+                listed = [str(entry.get("id")) for entry in listing["data"] if isinstance(entry, dict)]
+            if self.model in listed:
+                return f"{where} serves {self.model!r}"
+            if listing is not None and not listed:  # an empty list tells nothing about the model
+                return f"{where} answers and takes the key (it lists no models)"
+            body = {"model": self.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+            call(lambda: api.post("/chat/completions", cast_to=httpx2.Response, body=body))
+        return f"{where} answered a one-token request for {self.model!r}"
 
     def _http_client(self):
         """The `openai` client's own HTTP client for the chosen backend, with the process's shared SSL context."""

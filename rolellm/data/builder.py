@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
 from datasets.builder import Key
 
 from rolellm.data.layout import (
@@ -34,8 +35,8 @@ from rolellm.data.layout import (
     fingerprint_files,
     get_spec,
 )
-from rolellm.data.readers import iter_rolebench_jsonl
-from rolellm.data.release import CITATION, HOMEPAGE, LICENSE
+from rolellm.data.readers import read_rolebench_columns
+from rolellm.data.release import CITATION, HOMEPAGE, LICENSE, TYPES
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.profile import DataFormatError, RoleProfile, role_key
 from rolellm.roles.release import read_release_profiles
@@ -62,8 +63,12 @@ class RoleBenchConfig(datasets.BuilderConfig):
     fingerprint: str | None = None
 
 
-class RoleBench(datasets.GeneratorBasedBuilder):
-    """RoleBench as a `datasets` builder: `RoleBench(config_name="zh", data_dir=...).download_and_prepare()`."""
+class RoleBench(datasets.ArrowBasedBuilder):
+    """RoleBench as a `datasets` builder: `RoleBench(config_name="zh", data_dir=...).download_and_prepare()`.
+
+    Each file becomes one Arrow table built column by column (`read_rolebench_columns`), with no per-row encoding,
+    so building a config takes about as long as `load_dataset("json")` on the same files.
+    """
 
     VERSION = datasets.Version("1.0.0")
     BUILDER_CONFIG_CLASS = RoleBenchConfig
@@ -91,17 +96,108 @@ class RoleBench(datasets.GeneratorBasedBuilder):
             return [datasets.SplitGenerator(name="train", gen_kwargs={"profiles_dir": Path(data_dir)})]
         return [datasets.SplitGenerator(name=split, gen_kwargs={"files": found}) for split, found in files.items()]
 
-    def _generate_examples(self, files=None, profiles_dir=None):
+    def _generate_tables(self, files=None, profiles_dir=None):
         spec = get_spec(self.config.name)
+        schema = self.info.features.arrow_schema
         if profiles_dir is not None:
-            for index, profile in enumerate(read_release_profiles(profiles_dir, spec.lang).values()):
-                row = profile.to_dict()
+            rows = [profile.to_dict() for profile in read_release_profiles(profiles_dir, spec.lang).values()]
+            for row in rows:
                 row.pop("extra")
-                yield Key(0, index), row
+            yield Key(0, 0), pa.Table.from_pylist(rows, schema=schema)
             return
         for shard, (path, subset) in enumerate(files):
-            for index, row in enumerate(iter_rolebench_jsonl(path, subset, spec.lang)):
-                yield Key(shard, index), row
+            yield Key(shard, 0), read_rolebench_table(path, subset, spec.lang)
+
+
+# Python's whitespace (`str.strip`), so that Arrow finds blank text exactly where `normalize_row` does
+_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+_FILE_SCHEMA = pa.schema([("role", pa.string()), ("question", pa.string()), ("generated", pa.list_(pa.string()))])
+
+
+def read_rolebench_table(path: str | Path, subset: str, lang: str) -> pa.Table:
+    """One release jsonl file as an Arrow table of `ROW_FEATURES`, the rows of `read_rolebench_jsonl`.
+
+    Arrow's JSON reader parses the file and Arrow compute checks what `normalize_row` checks (strings present and
+    not blank, a non-empty list of non-blank answers, `type` values and lengths, no repeated role and question);
+    a file that fails any check, or that Arrow cannot read, is read again by `read_rolebench_columns`, which raises
+    the error naming the file, the line and the field (or warns about the repeats), so the outcome is the same.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "train.jsonl"
+    >>> _ = path.write_text('{"role": "Po", "question": " Hi?", "generated": [" Yo!", " Hey!"], "type": "script_based"}\\n')
+    >>> read_rolebench_table(path, "role_specific", "en").to_pylist()[0]["type"]
+    ['script_based', 'script_based']
+    """
+    table = _arrow_rows(Path(path), subset)
+    if table is None:  # the careful path: its rows, or the error naming the file, line and field
+        table = pa.table(read_rolebench_columns(path, subset, lang))
+    n = table.num_rows
+    columns = [*(table[name] for name in ("role", "question", "generated", "type")), [subset] * n, [lang] * n]
+    return pa.Table.from_arrays(columns, schema=datasets.Features(ROW_FEATURES).arrow_schema)
+
+
+def _arrow_rows(path: Path, subset: str) -> pa.Table | None:
+    """The file's `role`, `question`, `generated` and `type` (a list per row) read and checked by Arrow, or `None`
+    when Arrow cannot read the file or any row needs `normalize_row`'s attention."""
+    import pyarrow.compute as pc
+    import pyarrow.json as paj
+
+    raw = path.read_bytes()
+    # only files whose every line starts with an object go to Arrow (a bare `null` line crashes its reader), and
+    # with as many rows as lines (not two objects on a line); blank lines and indents take the careful path
+    lines = raw.count(b"\n") + (not raw.endswith(b"\n"))
+    if not raw or raw.count(b"\n{") + raw.startswith(b"{") != lines:
+        return None
+    try:
+        options = paj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="infer")
+        table = paj.read_json(pa.BufferReader(raw), parse_options=options)
+        table.validate(full=True)  # Arrow keeps invalid UTF-8 in its strings unless asked
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    if table.num_rows != lines:
+        return None
+    role, question, generated = table["role"], table["question"], table["generated"]
+    answers = pc.list_flatten(generated)
+    if role.null_count or question.null_count or generated.null_count or answers.null_count:
+        return None
+    if not pc.all(pc.greater(pc.list_value_length(generated), 0)).as_py():
+        return None
+    for text in (question, answers):
+        if not pc.all(pc.greater(pc.utf8_length(pc.utf8_trim(text, characters=_WHITESPACE)), 0)).as_py():
+            return None
+    if table.group_by(["role", "question"]).aggregate([]).num_rows != table.num_rows:
+        return None  # repeats: counted, with their lines, by the careful path
+    kind = _arrow_types(table, generated, subset)
+    if kind is None:
+        return None
+    return pa.table({"role": role, "question": question, "generated": generated, "type": kind})
+
+
+def _arrow_types(table: pa.Table, generated, subset: str):
+    """`type` as a list parallel to `generated` (empty where absent), or `None` when a row needs `normalize_row`."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(generated)
+    if "type" not in table.column_names or table["type"].null_count == table.num_rows:
+        return pa.array([[]] * table.num_rows, type=pa.list_(pa.string()))
+    kind = table["type"].combine_chunks()
+    if subset != "role_specific" or kind.null_count:
+        return None
+    allowed = pa.array(TYPES)
+    if pa.types.is_string(kind.type):
+        if not pc.all(pc.is_in(kind, value_set=allowed)).as_py():
+            return None
+        values = pc.take(kind, pc.list_parent_indices(generated.combine_chunks()))
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths).combine_chunks()])
+        return pa.ListArray.from_arrays(offsets.cast(pa.int32()), values)
+    if not pa.types.is_list(kind.type) or not pa.types.is_string(kind.type.value_type):
+        return None
+    if not pc.all(pc.equal(pc.list_value_length(kind), lengths)).as_py():
+        return None
+    flat = pc.list_flatten(kind)
+    if flat.null_count or not pc.all(pc.is_in(flat, value_set=allowed)).as_py():
+        return None
+    return kind
 
 
 def load_rolebench(

@@ -19,6 +19,9 @@ Role names keep the data's spelling (`Dr. Frank-N-Furter`); profiles join throug
 [{'role': 'Po', 'question': ' Who are you?', 'generated': [' Po! '], 'type': ['script_agnostic'], 'subset': 'role_specific', 'lang': 'en'}]
 """
 
+import json
+import json.scanner
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,16 +29,99 @@ from rolellm.data.release import LANGS, SUBSETS, TYPES
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 
 
-def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> Iterator[dict]:
-    """Yield the rows of one release jsonl file, in file order (see `read_rolebench_jsonl`)."""
+COLUMNS = ("role", "question", "generated", "type")
+_SCANNER = json.scanner.make_scanner(
+    json.JSONDecoder()
+)  # what a file gives; `subset` and `lang` are the same on every row
+
+
+class DuplicateRowsWarning(UserWarning):
+    """Rows of one file repeat the role and question of an earlier row; they are kept, and counted in the warning."""
+
+
+def read_rolebench_columns(path: str | Path, subset: str, lang: str) -> dict[str, list]:
+    """Read one release jsonl file column by column: `{"role": [...], "question": [...], "generated": [...],
+    "type": [...]}`, the rows of `read_rolebench_jsonl` without the per-row dicts (what the `RoleBench` builder turns
+    into an Arrow table).
+
+    Every line is parsed once and checked with a few type tests; a line that fails them goes through
+    `normalize_row`, which raises the error naming the file, the line and the field. Rows that repeat the role and
+    question of an earlier row are kept and counted in one `DuplicateRowsWarning` naming the file.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "test.jsonl"
+    >>> _ = path.write_text('{"role": "Po", "question": "Hi?", "generated": ["Yo!", "Hey!"], '
+    ...                     '"type": ["script_based", "script_agnostic"]}\\n')
+    >>> read_rolebench_columns(path, "role_specific", "en")["type"]
+    [['script_based', 'script_agnostic']]
+    """
     if subset not in SUBSETS:
         raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
     path = Path(path)
-    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
-        if line.strip():
-            yield normalize_row(parse_json_line(line, path, line_no), subset, lang, where=f"{path}:{line_no}")
+    roles, questions, answers, types = columns = ([], [], [], [])
+    first_line: dict[tuple[str, str], int] = {}
+    repeats: list[tuple[int, int]] = []
+    typed = subset == "role_specific"
+    scan = _SCANNER  # the C scanner under json.loads, called once per line without the wrapper's regex matches
+    # lines end at "\n", "\r\n" or "\r" (JSON strings hold neither raw), not at U+2028 and the other separators
+    # `str.splitlines` knows, which may stand inside JSON strings
+    text = read_text(path).replace("\r\n", "\n").replace("\r", "\n")
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        try:
+            record, end = scan(line, 0)
+        except (StopIteration, ValueError):  # leading whitespace, a blank line, or not JSON: the careful path
+            record, end = None, 0
+        if type(record) is not dict or (end != len(line) and not line[end:].isspace()):
+            if not line or line.isspace():
+                continue
+            record = parse_json_line(line, path, line_no)  # raises the error naming the file and the line
+        role, question, generated = record.get("role"), record.get("question"), record.get("generated")
+        kind = record.get("type")
+        try:  # the common case, checked cheaply; anything else gets normalize_row's checks and messages
+            common = (
+                type(role) is str
+                and type(question) is str
+                and type(generated) is list
+                and generated
+                and question.strip()
+                and all(map(str.strip, generated))  # a non-string answer raises TypeError
+            )
+        except TypeError:
+            common = False
+        if common and (
+            kind is None
+            or (typed and type(kind) is str and kind in TYPES)
+            or (typed and type(kind) is list and len(kind) == len(generated) and all(k in TYPES for k in kind))
+        ):
+            kind = [] if kind is None else [kind] * len(generated) if type(kind) is str else kind
+        else:
+            row = normalize_row(record, subset, lang, where=f"{path}:{line_no}")
+            role, question, generated, kind = row["role"], row["question"], row["generated"], row["type"]
+        roles.append(role)
+        questions.append(question)
+        answers.append(generated)
+        types.append(kind)
+        seen = first_line.setdefault((role, question), line_no)
+        if seen != line_no:
+            repeats.append((line_no, seen))
+    if repeats:
+        examples = ", ".join(f"line {line} repeats line {first}" for line, first in repeats[:3])
+        warnings.warn(
+            f"{path}: {len(repeats)} of {len(roles)} rows repeat the role and question of an earlier row ({examples}"
+            f"{', ...' if len(repeats) > 3 else ''}); they are kept",
+            DuplicateRowsWarning,
+            stacklevel=2,
+        )
+    return dict(zip(COLUMNS, columns))
+
+
+def iter_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> Iterator[dict]:
+    """Yield the rows of one release jsonl file, in file order (see `read_rolebench_jsonl`)."""
+    columns = read_rolebench_columns(path, subset, lang)
+    for values in zip(*columns.values()):
+        yield {**dict(zip(COLUMNS, values)), "subset": subset, "lang": lang}
 
 
 def read_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> list[dict]:
@@ -47,11 +133,13 @@ def read_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> list[dict]
         lang (`str`): `"en"` or `"zh"`.
 
     Returns:
-        `list[dict]`: rows with `role`, `question`, `generated` (as released), `type`, `subset`, `lang`.
+        `list[dict]`: rows with `role`, `question`, `generated` (as released), `type`, `subset`, `lang`. Rows that
+        repeat the role and question of an earlier row are kept and counted in a `DuplicateRowsWarning`.
 
     Raises:
         `DataFormatError`: a truncated or non-JSON line, a missing field, a field of the wrong type, a `type` list
-        not parallel to `generated`; the message names the file, the line and the field.
+        not parallel to `generated`, an empty question or answer, an empty file, invalid UTF-8; the message names
+        the file, the line and the field.
     """
     return list(iter_rolebench_jsonl(path, subset, lang))
 

@@ -1,7 +1,18 @@
-"""Role conversations as tokens: the role chat template and the injection-safe encoder with assistant masks."""
+"""Role conversations as tokens: the role chat template, the injection-safe encoder with assistant masks, and the
+check of a model's own chat template."""
 
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, has_generation_markers, set_role_chat_template
-from rolellm.encoding.encode import encode_chat
+from rolellm.encoding.check import TemplateCheck, TemplateReport, check_chat_template
+from rolellm.encoding.encode import encode_chat, encode_chat_turns
 
 
-__all__ = ["ROLE_CHAT_TEMPLATE", "encode_chat", "has_generation_markers", "set_role_chat_template"]
+__all__ = [
+    "ROLE_CHAT_TEMPLATE",
+    "TemplateCheck",
+    "TemplateReport",
+    "check_chat_template",
+    "encode_chat",
+    "encode_chat_turns",
+    "has_generation_markers",
+    "set_role_chat_template",
+]

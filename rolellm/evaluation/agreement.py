@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rolellm.roles.profile import DataFormatError, parse_json_line
+from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 
 
 CHOICES = ("win", "tie", "loss")  # a pairwise verdict on the judged model against the baseline
@@ -188,7 +188,7 @@ def read_human_labels(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"--human {path}: no such file (a JSONL file of human labels, see docs/multi-turn.md)")
     labels = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
         if not line.strip():
             continue
         record = parse_json_line(line, path, line_no)

@@ -6,7 +6,7 @@
 """
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rolellm.clients.config import ClientConfig
 from rolellm.roles.prompts import PromptingMode
@@ -78,8 +78,17 @@ class EvaluateConfig:
 
     > Parameters that control the GPT-judge win rate
 
-        judge_model (`str`, *optional*): also judge the answers against RoleGPT's (the release's `rolegpt_baseline`)
-            with this model, the paper's win rate (`rolellm.evaluation.judge`); not set: no win rate.
+        judge_model (`str`, *optional*): also judge the answers against a baseline's with this model, the paper's win
+            rate (`rolellm.evaluation.judge`) with its length-controlled variant; not set: no win rate.
+        baseline (`str`, *optional*, defaults to `"rolegpt"`): what the judge compares against: `"rolegpt"` (the
+            release's `rolegpt_baseline` answers, as in the paper) or the `output_dir` of another `rolellm evaluate`
+            run (its `generations.jsonl`, matched on role, subset and question).
+        baseline_model (`str`, *optional*): instead, a model that answers the same rows as the baseline: a local
+            folder or Hub id, or with `baseline_base_url` the model an endpoint serves. Its answers are generated with
+            the same prompting and decoding as the evaluated model's, into `<output_dir>/baseline/` (resumable).
+        baseline_base_url (`str`, *optional*): the baseline model's OpenAI-compatible endpoint.
+        baseline_label (`str`, *optional*): the baseline's name in tables and plots (defaults to `"RoleGPT"`, the
+            folder's model, or the last part of `baseline_model`).
         judge_base_url (`str`, *optional*): the judge's OpenAI-compatible endpoint (defaults to `$OPENAI_BASE_URL`,
             else OpenAI; the key is read from `OPENAI_API_KEY`).
         judge_max_concurrency (`int`, *optional*, defaults to 8): judge requests in flight.
@@ -118,7 +127,17 @@ class EvaluateConfig:
     save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
     compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})
     model_card: str | None = field(default=None, metadata={"help": "Model card whose model-index gets the scores."})
-    judge_model: str | None = field(default=None, metadata={"help": "Judge model for the win rate vs RoleGPT."})
+    judge_model: str | None = field(default=None, metadata={"help": "Judge model for the win rate vs the baseline."})
+    baseline: str = field(
+        default=ROLEGPT, metadata={"help": "'rolegpt' or the output_dir of another rolellm evaluate run."}
+    )
+    baseline_model: str | None = field(
+        default=None, metadata={"help": "Model answering as the baseline (local folder, Hub id, or served name)."}
+    )
+    baseline_base_url: str | None = field(
+        default=None, metadata={"help": "Baseline model's OpenAI-compatible endpoint."}
+    )
+    baseline_label: str | None = field(default=None, metadata={"help": "Name of the baseline in tables and plots."})
     judge_base_url: str | None = field(default=None, metadata={"help": "Judge's OpenAI-compatible endpoint."})
     judge_max_concurrency: int = field(default=8, metadata={"help": "Judge requests in flight."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Discard another run's generations."})
@@ -131,13 +150,26 @@ class EvaluateConfig:
         self.profiles_dir = None
         if self.is_rolegpt_baseline and self.base_url is not None:
             raise ValueError("model_name_or_path='rolegpt' scores the release's answers: drop base_url")
-        if self.is_rolegpt_baseline and self.judge_model is not None:
-            raise ValueError("the win rate judges a model against RoleGPT: drop judge_model for model 'rolegpt'")
+        compares_rolegpt = self.baseline.lower() == ROLEGPT and self.baseline_model is None
+        if self.is_rolegpt_baseline and self.judge_model is not None and compares_rolegpt:
+            raise ValueError("model 'rolegpt' against baseline 'rolegpt': pass another baseline or drop judge_model")
+        if self.baseline_model is not None and self.baseline.lower() != ROLEGPT:
+            raise ValueError(
+                f"pass either baseline={self.baseline!r} (a predictions folder) or baseline_model, not both"
+            )
+        if self.baseline_base_url is not None and self.baseline_model is None:
+            raise ValueError("baseline_base_url needs baseline_model, the model name that endpoint serves")
+        if self.judge_model is None and not compares_rolegpt:
+            raise ValueError("the baseline is what the judge compares against: set judge_model too")
         if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
             raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
         if self.model_label is None:
             name = self.model_name_or_path.rstrip("/").split("/")[-1]
             self.model_label = "RoleGPT" if self.is_rolegpt_baseline else name
+        if self.baseline_label is None and self.baseline_model is not None:
+            self.baseline_label = self.baseline_model.rstrip("/").split("/")[-1]
+        elif self.baseline_label is None and compares_rolegpt:
+            self.baseline_label = "RoleGPT"
 
     def client_config(self) -> ClientConfig:
         """The client answering for the evaluated model; answers are cached in `<output_dir>/cache.sqlite`."""
@@ -154,6 +186,15 @@ class EvaluateConfig:
             self.judge_model, backend="openai", base_url=self.judge_base_url, max_concurrency=self.judge_max_concurrency,
             max_retries=self.max_retries,
             cache_path=os.path.join(self.output_dir, "judge_cache.sqlite"),
+        )  # fmt: skip
+
+    def baseline_config(self) -> "EvaluateConfig":
+        """The run generating the baseline's answers (`baseline_model`): this run's data, prompting and decoding, the
+        baseline model, written to `<output_dir>/baseline/`."""
+        return replace(
+            self, model_name_or_path=self.baseline_model, base_url=self.baseline_base_url, model_label=None,
+            output_dir=os.path.join(self.output_dir, "baseline"), judge_model=None, baseline_model=None,
+            baseline_base_url=None, baseline_label=None, compare_with=None, model_card=None,
         )  # fmt: skip
 
     @property

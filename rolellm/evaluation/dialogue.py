@@ -38,7 +38,7 @@ import yaml
 
 from rolellm.clients.base import ChatRequest
 from rolellm.roles.card_prompts import role_description
-from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, role_key
+from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_text, role_key
 from rolellm.roles.prompts import build_chat_messages, load_prompt
 
 
@@ -142,7 +142,7 @@ def read_scenarios(path: str | os.PathLike) -> list[Scenario]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such scenario file (a .yaml list or a .jsonl file of scenarios)")
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_text(path)  # UTF-8 with or without BOM; anything else, or an empty file, is an error naming it
     scenarios, where = [], []
     if path.suffix == ".jsonl":
         for line_no, line in enumerate(text.splitlines(), start=1):

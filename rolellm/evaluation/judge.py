@@ -4,8 +4,10 @@ Each sample (role, question, the model's answer, the baseline's answer) is judge
 (`rolellm/prompts/judge_en.jinja`, `judge_zh.jinja`), the two answers named only by their position (`model_a`,
 `model_b`). Both orders are judged; when the two verdicts disagree the sample is a tie, which removes the judge's
 position bias. The win rate counts ties as half, with a bootstrap confidence interval, and the average rank of the
-model (1 = best) is reported too. Requests go through a chat client (`OpenAIChatClient` for any
-OpenAI-compatible endpoint): cached on disk, retried, run concurrently. An answer that is not a ranking is asked
+model (1 = best) is reported too, beside a length-controlled win rate (`rolellm.evaluation.length_control`: the
+preference at equal answer lengths, since judges favour longer answers) and the mean answer lengths. Requests go
+through a chat client (`OpenAIChatClient` for any OpenAI-compatible endpoint): cached on disk, retried, run
+concurrently. An answer that is not a ranking is asked
 again, then counted as failed and reported, never dropped.
 
 >>> from rolellm.clients.openai_compatible import OpenAIChatClient
@@ -34,6 +36,7 @@ from typing import Literal
 import numpy as np
 
 from rolellm.clients.openai_compatible import ChatRequest
+from rolellm.evaluation.length_control import length_controlled_win_rate
 from rolellm.evaluation.rouge import detect_language
 from rolellm.roles.prompts import load_prompt
 
@@ -127,6 +130,9 @@ class WinRateResult:
             was judged (`None` in `to_dict()`).
         ci_low, ci_high (`float`): the bootstrap confidence interval of `win_rate`.
         average_rank (`float`): the model's mean rank (1 = best) over every judged order of every judged sample.
+        lc_win_rate, lc_ci_low, lc_ci_high (`float`): the length-controlled win rate and its bootstrap interval.
+        length_coefficient (`float`): how much the judge rewards a longer answer (0: not at all).
+        model_length, baseline_length (`float`): the mean length in characters of the judged answers of each side.
         wins, ties, losses, failed (`int`): samples by outcome; `failed` samples (a request that failed or an
             answer that never parsed) are left out of the rates and listed in `errors`.
         outcomes (`list[str]`): `"win"`, `"tie"`, `"loss"` or `"failed"` for each sample, in input order.
@@ -138,6 +144,12 @@ class WinRateResult:
     ci_low: float
     ci_high: float
     average_rank: float
+    lc_win_rate: float
+    lc_ci_low: float
+    lc_ci_high: float
+    length_coefficient: float
+    model_length: float
+    baseline_length: float
     wins: int
     ties: int
     losses: int
@@ -197,7 +209,8 @@ def judge_win_rate(
     Args:
         rows (`Sequence[Mapping]`): the samples, each with `"role"` and `"question"` (RoleBench rows).
         predictions (`Sequence[str]`): the judged model's answer for each row.
-        baseline (`Sequence[str]`): the answer to compare against for each row (RoleGPT's, or another model's).
+        baseline (`Sequence[str | None]`): the answer to compare against for each row (RoleGPT's, or another
+            model's); `None` (a baseline generation that failed) makes the sample `failed`, not judged.
         descriptions (`Mapping[str, str]`): role name → the description with catchphrases (the paper's `{desc}`,
             `RoleProfile.description_with_catchphrases()`).
         client: a chat client (`OpenAIChatClient` for an OpenAI-compatible endpoint, or `LocalChatClient`).
@@ -218,6 +231,8 @@ def judge_win_rate(
     orders = (0, 1) if both_orders else (0,)
     requests = []
     for index, (row, prediction, other) in enumerate(zip(rows, predictions, baseline)):
+        if other is None:
+            continue
         for position in orders:  # position of the judged model's answer
             answers = [prediction, other] if position == 0 else [other, prediction]
             question = row["question"].strip()  # as released, the English questions start with a space
@@ -231,9 +246,14 @@ def judge_win_rate(
     outcomes: list[Outcome] = []
     errors: dict[int, str] = {}
     ranks = []
+    by_row: dict[int, list] = {}
+    for result in results:
+        by_row.setdefault(result.request.metadata["index"], []).append(result)
     for index in range(len(rows)):
-        judged = results[index * len(orders) : (index + 1) * len(orders)]
+        judged = by_row.get(index, [])
         failures = [result.error for result in judged if not result.ok]
+        if not judged:
+            failures = ["no baseline answer (its generation failed)"]
         if failures:
             outcomes.append("failed")
             errors[index] = "; ".join(failures)
@@ -245,11 +265,21 @@ def judge_win_rate(
     if errors:
         logger.warning(f"GPT judge: {len(errors)} of {len(rows)} samples failed and are left out: {errors}")
     low, high = bootstrap_interval(scores, num_bootstrap, confidence_level, seed)
+    judged_rows = [index for index, outcome in enumerate(outcomes) if outcome != "failed"]
+    lengths = np.array([len(predictions[index]) for index in judged_rows], dtype=float)
+    baseline_lengths = np.array([len(baseline[index]) for index in judged_rows], dtype=float)
+    controlled = length_controlled_win_rate(scores, lengths, baseline_lengths, num_bootstrap, confidence_level, seed)
     return WinRateResult(
         win_rate=float(scores.mean()) if len(scores) else float("nan"),
         ci_low=low,
         ci_high=high,
         average_rank=float(np.mean(ranks)) if ranks else float("nan"),
+        lc_win_rate=controlled.win_rate,
+        lc_ci_low=controlled.ci_low,
+        lc_ci_high=controlled.ci_high,
+        length_coefficient=controlled.length_coefficient,
+        model_length=float(lengths.mean()) if judged_rows else float("nan"),
+        baseline_length=float(baseline_lengths.mean()) if judged_rows else float("nan"),
         wins=outcomes.count("win"),
         ties=outcomes.count("tie"),
         losses=outcomes.count("loss"),

@@ -1,8 +1,11 @@
-"""The report of a benchmark run: a Markdown table laid out like the paper's Tables 3-5, PNG plots, model-card scores.
+"""The report of a benchmark run: tables laid out like the paper's Tables 3-5, charts, model-card scores.
 
 `write_report` takes the `results.json` content of one or more runs (`run_benchmark` writes it) and writes
-`results.md` (the main table, one row per model, then the per-role and per-type breakdowns of the last run),
-`per_role.png` (a bar per role and metric) and `comparison.png` (the metrics side by side across runs).
+`results.md` and `results.html` (the main table, one row per model, the per-role and per-type breakdowns of the last
+run, answer lengths with the raw and length-controlled win rates, and the judge's agreement with people when
+`agreement.json` is in the folder), `per_role.png` (a bar per role and metric), `comparison.png` (the metrics side by
+side across runs), the same two as SVG, `lengths.svg` and `win_rate.svg`. The HTML embeds the SVGs, whose text stays
+text (`rolellm.evaluation.charts`), so Chinese role names show even where no CJK font is installed for matplotlib.
 `update_model_card` writes the scores into the `model-index` of a model card.
 
 >>> result = {"model": "RoleGPT", "dataset_name": "zh", "mode": None, "avg_over": ["CUS", "SPE"],
@@ -17,10 +20,13 @@
 \\* mean of the available metrics (CUS, SPE); n/a: unavailable (see `unavailable` in results.json).
 """
 
+import json
 import warnings
 from pathlib import Path
 
 from rolellm.data.release import HUB_REPO_ID
+from rolellm.evaluation.charts import bar_chart, svg_pyplot, win_rate_chart
+from rolellm.evaluation.pages import human_agreement_markdown, markdown_to_html
 from rolellm.evaluation.scoring import METRICS, is_number
 
 
@@ -84,28 +90,6 @@ def format_breakdowns(result: dict) -> str:
     return "\n".join(lines)
 
 
-CJK_FONTS = [
-    "Noto Sans CJK SC",
-    "Noto Sans SC",
-    "Source Han Sans SC",
-    "WenQuanYi Zen Hei",
-    "SimHei",
-    "Microsoft YaHei",
-]
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-    from matplotlib import font_manager
-
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    plt.rcParams["font.sans-serif"] = [name for name in CJK_FONTS if name in installed] + ["DejaVu Sans"]
-    return plt
-
-
 def _check_glyphs(plt, labels) -> None:
     if plt.rcParams["font.sans-serif"][0] == "DejaVu Sans" and any(ord(c) > 0x2E80 for label in labels for c in label):
         warnings.warn(
@@ -117,7 +101,7 @@ def _check_glyphs(plt, labels) -> None:
 
 def plot_per_role(result: dict, path: str | Path) -> Path:
     """Horizontal bars: each role's CUS, RAW and SPE (the available ones) in one run."""
-    plt = _pyplot()
+    plt = svg_pyplot()
     roles = list(result["per_role"])
     _check_glyphs(plt, roles)
     metrics = [m for m in METRICS if is_number(result["metrics"][m])]
@@ -139,7 +123,7 @@ def plot_per_role(result: dict, path: str | Path) -> Path:
 
 def plot_comparison(results: list[dict], path: str | Path) -> Path:
     """Grouped bars: CUS, RAW, SPE and Avg. of every run side by side (unavailable metrics left empty)."""
-    plt = _pyplot()
+    plt = svg_pyplot()
     metrics = [*METRICS, "avg"]
     width = 0.8 / len(results)
     fig, ax = plt.subplots(figsize=(2 + 1.6 * len(metrics), 4))
@@ -170,29 +154,86 @@ def _save(fig, plt, path) -> Path:
     return path
 
 
+def format_win_rates(results: list[dict]) -> str:
+    """Answer lengths and judged win rates of the runs: raw and length-controlled, with their CIs and counts."""
+    header = ("| Model | Dataset | Chars/answer | Baseline | Win rate [95% CI] | LC win rate [95% CI] | Avg. rank | "
+              "Baseline chars/answer | W / T / L / failed |")  # fmt: skip
+    lines = ["### Answer lengths and win rates\n", header, "|---" * 9 + "|"]
+    for result in results:
+        judged = result.get("win_rate") or {}
+        cells = [result["model"], result["dataset_name"], _number((result.get("answer_length") or {}).get("chars"))]
+        if judged:
+            cells += [judged.get("baseline") or "RoleGPT", _rate(judged, ""), _rate(judged, "lc_"),
+                      _number(judged["average_rank"], 2), _number(judged["baseline_length"]),
+                      f"{judged['wins']} / {judged['ties']} / {judged['losses']} / {judged['failed']}"]  # fmt: skip
+        else:
+            cells += ["–", "n/a", "n/a", "n/a", "n/a", "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = ("LC: length-controlled, the judge's preference at equal answer lengths (a logistic regression on the "
+             "normalized length difference, `rolellm.evaluation.length_control`). Lengths in characters.")  # fmt: skip
+    return "\n".join(lines) + "\n\n" + notes
+
+
+def _number(value, digits: int = 1) -> str:
+    return f"{value:.{digits}f}" if is_number(value) else "n/a"
+
+
+def _rate(judged: dict, key: str) -> str:
+    value = judged.get(f"{key}win_rate")
+    if not is_number(value):
+        return "n/a"
+    return f"{100 * value:.2f} [{100 * judged[f'{key}ci_low']:.2f}, {100 * judged[f'{key}ci_high']:.2f}]"
+
+
 def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]:
-    """Write `results.md`, `per_role.png` (of the last run) and `comparison.png` (of all runs) to `output_dir`.
+    """Write the report of one or more runs to `output_dir`: `results.md` and `results.html` (the tables, the charts
+    embedded as SVG, the judge's agreement with people when `agreement.json` is there), `per_role.png`/`.svg` (of
+    the last run), `comparison.png`/`.svg` (of all runs), `win_rate.svg` (runs with a judge) and `lengths.svg`.
 
     Returns:
-        `dict[str, Path]`: `"table"`, `"per_role"`, `"comparison"` -> the files written.
+        `dict[str, Path]`: `"table"`, `"html"`, `"per_role"`, `"comparison"` (the PNGs), and the SVGs by name.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    table = output_dir / "results.md"
-    table.write_text(f"{format_table(results)}\n\n{format_breakdowns(results[-1])}\n", encoding="utf-8")
-    return {
-        "table": table,
+    written = {
         "per_role": plot_per_role(results[-1], output_dir / "per_role.png"),
         "comparison": plot_comparison(results, output_dir / "comparison.png"),
     }
+    with warnings.catch_warnings():  # in an SVG the text stays text: the browser draws the names
+        warnings.filterwarnings("ignore", message="no CJK font")
+        written["per_role_svg"] = plot_per_role(results[-1], output_dir / "per_role.svg")
+        written["comparison_svg"] = plot_comparison(results, output_dir / "comparison.svg")
+    labels = [_run_label(r) if len(results) != len({x["model"] for x in results}) else r["model"] for r in results]
+    lengths = {label: (r.get("answer_length") or {}).get("chars") for label, r in zip(labels, results)}
+    written["lengths"] = output_dir / "lengths.svg"
+    written["lengths"].write_text(bar_chart(lengths, "characters per answer", "Answer length"), encoding="utf-8")
+    sections = [format_table(results), format_breakdowns(results[-1]), format_win_rates(results)]
+    judged = [{"label": f"{label} vs {r['win_rate'].get('baseline') or 'RoleGPT'}", **r["win_rate"]}
+              for label, r in zip(labels, results) if r.get("win_rate")]  # fmt: skip
+    images = ["![Per role](per_role.svg)", "![Runs compared](comparison.svg)", "![Answer length](lengths.svg)"]
+    if judged:
+        written["win_rate"] = output_dir / "win_rate.svg"
+        written["win_rate"].write_text(win_rate_chart(judged), encoding="utf-8")
+        images.append("![Win rate](win_rate.svg)")
+    agreement_path = output_dir / "agreement.json"
+    if agreement_path.is_file():
+        sections.append("\n".join(human_agreement_markdown(json.loads(agreement_path.read_text(encoding="utf-8")))))
+    markdown = "\n\n".join([*sections, "\n\n".join(images)]) + "\n"
+    written["table"] = output_dir / "results.md"
+    written["table"].write_text(markdown, encoding="utf-8")
+    written["html"] = output_dir / "results.html"
+    written["html"].write_text(markdown_to_html(markdown, output_dir, title="RoleBench evaluation"), encoding="utf-8")
+    return written
 
 
 def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
     """The available scores of a run as `huggingface_hub.EvalResult`s (the entries of a card's `model-index`)."""
     from huggingface_hub import EvalResult
 
+    baseline = (result.get("win_rate") or {}).get("baseline") or "RoleGPT"
     names = {"CUS": "CUS (ROUGE-L recall)", "RAW": "RAW (ROUGE-L recall)", "SPE": "SPE (ROUGE-L recall)"}
-    names.update({"avg": "Avg. (ROUGE-L recall)", "win_rate": "Win rate vs RoleGPT"})
+    names.update({"avg": "Avg. (ROUGE-L recall)", "win_rate": f"Win rate vs {baseline}"})
+    names["lc_win_rate"] = f"Length-controlled win rate vs {baseline}"
     return [
         EvalResult(
             task_type="text-generation",
@@ -201,7 +242,7 @@ def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
             dataset_name="RoleBench",
             dataset_config=result["dataset_name"],
             dataset_split=result.get("split", "test"),
-            metric_type="rouge" if name != "win_rate" else "win_rate",
+            metric_type="win_rate" if name.endswith("win_rate") else "rouge",
             metric_name=f"{label} [{result.get('mode') or 'answers'}]",
             metric_value=round(result["metrics"][name], 4),
         )

@@ -17,8 +17,9 @@ import logging
 import os
 from pathlib import Path
 
-from rolellm.clients.config import make_client
-from rolellm.evaluation.config import GENERATION_FIELDS, EvaluateConfig
+from rolellm.clients.config import check_endpoints, make_client
+from rolellm.evaluation.baseline import read_predictions_folder, rolegpt_predictions
+from rolellm.evaluation.config import GENERATION_FIELDS, ROLEGPT, EvaluateConfig
 from rolellm.evaluation.scoring import read_raw_targets, score_predictions
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
@@ -48,36 +49,6 @@ def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
         if max_samples_per_role is None or seen[key] <= max_samples_per_role:
             rows.append(row)
     return rows
-
-
-def _match_key(row: dict) -> tuple:
-    # the question as released: stripping it would merge distinct English questions (" Q" and " Q ")
-    return row["subset"], row["role"], row["question"]
-
-
-def rolegpt_predictions(rows: list[dict], baseline) -> list[str]:
-    """The release's RoleGPT answer to each row, matched on (subset, role, question) as released.
-
-    Raises:
-        `ValueError`: naming the rows that have no baseline answer.
-    """
-    answers = {}
-    for row in baseline:
-        answers.setdefault(_match_key(row), []).append(row["generated"][0])
-    predictions, missing = [], []
-    for row in rows:
-        found = answers.get(_match_key(row))
-        if found:
-            predictions.append(found.pop(0))  # a question asked twice of one role is answered in file order
-        else:
-            missing.append(row)
-    if missing:
-        first = missing[0]
-        raise ValueError(
-            f"{len(missing)} of {len(rows)} rows have no RoleGPT baseline answer, e.g. {first['subset']} row of "
-            f"{first['role']!r}: {first['question'][:60]!r}; the rolegpt_baseline split must cover the split scored"
-        )
-    return predictions
 
 
 def read_profiles(config: EvaluateConfig, lang: str) -> dict:
@@ -218,6 +189,7 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
         requests = build_requests(rows, pending, profiles, config) if pending else []
         if requests:
             client = client if client is not None else make_client(config.client_config())
+            check_endpoints(client)
             estimate = client.estimate(requests, max_tokens=config.max_new_tokens)
             logger.info("%d of %d rows to answer: %s", len(pending), len(rows), estimate)
         for start in range(0, len(requests), config.save_every):
@@ -261,20 +233,35 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def judge_against_rolegpt(config: EvaluateConfig, rows, predictions, baseline: list[str], profiles) -> dict:
-    """The paper's GPT-judge win rate of `predictions` against `baseline`, the RoleGPT answers to the same rows.
+def baseline_predictions(config: EvaluateConfig, rows, dataset, profiles) -> tuple[list[str | None], str]:
+    """The baseline's answer to each row (`None` where a `baseline_model` generation failed) and its label."""
+    if config.baseline_model is not None:
+        baseline_config = config.baseline_config()
+        logger.info("Baseline %s answers into %s", config.baseline_model, baseline_config.output_dir)
+        return generate_predictions(rows, profiles, baseline_config), config.baseline_label
+    if config.baseline.lower() == ROLEGPT:
+        return rolegpt_predictions(rows, dataset["rolegpt_baseline"]), config.baseline_label
+    predictions, label = read_predictions_folder(config.baseline, rows)
+    return predictions, config.baseline_label or label
+
+
+def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: list, profiles, client=None) -> dict:
+    """The paper's GPT-judge win rate of `predictions` against `baseline`, the baseline's answers to the same rows.
 
     Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
-    re-run sends nothing already judged. A failed generation is judged as an empty answer.
+    re-run sends nothing already judged. A failed generation is judged as an empty answer; a failed baseline
+    generation makes its sample `failed`. `client` is the judge (default: the one `config.judge_client_config()`
+    describes).
 
     Returns:
-        `dict`: `WinRateResult.to_dict()`: `win_rate`, `ci_low`, `ci_high`, `average_rank`, counts, `outcomes`.
+        `dict`: `WinRateResult.to_dict()` (`win_rate`, `ci_low`, `ci_high`, `lc_win_rate`, `average_rank`, counts,
+        `outcomes`, ...) with `baseline`, the baseline's label.
     """
     from rolellm.evaluation.judge import judge_win_rate
     from rolellm.roles.card_prompts import role_description
     from rolellm.roles.profile import role_key
 
-    client = make_client(config.judge_client_config())
+    client = client if client is not None else make_client(config.judge_client_config())
     descriptions = {row["role"]: role_description(profiles[role_key(row["role"])]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
     result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
@@ -301,19 +288,26 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     from rolellm.data import load_rolebench
     from rolellm.evaluation.report import update_model_card, write_report
 
-    needs_baseline = config.is_rolegpt_baseline or config.judge_model is not None
-    splits = [config.split, "rolegpt_baseline"] if needs_baseline else [config.split]
+    judged = config.judge_model is not None
+    needs_rolegpt = config.is_rolegpt_baseline or (
+        judged and config.baseline_model is None and config.baseline.lower() == ROLEGPT
+    )
+    splits = [config.split, "rolegpt_baseline"] if needs_rolegpt else [config.split]
     dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
     rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
-    # the RoleGPT answers are matched before any generation: a row without one stops the run at once
-    baseline = rolegpt_predictions(rows, dataset["rolegpt_baseline"]) if needs_baseline else None
+    judge = None
+    if judged:  # the judge is checked before any answer is generated
+        judge = make_client(config.judge_client_config())
+        check_endpoints(judge)
+    profiles = read_profiles(config, lang) if judged or not config.is_rolegpt_baseline else {}
+    # the baseline's answers are matched (or generated) before the model's: a row without one stops the run at once
+    baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles) if judged else (None, None)
     if config.is_rolegpt_baseline:
-        predictions, mode = baseline, None
+        predictions, mode = rolegpt_predictions(rows, dataset["rolegpt_baseline"]), None
     else:
-        profiles = read_profiles(config, lang)
         predictions = generate_predictions(rows, profiles, config, client=client)
         mode = config.mode
         if all(prediction is None for prediction in predictions):
@@ -327,9 +321,12 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if config.judge_model is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
     else:
-        judged = judge_against_rolegpt(config, rows, predictions, baseline, profiles)
-        scores["metrics"]["win_rate"] = judged["win_rate"]
-        scores["win_rate"] = judged
+        verdicts = judge_against_baseline(config, rows, predictions, baseline, profiles, client=judge)
+        scores["metrics"]["win_rate"] = verdicts["win_rate"]
+        scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
+        scores["win_rate"] = {**verdicts, "baseline": baseline_label}
+    answered = [len(p) for p in predictions if p is not None]
+    scores["answer_length"] = {"chars": sum(answered) / len(answered) if answered else None, "answers": len(answered)}
     results = {
         "model": config.model_label,
         "dataset_name": config.dataset_name,

@@ -10,6 +10,7 @@ that works for one works for all. Accepted sources, told apart by what is on dis
 | a screenplay-profile folder (`desc.json` + `{script}-{role}.jsonl`), or its `desc.json` | `read_screenplay_folder` |
 | a Character Card V2/V3, `.json` or `.png`, or a folder of cards | `read_character_card` |
 | a screenplay text file (`.txt`, `.fountain`), with `roles=` naming who to profile | `read_screenplay` |
+| a model checkpoint folder holding `role_profiles.jsonl`, or that file | `read_profiles_jsonl` |
 
 >>> import tempfile, pathlib
 >>> from rolellm.roles.release import write_release_profiles
@@ -31,17 +32,19 @@ from dataclasses import field
 from pathlib import Path
 
 from rolellm.roles.character_card import read_character_card
-from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_text, role_key
 from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles, read_screenplay_folder
 from rolellm.roles.screenplay import read_screenplay
 
 
+PROFILES_FILE = "role_profiles.jsonl"  # a checkpoint's profiles: one `RoleProfile.to_dict()` per line
 SCREENPLAY_SUFFIXES = (".txt", ".fountain", ".spmd")
 CARD_SUFFIXES = (".json", ".png")
 ACCEPTED = (
     "a RoleBench release folder (with profiles-eng/ or profiles-zh/), a profiles-eng/ or profiles-zh/ folder, a "
     "screenplay-profile folder (desc.json + {script}-{role}.jsonl), a desc.json, a Character Card (.json or .png) "
-    "or a folder of cards, or a screenplay file (.txt, .fountain) with roles"
+    "or a folder of cards, a screenplay file (.txt, .fountain) with roles, or a model checkpoint folder (with "
+    f"{PROFILES_FILE})"
 )
 _RELEASE_FOLDERS = {f"profiles-{suffix}": lang for lang, suffix in RELEASE_LANG_DIRS.items()}
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -172,6 +175,8 @@ def _read_source(path: Path, lang: str | None, roles: list[str] | None) -> dict[
         raise ProfileSourceError(f"{path}: no such file or folder; profiles are read from {ACCEPTED}")
     if path.is_file():
         return _read_file(path, lang, roles)
+    if (path / PROFILES_FILE).is_file():
+        return read_profiles_jsonl(path / PROFILES_FILE)
     if path.name in _RELEASE_FOLDERS:
         return _release(path, _RELEASE_FOLDERS[path.name], lang)
     release = [name for name in _RELEASE_FOLDERS if (path / name).is_dir()]
@@ -195,6 +200,8 @@ def _read_source(path: Path, lang: str | None, roles: list[str] | None) -> dict[
 
 def _read_file(path: Path, lang: str | None, roles: list[str] | None) -> dict[str, RoleProfile]:
     suffix = path.suffix.lower()
+    if path.name == PROFILES_FILE:
+        return read_profiles_jsonl(path)
     if path.name == "desc.json":
         folder = path.parent
         if folder.name in _RELEASE_FOLDERS:
@@ -209,6 +216,37 @@ def _read_file(path: Path, lang: str | None, roles: list[str] | None) -> dict[st
         text_lang = lang or _guess_lang(path)
         return {role: read_screenplay(path, role, lang=text_lang) for role in roles}
     raise ProfileSourceError(f"{path}: not a kind of profile file rolellm reads; profiles are read from {ACCEPTED}")
+
+
+def write_profiles_jsonl(profiles: dict[str, RoleProfile], path: str | Path) -> Path:
+    """Write profiles losslessly, one `RoleProfile.to_dict()` JSON object per line (a checkpoint's
+    `role_profiles.jsonl`); `load_profiles` reads the file or the folder holding it.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> profiles = {"Po": RoleProfile("Po", "en", "A kung fu panda.", ["Skadoosh!"])}
+    >>> _ = write_profiles_jsonl(profiles, folder / PROFILES_FILE)
+    >>> load_profiles(folder)["Po"].catchphrases
+    ['Skadoosh!']
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(profile.to_dict(), ensure_ascii=False) for profile in profiles.values()]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def read_profiles_jsonl(path: Path) -> dict[str, RoleProfile]:
+    """Read a file written by `write_profiles_jsonl`; a malformed line is a `DataFormatError` naming file and line."""
+    profiles = {}
+    for line_no, line in enumerate(read_text(path).splitlines(), 1):
+        if line.strip():
+            try:
+                profile = RoleProfile.from_dict(parse_json_line(line, path, line_no))
+            except TypeError as error:
+                raise DataFormatError(f"{path}:{line_no}: not a RoleProfile ({error})") from None
+            profiles[profile.name] = profile
+    return profiles
 
 
 def _release(folder: Path, folder_lang: str, lang: str | None) -> dict[str, RoleProfile]:

@@ -31,7 +31,7 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
-from rolellm.roles.profile import RoleProfile, Utterance, read_text
+from rolellm.roles.profile import DataFormatError, RoleProfile, Utterance, read_text
 
 
 NARRATION = "narration"
@@ -231,11 +231,22 @@ def parse_screenplay(
 
 
 def read_screenplay(path: str | Path, role: str, **kwargs) -> RoleProfile:
-    """`parse_screenplay` on a text file; the file name (without suffix) becomes the `source` unless given."""
+    """`parse_screenplay` on a text file; the file name (without suffix) becomes the `source` unless given.
+
+    Raises:
+        `DataFormatError`: the file is empty, not UTF-8, or has no line of `role` (the message lists the cues found).
+    """
     path = Path(path)
     kwargs.setdefault("source", path.stem)
-    text = read_text(path)
-    return parse_screenplay(text, role, **kwargs)
+    profile = parse_screenplay(read_text(path), role, **kwargs)
+    if not any(u.speaker == role for u in profile.dialogue):
+        cues = Counter(u.speaker.upper() for u in profile.dialogue if not u.narration)
+        found = f"cues found: {', '.join(c for c, _ in cues.most_common(10))}" if cues else "no speaker cue found"
+        raise DataFormatError(
+            f"{path}: no line of {role!r} ({found}); give the role as the script's cues spell it, or its cue names "
+            "as aliases"
+        )
+    return profile
 
 
 def write_screenplay(profile: RoleProfile, width: int = 35) -> str:

@@ -21,10 +21,16 @@ COMMANDS = {
         "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions.",
     ),
     "train": ("rolellm.scripts.train", "Train a role-playing model with RoCIT on RoleBench (LoRA, QLoRA, full)."),
+    "export": ("rolellm.scripts.export", "Export a checkpoint: merge a LoRA/QLoRA adapter into a full model, push."),
     "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
     "dialogue": ("rolellm.scripts.dialogue", "Multi-turn evaluation: a simulated user talks with the role model."),
     "judge": ("rolellm.scripts.judge", "Judge tools: agreement of a judge's scores with human labels."),
+    "template": (
+        "rolellm.scripts.template",
+        "Check a model's chat template: exact masks, system text, injection safety.",
+    ),
+    "chat": ("rolellm.scripts.chat", "Talk to a role: terminal chat, one answer per line on stdin, or a Gradio UI."),
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
 }
 

@@ -69,7 +69,7 @@ def make_parser(subparsers=None):
 def resolve_data_dir(args) -> Path:
     if args.data_dir is not None:
         if not args.data_dir.is_dir():
-            raise SystemExit(f"rolellm data: --data_dir {args.data_dir} is not a folder")
+            raise NotADirectoryError(f"--data_dir {args.data_dir} is not a folder")
         return args.data_dir
     from huggingface_hub import snapshot_download
 

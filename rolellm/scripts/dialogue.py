@@ -13,7 +13,9 @@ A model that is an existing folder runs in-process (`LocalChatClient`); any othe
 (`--model_base_url` for the evaluated model if it is served elsewhere). Everything is cached in `--cache_path`
 (default `<output_dir>/cache.sqlite`) and every turn is saved as it is played: a run that stops, even killed, goes on
 where it was when started again. Writes `scenarios.jsonl`, `turns.jsonl`, `transcripts.jsonl` (one conversation a
-line) and, with judges, `scores.json`. Exit codes: 0 done, 1 some conversations or judge answers failed (unless
+line) and, with judges, `scores.json`; then the report: `report.md`, `report.html` (per-dimension, per-role and
+per-judge tables, radar charts per role, answer lengths, the judges' agreement, links into `transcripts.html`, the
+conversations as a page). Exit codes: 0 done, 1 some conversations or judge answers failed (unless
 `--allow_partial`), 2 a usage error, 3 no turn could be played.
 """
 
@@ -143,8 +145,9 @@ def read_run_scenarios(args: DialogueArguments, profiles: dict, user_client) -> 
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
-    from rolellm.clients.config import make_client
+    from rolellm.clients.config import check_endpoints, make_client
     from rolellm.evaluation.dialogue import TRANSCRIPTS_NAME, run_dialogues
+    from rolellm.evaluation.pages import write_dialogue_report
     from rolellm.evaluation.rubric import judge_transcripts
     from rolellm.roles.resolve import load_profiles
 
@@ -156,13 +159,15 @@ def main(args=None):
     output_dir.mkdir(parents=True, exist_ok=True)
     profiles = load_profiles(config.profiles, lang=config.lang, roles=config.roles)
     user_client = make_client(config.client_config(config.user_model))
+    model_client = make_client(config.client_config(config.model, config.model_base_url))
+    judges = [make_client(config.client_config(name)) for name in config.judge_model or []]
+    check_endpoints(user_client, model_client, *judges)  # every endpoint answers before the first turn is played
     scenarios = read_run_scenarios(config, profiles, user_client)
     if not scenarios:
         raise ValueError("no scenario to play: give --scenarios, Character Cards with a scenario, or a user model")
     (output_dir / "scenarios.jsonl").write_text(
         "".join(json.dumps(asdict(s), ensure_ascii=False) + "\n" for s in scenarios), encoding="utf-8"
     )
-    model_client = make_client(config.client_config(config.model, config.model_base_url))
     transcripts = run_dialogues(
         scenarios, profiles, model_client, user_client, output_dir, max_tokens=config.max_new_tokens,
         temperature=config.temperature, user_temperature=config.temperature, seed=config.seed,
@@ -177,12 +182,13 @@ def main(args=None):
         return EXIT_FAILED
     failures = len(stopped)
     if config.judge_model:
-        judges = [make_client(config.client_config(name)) for name in config.judge_model]
         scores = judge_transcripts(transcripts, profiles, judges, seed=config.seed)
         (output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n", "utf-8")
         print(format_scores(scores))
         print(f"Wrote {output_dir / 'scores.json'}")
         failures += scores["failures"]["count"]
+    report = write_dialogue_report(output_dir)
+    print(f"Wrote {report['report']}, {report['html']} and {report['transcripts']}")
     if failures and not config.allow_partial:
         what = f"{failures} conversations or judge answers failed"
         print(f"rolellm dialogue: {what} (pass --allow_partial to accept a partial run)", file=sys.stderr)

@@ -10,7 +10,17 @@ rolellm evaluate --model_name_or_path ./rolellama --dataset_name en-instruction 
 
 # an OpenAI-compatible endpoint (a vLLM server), with a YAML recipe
 rolellm evaluate --config examples/recipes/evaluate_vllm.yaml
+
+# judged against another run's answers (its output_dir) instead of RoleGPT's: raw and length-controlled win rate
+rolellm evaluate --model_name_or_path ./rolellama --dataset_name zh --data_dir RoleBench --output_dir runs/rolellama \
+    --judge_model gpt-4o --baseline runs/qwen-zh
+# ... or against a model answering the same rows now
+rolellm evaluate ... --judge_model gpt-4o --baseline_model Qwen/Qwen2.5-7B-Instruct \
+    --baseline_base_url http://localhost:8001/v1
 ```
+
+Exit codes: 0 done, 1 some generations or verdicts failed (`--allow_partial` accepts that), 2 a usage or input
+error, 3 nothing could be generated or judged.
 
 Command-line flags override the values of `--config`.
 """
@@ -20,13 +30,32 @@ import logging
 import sys
 
 from rolellm.evaluation.runner import EvaluateConfig
-from rolellm.scripts.exit_codes import EXIT_PARTIAL
+from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
 def make_parser(subparsers=None):
     description = "Answer a RoleBench config with a model (or score RoleGPT's answers), score RAW/CUS/SPE, report."
     return make_command_parser("evaluate", EvaluateConfig, description, subparsers)
+
+
+def format_win_rate(judged: dict) -> str:
+    """One line: the raw and length-controlled win rates against the baseline, with their CIs and the counts."""
+    against = f"Win rate vs {judged.get('baseline') or 'RoleGPT'}"
+    if judged["win_rate"] is None:
+        return f"{against}: none, no sample was judged ({judged['failed']} failed)"
+    return (
+        f"{against}: {judged['win_rate']:.2%} (95% CI {judged['ci_low']:.2%}-{judged['ci_high']:.2%}), "
+        f"length-controlled {judged['lc_win_rate']:.2%} ({judged['lc_ci_low']:.2%}-{judged['lc_ci_high']:.2%}), "
+        f"average rank {judged['average_rank']:.2f}; answer length {judged['model_length']:.0f} vs "
+        f"{judged['baseline_length']:.0f} characters; {judged['judged']} judged: wins {judged['wins']}, ties "
+        f"{judged['ties']}, losses {judged['losses']}; failed {judged['failed']}"
+    )
+
+
+def _first_error(judged: dict) -> str:
+    errors = judged.get("errors") or {}
+    return f"{judged['failed']} verdicts failed, e.g. {next(iter(errors.values()))}" if errors else "no sample"
 
 
 def main(args=None):
@@ -44,24 +73,19 @@ def main(args=None):
     results = run_benchmark(config)
     print(format_table([results]))
     if "win_rate" in results:
-        judged = results["win_rate"]
-        if judged["win_rate"] is None:
-            print(f"Win rate vs RoleGPT: none, no sample was judged ({judged['failed']} failed)")
-        else:
-            print(
-                f"Win rate vs RoleGPT: {judged['win_rate']:.2%} (95% CI {judged['ci_low']:.2%}-"
-                f"{judged['ci_high']:.2%}), average rank {judged['average_rank']:.2f}; {judged['judged']} judged: "
-                f"wins {judged['wins']}, ties {judged['ties']}, losses {judged['losses']}; failed {judged['failed']}"
-            )
+        print(format_win_rate(results["win_rate"]))
     for metric, reason in results["unavailable"].items():
         print(f"{metric}: unavailable ({reason})")
-    print(f"Wrote results.json, results.md, per_role.png and comparison.png to {args.output_dir}")
+    print(f"Wrote results.json, results.md, results.html and the charts to {args.output_dir}")
     counts = json.dumps(results["counts"])
     print(f"Counts: {counts}")
     failed = {
         "generations": results["counts"].get("failed", 0),
         "verdicts": results.get("win_rate", {}).get("failed", 0),
     }
+    if "win_rate" in results and results["win_rate"]["judged"] == 0:
+        print(f"rolellm evaluate: no sample was judged: {_first_error(results['win_rate'])}", file=sys.stderr)
+        return EXIT_FAILED
     if any(failed.values()) and not config.allow_partial:
         what = ", ".join(f"{n} {name}" for name, n in failed.items() if n)
         print(f"rolellm evaluate: {what} failed (pass --allow_partial to accept a partial run)", file=sys.stderr)

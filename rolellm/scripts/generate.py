@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, make_client
+from rolellm.clients.config import ClientConfig, check_endpoints, make_client
 from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.job import FAILURES_NAME
 from rolellm.generation.profile_description import ProfileDescriptionConfig
@@ -234,6 +234,10 @@ def main(args=None):
         estimate = client.estimate(generator.requests(*inputs))
         print(f"{generator.desc} would send {estimate} (dry run: nothing sent, no data written)")
         return 0
+    # a dead endpoint, a refused key or an unknown model stops here, in seconds, before anything is sent
+    checked = check_endpoints(client)
+    estimate = client.estimate(generator.requests(*inputs))
+    print(f"{'; '.join(checked) + '. ' if checked else ''}{generator.desc} will send {estimate}")
     result = generator.generate(client, *inputs, output_dir=job.output_dir)
     print(result.dataset)
     print(f"Stats: {result.stats}")

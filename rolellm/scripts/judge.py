@@ -7,7 +7,8 @@ rolellm judge agreement --human examples/data/human_labels.jsonl --results runs/
 
 `--results` is a folder holding `scores.json` (rubric scores of `rolellm dialogue`) and/or `results.json` (the
 pairwise verdicts of `rolellm evaluate` with a judge); `--human` is a JSONL file of human labels (format in
-`docs/multi-turn.md`). The agreement is printed and written to `<results>/agreement.json` (or `--output`).
+`docs/multi-turn.md`). The agreement is printed and written to `<results>/agreement.json` (or `--output`); in the
+first case the folder's reports (`report.html`, `results.html`) are written again to show it.
 Exit codes: 0 compared, 1 nothing could be compared (no human item id has a judge verdict), 2 a usage or input error.
 """
 
@@ -60,6 +61,24 @@ def format_agreement(result: dict, level: float = 0.95) -> str:
     return "\n".join(lines)
 
 
+def rewrite_reports(folder: Path) -> list[Path]:
+    """Write again the reports of a results folder (a `rolellm dialogue` and/or `rolellm evaluate` output)."""
+    from rolellm.evaluation.dialogue import TRANSCRIPTS_NAME
+    from rolellm.evaluation.pages import write_dialogue_report
+    from rolellm.evaluation.report import write_report
+
+    written = []
+    if (folder / TRANSCRIPTS_NAME).is_file():
+        written.append(write_dialogue_report(folder)["html"])
+    if (folder / "results.json").is_file():
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        if "per_role" in results:  # a full run_benchmark result, not only verdicts
+            compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
+            others = [json.loads(path.read_text(encoding="utf-8")) for path in compared if path.is_file()]
+            written.append(write_report([*others, results], folder)["html"])
+    return written
+
+
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
@@ -91,6 +110,9 @@ def main(args=None):
     output = Path(args.output) if args.output else Path(args.results) / "agreement.json"
     output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"Wrote {output}")
+    reports = rewrite_reports(Path(args.results)) if args.output is None else []  # now showing the agreement
+    if reports:
+        print(f"Wrote again {', '.join(str(path) for path in reports)}")
     return 0
 
 

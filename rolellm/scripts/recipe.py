@@ -18,9 +18,16 @@ import yaml
 
 
 def read_recipe(path: str, dataclass_types) -> dict:
-    """Read a YAML recipe; a key that no dataclass of the command knows is an error naming the file and the key."""
-    with open(path, encoding="utf-8") as file:
-        recipe = yaml.safe_load(file) or {}
+    """Read a YAML recipe; a key that no dataclass of the command knows is an error naming the file and the key.
+
+    The file is UTF-8 with or without BOM; anything else, and invalid YAML, is an error naming the file and line.
+    """
+    from rolellm.roles.profile import read_text
+
+    try:
+        recipe = yaml.safe_load(read_text(path, allow_empty=True)) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(recipe, dict):
         raise ValueError(f"{path}: a recipe must be a YAML mapping of fields, got {type(recipe).__name__}")
     if "api_key" in recipe:
@@ -61,6 +68,29 @@ def make_command_parser(name: str, dataclass_types, description: str, subparsers
     return parser
 
 
+def check_recipe_values(path: str, recipe: dict, actions) -> None:
+    """Check recipe values as the command line checks flags: a choice outside the field's choices, or a value its
+    type cannot read, is an error naming the file and the field (argparse checks only what it parses itself)."""
+    by_dest = {action.dest: action for action in actions}
+    for key, value in recipe.items():
+        action = by_dest.get(key)
+        if action is None or value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if action.choices is not None:
+            wrong = [v for v in values if v not in action.choices and str(v) not in map(str, action.choices)]
+            if wrong:
+                raise ValueError(f"{path}: {key}: {wrong[0]!r} is not one of {list(action.choices)}")
+        if action.type in (int, float):
+            for v in values:
+                try:
+                    ok = not isinstance(v, bool) and action.type(v) == float(v)
+                except (TypeError, ValueError):
+                    ok = False
+                if not ok:
+                    raise ValueError(f"{path}: {key} must be {action.type.__name__}, got {v!r}")
+
+
 def recipe_parser_class():
     """`HfArgumentParser` that reads `--config recipe.yaml` first (like `trl.TrlParser`, but `parse_args` returns a
     namespace and the recipe is checked by `read_recipe`); flags given on the command line override the recipe.
@@ -76,7 +106,9 @@ def recipe_parser_class():
                 index = args.index("--config")
                 if index + 1 >= len(args):
                     self.error("--config needs the path of a YAML file")
-                self.set_defaults(**read_recipe(args[index + 1], self.dataclass_types))
+                recipe = read_recipe(args[index + 1], self.dataclass_types)
+                check_recipe_values(args[index + 1], recipe, self._actions)
+                self.set_defaults(**recipe)
                 del args[index : index + 2]
                 # fields given in the recipe are no longer required on the command line
                 for action in self._actions:

@@ -59,8 +59,8 @@ class RoleBenchArguments:
     )
 
 
-def load_rows(script_args, split):
-    """The rows of `split` of every config in `dataset_configs`, concatenated."""
+def load_rows(script_args, split, counts: dict | None = None):
+    """The rows of `split` of every config in `dataset_configs`, concatenated; `counts` gets config -> rows."""
     import datasets
 
     from rolellm.data import load_rolebench
@@ -81,7 +81,12 @@ def load_rows(script_args, split):
                 f"--roles {script_args.roles}: no {split} row of these roles in {script_args.dataset_configs}"
             )
     limit = script_args.max_train_samples if split == script_args.dataset_train_split else script_args.max_eval_samples
-    return rows.select(range(min(limit, len(rows)))) if limit is not None else rows
+    rows = rows.select(range(min(limit, len(rows)))) if limit is not None else rows
+    if counts is not None:  # the rows each config contributes, after `limit` (which keeps the first rows)
+        left = len(rows)
+        for name, part in zip(script_args.dataset_configs, parts):
+            counts[name], left = min(len(part), left), left - min(len(part), left)
+    return rows
 
 
 def load_profiles_for(script_args, training_args):
@@ -100,6 +105,7 @@ def train(script_args, training_args, model_args):
     """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from trl import get_peft_config, get_quantization_config
 
+    from rolellm.clients.loading import is_adapter_checkpoint
     from rolellm.data.release import HUB_REPO_ID
     from rolellm.training import RoCITTrainer
 
@@ -110,7 +116,8 @@ def train(script_args, training_args, model_args):
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
-    train_rows = load_rows(script_args, script_args.dataset_train_split)
+    row_counts = {}
+    train_rows = load_rows(script_args, script_args.dataset_train_split, row_counts)
     eval_rows = None
     if training_args.eval_strategy != "no":
         eval_rows = load_rows(script_args, script_args.dataset_test_split)
@@ -122,19 +129,25 @@ def train(script_args, training_args, model_args):
         profiles=load_profiles_for(script_args, training_args),
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
+        dataset_name=script_args.dataset_name or script_args.data_dir or HUB_REPO_ID,
+        dataset_configs=row_counts,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    dataset_name = script_args.dataset_name or script_args.data_dir or HUB_REPO_ID
-    trainer.create_model_card(dataset_name=dataset_name)
+    trainer.save_model(training_args.output_dir)  # with its profiles, chat template and model card
     samples = trainer.role_stats["train"]["samples"]
     trainer.accelerator.print(
         f"Trained on {sum(samples.values())} samples ({samples}) of {len(trainer.role_stats['train']['roles'])} roles "
         f"in {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es); "
         f"saved to {training_args.output_dir}"
     )
+    if is_adapter_checkpoint(training_args.output_dir):
+        trainer.accelerator.print(
+            "An adapter folder: load it with rolellm.clients.loading.load_model_and_tokenizer(DIR) or "
+            "pipeline('text-generation', model=DIR, tokenizer=DIR); merge it into a full model with "
+            f"rolellm export {training_args.output_dir} --merge --output_dir MERGED"
+        )
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=dataset_name)
+        trainer.push_to_hub(dataset_name=trainer.dataset_name)
     trainer.end()
     return trainer
 

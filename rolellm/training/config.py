@@ -33,6 +33,10 @@ class RoCITConfig(SFTConfig):
             Language of the system instruction (`"en"` or `"zh"`). `None` uses each row's `lang`.
         system_template_path (`str`, *optional*):
             A Jinja file replacing the paper's system instruction (see `rolellm.build_system_instruction`).
+        keep_think (`bool`, *optional*, defaults to `False`):
+            Keep a thinking template's think blocks (Qwen3's empty `<think></think>` before answers, DeepSeek-R1's
+            prefilled `<think>`). By default answers are trained, and generated, without them
+            (see `rolellm.encode_chat`).
         log_subset_losses (`bool`, *optional*, defaults to `True`):
             Log the train and eval loss of `general` and `role_specific` samples separately (`loss_general`,
             `loss_role_specific`, `eval_loss_general`, ...).
@@ -97,6 +101,10 @@ class RoCITConfig(SFTConfig):
     system_template_path: str | None = field(
         default=None,
         metadata={"help": "Jinja file replacing the paper's system instruction."},
+    )
+    keep_think: bool = field(
+        default=False,
+        metadata={"help": "Keep a thinking template's empty think blocks (default: train answers without them)."},
     )
     log_subset_losses: bool = field(
         default=True,

@@ -4,13 +4,17 @@ What it adds to `SFTTrainer`, each at one override point:
 
 - `build_role_dataset` (called before `SFTTrainer.__init__`): RoleBench rows + profiles -> `messages` samples, with
   the reference choice and the general/role-specific mix of `RoCITConfig`.
-- `_prepare_dataset`: tokenizes with `rolellm.encode_chat` (exact assistant masks for any chat template, control
-  tokens inside messages encoded as plain text, a per-token `subset_ids` column), lets TRL build the labels, and packs
+- `_prepare_dataset`: tokenizes with `rolellm.encode_chat_turns` (exact assistant masks for any chat template, the
+  text of registered tokens inside messages encoded as plain text, one row per turn for templates that re-render the
+  history, a per-token `subset_ids` column), lets TRL build the labels, and packs
   with `_pack_dataset`.
 - the data collator: TRL's, carrying `subset_ids` along (`DataCollatorForRoleLM`).
 - `compute_loss`: refuses batches whose packed samples could attend to each other and logs the loss of `general`
   and `role_specific` samples separately.
-- `create_model_card`: a card naming the roles, the data, the chat template and the paper.
+- `create_model_card`: a card stating the roles, the data, the chat template, the packing, quantization and adapter.
+- `_save` (every checkpoint, intermediate and final): beside the weights and the tokenizer, the files that make the
+  folder work on its own (`rolellm.training.checkpoint`): `chat_template.jinja`, `role_profiles.jsonl` (read by
+  `rolellm.load_profiles`), a custom `system_template.jinja`, an adapter's `generation_config.json`, the model card.
 
 With `prefix_sharing=True` (the default) the same override points pack samples of one role into rows sharing one
 copy of the role's system prompt (`rolellm.training.packing`), collate them with `DataCollatorForPrefixSharing`, and
@@ -33,10 +37,11 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
-from rolellm.encoding.encode import encode_chat
+from rolellm.encoding.encode import encode_chat_turns
 from rolellm.roles.resolve import load_profiles
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
-from rolellm.training.card import build_model_card
+from rolellm.training.card import build_model_card, describe_chat_template
+from rolellm.training.checkpoint import save_role_files, trained_profiles
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, mix_subsets, rolebench_to_conversations
 from rolellm.training.packing import (
@@ -99,6 +104,9 @@ class RoCITTrainer(SFTTrainer):
         profiles (`dict[str, RoleProfile]`, *optional*): role -> profile; read from `args.profiles` when omitted.
         peft_config (`peft.PeftConfig`, *optional*): LoRA and friends, as for `SFTTrainer`.
         quantization_config (`transformers.BitsAndBytesConfig`, *optional*): QLoRA, when `model` is a name or path.
+        dataset_name (`str`, *optional*): the name, Hub id or folder of the data, for the model card.
+        dataset_configs (`dict[str, int]`, *optional*): the dataset configs trained on -> their row counts, for the
+            model card.
         **kwargs: the other arguments of `SFTTrainer` (`callbacks`, `optimizers`, ...).
 
     >>> from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
@@ -130,6 +138,8 @@ class RoCITTrainer(SFTTrainer):
         profiles: dict | None = None,
         peft_config=None,
         quantization_config=None,
+        dataset_name: str | None = None,
+        dataset_configs: dict[str, int] | None = None,
         **kwargs,
     ):
         model_id = model if isinstance(model, str) else model.config._name_or_path
@@ -141,6 +151,7 @@ class RoCITTrainer(SFTTrainer):
             raise ValueError("train_dataset is required: RoleBench rows or messages samples")
         self.args = args  # `SFTTrainer.__init__` sets it too; the role conversion below needs it first
         self.profiles = profiles
+        self.dataset_name, self.dataset_configs = dataset_name, dataset_configs
         if self.profiles is None and args.profiles:
             self.profiles = load_profiles(args.profiles)
         self._system_template = None
@@ -203,6 +214,9 @@ class RoCITTrainer(SFTTrainer):
                 **kwargs,
             )
         self.args.assistant_only_loss = self._train_on_assistant_only  # the trainer's copy says what is trained
+        self.packing_kind = (
+            "prefix_shared" if self._attention_backend is not None else "trl" if self.args.packing else "none"
+        )
         if self.args.packing or self.args.padding_free:
             # With a cache in the forward, transformers stops reading sample boundaries from `position_ids`.
             self.model.config.use_cache = False
@@ -255,9 +269,8 @@ class RoCITTrainer(SFTTrainer):
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
         if isinstance(dataset, datasets.Dataset) and "input_ids" not in dataset.column_names:
             conversations = self.build_role_dataset(dataset, dataset_name)
-            dataset = self._tokenize_role_dataset(conversations, args, dataset_name)
-            if self._attention_backend is not None:
-                dataset = dataset.add_column(PREFIX_GROUP_COLUMN, prefix_groups(conversations["messages"]))
+            with_groups = self._attention_backend is not None
+            dataset = self._tokenize_role_dataset(conversations, args, dataset_name, with_groups)
         # TRL builds the labels from `assistant_masks`, truncates and drops samples left without a trained token.
         num_samples = len(dataset) if isinstance(dataset, datasets.Dataset) else None
         dataset = super()._prepare_dataset(dataset, processing_class, args, False, formatting_func, dataset_name)
@@ -275,8 +288,12 @@ class RoCITTrainer(SFTTrainer):
             return prepare_prefix_shared_dataset(dataset, args, dataset_name)
         return self._pack_dataset(dataset, args, dataset_name) if packing else dataset
 
-    def _tokenize_role_dataset(self, dataset, args, dataset_name):
-        """`messages` -> `input_ids`, `assistant_masks` and per-token `subset_ids`, truncated to `max_length`."""
+    def _tokenize_role_dataset(self, dataset, args, dataset_name, with_groups=False):
+        """`messages` -> `input_ids`, `assistant_masks` and per-token `subset_ids`, truncated to `max_length`.
+
+        A conversation whose turns cannot share one sequence (see `rolellm.encode_chat_turns`) gives one row per
+        assistant turn; `with_groups` adds each row's prefix-sharing group (its system text).
+        """
         tokenizer = self._tokenizer
         assistant_only = self._train_on_assistant_only
         if args.max_length is None:
@@ -286,16 +303,25 @@ class RoCITTrainer(SFTTrainer):
                 slice(None, args.max_length) if args.truncation_mode == "keep_start" else slice(-args.max_length, None)
             )
 
-        def tokenize(example):
-            encoded = encode_chat(tokenizer, example["messages"])
-            input_ids = encoded["input_ids"][window]
-            out = {"input_ids": input_ids, "subset_ids": [SUBSET_IDS.get(example.get("subset"), -1)] * len(input_ids)}
-            if assistant_only:
-                out["assistant_masks"] = encoded["assistant_masks"][window]
+        def tokenize(batch):
+            out = {"input_ids": [], "subset_ids": [], **({"assistant_masks": []} if assistant_only else {})}
+            if with_groups:
+                out[PREFIX_GROUP_COLUMN] = []
+            for i, messages in enumerate(batch["messages"]):
+                subset_id = SUBSET_IDS.get(batch["subset"][i] if "subset" in batch else None, -1)
+                for encoded in encode_chat_turns(tokenizer, messages, keep_think=args.keep_think):
+                    input_ids = encoded["input_ids"][window]
+                    out["input_ids"].append(input_ids)
+                    out["subset_ids"].append([subset_id] * len(input_ids))
+                    if assistant_only:
+                        out["assistant_masks"].append(encoded["assistant_masks"][window])
+                    if with_groups:
+                        out[PREFIX_GROUP_COLUMN] += prefix_groups([messages])
             return out
 
         return dataset.map(
             tokenize,
+            batched=True,
             remove_columns=dataset.column_names,
             num_proc=args.dataset_num_proc,
             desc=f"Tokenizing {dataset_name} chats",
@@ -374,26 +400,57 @@ class RoCITTrainer(SFTTrainer):
         self.accelerator.wait_for_everyone()
         super().end()
 
-    # ----------------------------------------------------------------------------------------------- card
+    # ----------------------------------------------------------------------------------------------- checkpoint
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        """Save the model and tokenizer (`Trainer._save`), then what makes the folder usable on its own: the role
+        profiles, a custom system template, `chat_template.jinja` and the model card."""
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            self.save_role_files(output_dir if output_dir is not None else self.args.output_dir)
+
+    def save_role_files(self, folder: str | Path) -> None:
+        """Write the role files of a checkpoint into `folder` (`rolellm.training.checkpoint.save_role_files`)."""
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        # an adapter's base model does not carry the end-of-turn ids `set_role_chat_template` added
+        generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
+        profiles = trained_profiles(self.profiles, self.role_stats)
+        card = self.build_model_card(model_name=Path(self.args.output_dir).name)
+        save_role_files(folder, profiles, self._system_template, self._tokenizer, generation_config, card)
+
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """Write `README.md` in `output_dir`: the roles, the data, the chat template, the training setup, the paper."""
+        """Write `README.md` in `output_dir` (see `build_model_card`)."""
         if not self.is_world_process_zero():
             return
-        peft_config = self.model.peft_config["default"] if is_peft_model(self.model) else None
-        card = build_model_card(
+        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+        card = self.build_model_card(model_name, dataset_name, tags)
+        card.save(Path(self.args.output_dir) / "README.md")
+
+    def build_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """The model card of this run (`rolellm.training.card.build_model_card`), from the trainer's real settings:
+        the roles and profiles, the data, the template and system placement, packing, quantization and adapter."""
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        peft_config = unwrapped.peft_config["default"] if is_peft_model(unwrapped) else None
+        quantization = getattr(unwrapped.config, "quantization_config", None)
+        if quantization is not None and not isinstance(quantization, dict):
+            quantization = quantization.to_dict()
+        return build_model_card(
             model_name=model_name or Path(self.args.output_dir).name,
             base_model=self._base_model_id(),
             hub_model_id=self.args.hub_model_id,
             role_stats=self.role_stats,
-            dataset_name=dataset_name,
+            dataset_name=dataset_name or self.dataset_name,
             chat_template=self._tokenizer.chat_template,
             args=self.args,
             peft_config=peft_config,
             tags=sorted({*self._tag_names, *([tags] if isinstance(tags, str) else tags or [])}),
+            dataset_configs=self.dataset_configs,
+            profiles=trained_profiles(self.profiles, self.role_stats),
+            packing=self.packing_kind,
+            quantization=quantization,
+            template=describe_chat_template(self._tokenizer),
+            steps=self.state.global_step,
         )
-        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
-        card.save(Path(self.args.output_dir) / "README.md")
 
     def _base_model_id(self):
-        name = self.model.config._name_or_path
+        name = self.accelerator.unwrap_model(self.model).config._name_or_path
         return None if not name or Path(name).is_dir() else name

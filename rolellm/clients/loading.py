@@ -1,0 +1,68 @@
+"""Load a model folder or Hub id for inference: a full model, or a LoRA/QLoRA adapter checkpoint on its base.
+
+`load_model_and_tokenizer` is the one loading path of `LocalChatClient`, so `rolellm evaluate`, `rolellm chat` and
+the generation commands read every kind of checkpoint `rolellm train` writes.
+
+>>> import tempfile
+>>> from rolellm.testing import build_tiny_llama
+>>> model, tokenizer = load_model_and_tokenizer(build_tiny_llama(tempfile.mkdtemp()))
+>>> type(model).__name__, len(tokenizer) <= model.get_input_embeddings().num_embeddings
+('LlamaForCausalLM', True)
+"""
+
+import os
+import warnings
+from pathlib import Path
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def is_adapter_checkpoint(model_name_or_path: str | os.PathLike) -> bool:
+    """Whether a local folder holds a PEFT adapter (`adapter_config.json`) rather than a full model."""
+    return (Path(model_name_or_path) / ADAPTER_CONFIG).is_file()
+
+
+def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str | None = None, **kwargs):
+    """Load a causal LM and the tokenizer saved with it, ready for `generate`.
+
+    An adapter checkpoint (a folder or Hub repo with `adapter_config.json`, as `rolellm train` writes for LoRA and
+    QLoRA) is loaded with `peft.AutoPeftModelForCausalLM`: the base model named in `adapter_config.json`
+    (`base_model_name_or_path`), its embeddings resized to the checkpoint's tokenizer when training added tokens
+    (the role template's `<|im_start|>` / `<|im_end|>`), then the adapter with the saved embedding and output rows,
+    and the checkpoint's `generation_config.json` (which stops at the template's end of turn).
+    The tokenizer always comes from `model_name_or_path`, so the role chat template trained with is the one used.
+
+    Args:
+        model_name_or_path (`str` or `os.PathLike`): a Hub id, a model folder or an adapter checkpoint folder.
+        dtype (`str`, *optional*): the `dtype` passed to `from_pretrained` (`"bfloat16"`, ...).
+        **kwargs: more `from_pretrained` keywords (`revision`, `device_map`, ...).
+
+    Returns:
+        `tuple`: `(model, tokenizer)`; an adapter checkpoint's model is a `peft.PeftModel` in eval mode.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers.utils import find_adapter_config_file
+
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, **{k: v for k, v in kwargs.items() if k != "dtype"})
+    if find_adapter_config_file(str(model_name_or_path)) is not None:
+        from peft import AutoPeftModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        # peft resizes the base to the checkpoint's tokenizer, and transformers announces how it initialises the new
+        # rows; the adapter then overwrites them with the trained ones, so the announcement would only mislead.
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
+                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+                model = AutoPeftModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        if (Path(model_name_or_path) / "generation_config.json").is_file():  # the end-of-turn ids trained with
+            model.get_base_model().generation_config = GenerationConfig.from_pretrained(model_name_or_path)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+    return model.eval(), tokenizer

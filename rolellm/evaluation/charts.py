@@ -1,0 +1,139 @@
+"""SVG charts of the evaluation reports, with their text kept as text.
+
+matplotlib draws text with the fonts it has, and without a CJK font Chinese role names become boxes in a PNG. An SVG
+written with `svg.fonttype = "none"` keeps every label as a `<text>` element instead, so the browser showing the
+report draws the names with its own fonts; the charts are embedded in the HTML reports as they are.
+
+>>> svg = radar_chart({"孙悟空": {"knowledge": 4.0, "memory": 3.5, "engagement": 5.0}}, scale=(1, 5))
+>>> "孙悟空" in svg and svg.lstrip().startswith("<svg")
+True
+"""
+
+import io
+import warnings
+
+
+CJK_FONTS = [
+    "Noto Sans CJK SC",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "WenQuanYi Zen Hei",
+    "SimHei",
+    "Microsoft YaHei",
+]
+COLORS = {"raw": "#4C72B0", "lc": "#DD8452", "bar": "#55A868"}
+
+
+def svg_pyplot():
+    """`matplotlib.pyplot` set up for SVG with text as text (an installed CJK font first in the font list)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    plt.rcParams["svg.fonttype"] = "none"
+    # the browser falls back to a font of its own for the characters these lack
+    plt.rcParams["font.sans-serif"] = [name for name in CJK_FONTS if name in installed] + ["DejaVu Sans"]
+    plt.rcParams["svg.hashsalt"] = "rolellm"  # the same chart gives the same file
+    return plt
+
+
+def to_svg(fig) -> str:
+    """The figure as an `<svg>` element (no XML prolog, so it can sit inside HTML); the figure is closed."""
+    plt = svg_pyplot()
+    buffer = io.StringIO()
+    with warnings.catch_warnings():  # the glyphs are the browser's business here: text stays text
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        warnings.filterwarnings("ignore", message="findfont")
+        fig.tight_layout()
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), lengths: dict | None = None) -> str:
+    """One radar per role: its mean score on each dimension (a missing score is drawn at the scale's minimum).
+
+    Args:
+        per_role (`dict[str, dict[str, float | None]]`): role -> dimension -> mean score.
+        scale (`tuple[int, int]`, *optional*, defaults to `(1, 5)`): the score range (the radius).
+        lengths (`dict[str, float]`, *optional*): role -> mean answer length in characters, shown under the name.
+    """
+    import numpy as np
+
+    plt = svg_pyplot()
+    roles = list(per_role)
+    dimensions = list(next(iter(per_role.values()))) if roles else []
+    columns = min(3, max(len(roles), 1))
+    rows = -(-max(len(roles), 1) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(3.6 * columns, 3.4 * rows), subplot_kw={"projection": "polar"}, squeeze=False
+    )
+    angles = np.linspace(0, 2 * np.pi, len(dimensions), endpoint=False).tolist()
+    for ax, role in zip(axes.flat, roles):
+        values = [per_role[role][d] if per_role[role][d] is not None else scale[0] for d in dimensions]
+        ax.plot(angles + angles[:1], values + values[:1], color=COLORS["raw"])
+        ax.fill(angles + angles[:1], values + values[:1], color=COLORS["raw"], alpha=0.25)
+        ax.set_xticks(angles, labels=[d.replace("_", " ") for d in dimensions], fontsize=7)
+        ax.set_ylim(scale[0] - 0.5, scale[1])
+        ax.set_yticks(
+            range(scale[0], scale[1] + 1), labels=[str(v) for v in range(scale[0], scale[1] + 1)], fontsize=6
+        )
+        length = (lengths or {}).get(role)
+        ax.set_title(role if length is None else f"{role}\n{length:.0f} chars/answer", fontsize=10, pad=14)
+    for ax in list(axes.flat)[len(roles) :]:
+        ax.set_visible(False)
+    return to_svg(fig)
+
+
+def win_rate_chart(entries: list[dict]) -> str:
+    """Horizontal bars: each comparison's raw and length-controlled win rate with their confidence intervals, and
+    the 50% line (a tie with the baseline).
+
+    Args:
+        entries (`list[dict]`): `label` and the judge's result (`win_rate`, `ci_low`, `ci_high`, `lc_win_rate`,
+            `lc_ci_low`, `lc_ci_high`; `None` when nothing was judged).
+    """
+    plt = svg_pyplot()
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.7 * len(entries)))
+    height = 0.38
+    for k, (key, name) in enumerate((("", "raw"), ("lc_", "length-controlled"))):
+        values = [100 * (e[f"{key}win_rate"] or 0) for e in entries]
+        errors = [
+            [max(0.0, v - 100 * (e[f"{key}ci_low"] or 0)) for v, e in zip(values, entries)],
+            [max(0.0, 100 * (e[f"{key}ci_high"] or 0) - v) for v, e in zip(values, entries)],
+        ]
+        positions = [i + k * height for i in range(len(entries))]
+        bars = ax.barh(
+            positions, values, height=height, xerr=errors, capsize=3, label=name, color=COLORS[k and "lc" or "raw"]
+        )
+        labels = [f"{v:.1f}" if e["win_rate"] is not None else "n/a" for v, e in zip(values, entries)]
+        ax.bar_label(bars, labels=labels, fontsize=7, padding=3)
+    ax.axvline(50, color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks([i + height / 2 for i in range(len(entries))], labels=[e["label"] for e in entries])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 105)
+    ax.set_xlabel("win rate (%), ties count half; bars: 95% CI")
+    ax.set_title("Win rate against the baseline")
+    ax.legend(fontsize=8, loc="lower right")
+    return to_svg(fig)
+
+
+def bar_chart(values: dict[str, float | None], xlabel: str, title: str) -> str:
+    """Horizontal bars of one value per label (answer lengths per role or per model); `None` is left empty."""
+    plt = svg_pyplot()
+    labels = list(values)
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.4 * len(labels)))
+    numbers = [values[label] or 0 for label in labels]
+    bars = ax.barh(range(len(labels)), numbers, color=COLORS["bar"])
+    ax.bar_label(
+        bars, labels=["n/a" if values[x] is None else f"{values[x]:.0f}" for x in labels], fontsize=7, padding=3
+    )
+    ax.set_yticks(range(len(labels)), labels=labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    return to_svg(fig)

@@ -1,0 +1,113 @@
+"""The length-controlled win rate: what a judge's preference would be if both answers had the same length.
+
+LLM judges favour longer answers, so a model can raise its raw win rate by talking more. Following AlpacaEval 2's
+length-controlled win rate (Dubois et al., 2024), the judge's preference `y` of each sample (1 a win, 0.5 a tie, 0 a
+loss) is fitted with a logistic regression on the normalized length difference of the two answers,
+
+    P(y = 1) = sigmoid(a + b * tanh((len_model - len_baseline) / std)),
+
+where `std` is the standard deviation of the length differences (characters; 1 when they are all equal). The
+length-controlled win rate is `sigmoid(a)`: the predicted preference when both answers have the same length. `b`
+says how much the judge rewards length. Ties enter as `y = 0.5` (the log loss accepts fractional targets). A small
+L2 penalty on `b` keeps the fit finite when the preferences follow the lengths perfectly (then the intercept, and
+so the length-controlled rate, stays at what is left once length explains the verdicts). Unlike AlpacaEval, which
+fits one regression over many models with an instruction-difficulty term, rolellm compares one model with one
+baseline, so the regression has only the intercept and the length term. The confidence interval is a percentile
+bootstrap over samples, refitting each resample. numpy only.
+
+>>> scores = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])  # the judge picks the longer answer: a raw win rate of 0.67
+>>> lengths, baseline_lengths = np.array([60, 70, 80, 90, 10, 40]), np.full(6, 50)
+>>> result = length_controlled_win_rate(scores, lengths, baseline_lengths)
+>>> round(result.win_rate, 2), result.length_coefficient > 5
+(0.51, True)
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class LengthControlled:
+    """A length-controlled win rate.
+
+    Args:
+        win_rate (`float`): `sigmoid(a)`, the predicted preference at equal lengths.
+        ci_low, ci_high (`float`): its bootstrap confidence interval.
+        length_coefficient (`float`): `b`, the weight of the normalized length difference (0: length does not matter).
+    """
+
+    win_rate: float
+    ci_low: float
+    ci_high: float
+    length_coefficient: float
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+
+
+def fit_length_logistic(
+    scores: np.ndarray, features: np.ndarray, l2: float = 1e-3, iterations: int = 100
+) -> tuple[float, float]:
+    """Fit `sigmoid(a + b * features)` to `scores` in [0, 1] by Newton's method with an L2 penalty `l2` on `b`.
+
+    Returns:
+        `tuple[float, float]`: `(a, b)`.
+
+    >>> a, b = fit_length_logistic(np.array([1.0, 0.0, 1.0, 0.0]), np.zeros(4))
+    >>> round(a, 6), round(b, 6)
+    (0.0, 0.0)
+    """
+    design = np.stack([np.ones_like(features), features], axis=1)  # (n, 2)
+    penalty = np.diag([1e-6, l2])  # a touch on `a` too, so all-win or all-loss samples stay finite
+    theta = np.zeros(2)
+    for _ in range(iterations):
+        p = _sigmoid(design @ theta)
+        gradient = design.T @ (p - scores) + penalty @ theta
+        hessian = (design * (p * (1 - p))[:, None]).T @ design + penalty
+        step = np.linalg.solve(hessian, gradient)
+        theta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return float(theta[0]), float(theta[1])
+
+
+def normalized_length_difference(lengths: np.ndarray, baseline_lengths: np.ndarray) -> np.ndarray:
+    """`tanh((lengths - baseline_lengths) / std)` of the differences (std 1 when they are all equal)."""
+    difference = np.asarray(lengths, dtype=float) - np.asarray(baseline_lengths, dtype=float)
+    scale = difference.std() or 1.0
+    return np.tanh(difference / scale)
+
+
+def length_controlled_win_rate(
+    scores: np.ndarray,
+    lengths: np.ndarray,
+    baseline_lengths: np.ndarray,
+    num_bootstrap: int = 1000,
+    confidence_level: float = 0.95,
+    seed: int = 0,
+) -> LengthControlled:
+    """The length-controlled win rate of judged samples (see the module docstring).
+
+    Args:
+        scores (`np.ndarray`): 1 (win), 0.5 (tie) or 0 (loss) per judged sample.
+        lengths, baseline_lengths (`np.ndarray`): the characters of the model's and of the baseline's answer.
+        num_bootstrap (`int`, *optional*, defaults to 1000), confidence_level (`float`, *optional*, defaults to
+            0.95), seed (`int`, *optional*, defaults to 0): the bootstrap interval.
+
+    Returns:
+        `LengthControlled`; every value NaN when `scores` is empty.
+    """
+    scores = np.asarray(scores, dtype=float)
+    if len(scores) == 0:
+        return LengthControlled(*(float("nan"),) * 4)
+    features = normalized_length_difference(lengths, baseline_lengths)
+    a, b = fit_length_logistic(scores, features)
+    rng = np.random.default_rng(seed)
+    resampled = []
+    for _ in range(num_bootstrap):
+        pick = rng.integers(0, len(scores), len(scores))
+        resampled.append(_sigmoid(fit_length_logistic(scores[pick], features[pick])[0]))
+    low, high = np.quantile(resampled, [(1 - confidence_level) / 2, (1 + confidence_level) / 2])
+    return LengthControlled(float(_sigmoid(a)), float(low), float(high), b)

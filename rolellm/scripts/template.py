@@ -1,0 +1,71 @@
+"""`rolellm template check`: will a model's chat template train and prompt a role model exactly and safely?
+
+```bash
+rolellm template check Qwen/Qwen3-4B            # a Hub id or a local folder; only the tokenizer is loaded
+rolellm template check ./my-model --chat_template my_template.jinja --keep_think
+```
+
+Prints `rolellm.check_chat_template`'s report: the template renders a role conversation, the system text reaches
+every prompt, single- and multi-turn answers and their ends of turn are trained exactly after exactly their
+inference prompts, the tokens decode to the template's rendering, registered tokens inside messages stay plain text.
+Exit codes: 0 supported, 2 the tokenizer could not be loaded, has no chat template or does not give text back,
+3 the template is not supported (the failed check is printed as one line).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+
+def make_parser(subparsers=None):
+    description = "Check a model's chat template: exact assistant masks, system text, injection safety."
+    if subparsers is not None:
+        parser = subparsers.add_parser("template", help=description, description=description)
+    else:
+        parser = argparse.ArgumentParser(prog="rolellm template", description=description)
+    commands = parser.add_subparsers(dest="template_command", metavar="<command>", required=True)
+    check = commands.add_parser("check", help=description, description=description)
+    check.add_argument("model", metavar="MODEL_OR_DIR", help="A Hub model id or a local folder with tokenizer files.")
+    check.add_argument("--chat_template", help="A Jinja file to check instead of the tokenizer's own template.")
+    check.add_argument("--keep_think", action="store_true", help="Check with the template's think blocks kept.")
+    check.add_argument("--trust_remote_code", action="store_true", help="Allow the tokenizer's own code.")
+    return parser
+
+
+def main(args):
+    from transformers import AutoTokenizer
+
+    from rolellm.encoding.check import check_chat_template
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError, KeyError) as error:
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"rolellm template check: cannot load the tokenizer of {args.model!r}: {cause}", file=sys.stderr)
+        return EXIT_USAGE
+    chat_template = None
+    if args.chat_template is not None:
+        path = Path(args.chat_template)
+        if not path.is_file():
+            print(f"rolellm template check: --chat_template {path} is not a file", file=sys.stderr)
+            return EXIT_USAGE
+        chat_template = path.read_text(encoding="utf-8")
+    if chat_template is None and tokenizer.chat_template is None:
+        print(
+            f"rolellm template check: the tokenizer of {args.model!r} has no chat template (a base model): pass "
+            "--chat_template FILE, or train with rolellm's role template (set_role_chat_template)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    report = check_chat_template(tokenizer, chat_template, keep_think=args.keep_think)
+    print(report)
+    if not report.ok:
+        print(f"rolellm template check: {report.cause}", file=sys.stderr)
+        return EXIT_USAGE if report.cause.startswith("tokenizer:") else EXIT_FAILED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(make_parser().parse_args()))

@@ -1,0 +1,61 @@
+"""What a RoCIT checkpoint holds besides the weights, so that the folder works on its own.
+
+Every folder `RoCITTrainer` saves (the final `output_dir` and each intermediate `checkpoint-N`) holds:
+
+| file | what it is | read by |
+|---|---|---|
+| `model.safetensors` + `config.json`, or `adapter_model.safetensors` + `adapter_config.json` | the weights (an adapter also holds the embedding and output rows of tokens the role template added) | `transformers`, `peft` |
+| `tokenizer.json`, `tokenizer_config.json`, `chat_template.jinja` | the tokenizer with the chat template trained with (`chat_template.jinja` also serves vLLM's `--chat-template`) | `AutoTokenizer`, vLLM |
+| `generation_config.json` | the token ids that end generation, the template's end of turn included | `generate` |
+| `role_profiles.jsonl` | the profiles of the roles trained on, one `RoleProfile.to_dict()` per line | `rolellm.load_profiles(folder)` |
+| `system_template.jinja` | the custom system text template, when the run used one | `build_chat_messages(..., system_template=...)` |
+| `README.md` | the model card (`rolellm.training.card`) | the Hub |
+"""
+
+from pathlib import Path
+
+from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.resolve import PROFILES_FILE, write_profiles_jsonl
+
+
+SYSTEM_TEMPLATE_FILE = "system_template.jinja"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def trained_profiles(profiles: dict[str, RoleProfile] | None, role_stats: dict) -> dict[str, RoleProfile]:
+    """The profiles of the roles seen in the data (`role_stats` of the trainer); all of them when no role was seen.
+
+    >>> profiles = {"Po": RoleProfile("Po", "en"), "Shifu": RoleProfile("Shifu", "en")}
+    >>> list(trained_profiles(profiles, {"train": {"roles": ["po"]}}))
+    ['Po']
+    """
+    roles = {role_key(role) for stats in role_stats.values() for role in stats.get("roles", [])}
+    profiles = profiles or {}
+    return {name: profile for name, profile in profiles.items() if role_key(name) in roles} or dict(profiles)
+
+
+def save_role_files(folder, profiles, system_template, tokenizer, generation_config=None, card=None) -> Path:
+    """Write the role files of a checkpoint (see the module docstring) into `folder`; returns the folder.
+
+    Args:
+        folder (`str` or `os.PathLike`): the checkpoint folder.
+        profiles (`dict[str, RoleProfile]`): the role profiles; none written when empty.
+        system_template (`str`, *optional*): a custom system text template.
+        tokenizer (`PreTrainedTokenizerBase`): its chat template goes to `chat_template.jinja` when the tokenizer's
+            own saving did not write it.
+        generation_config (`GenerationConfig`, *optional*): saved for adapters, whose base model does not carry it.
+        card (`huggingface_hub.ModelCard`, *optional*): saved as `README.md`.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if profiles:
+        write_profiles_jsonl(profiles, folder / PROFILES_FILE)
+    if system_template is not None:
+        (folder / SYSTEM_TEMPLATE_FILE).write_text(system_template, encoding="utf-8")
+    if generation_config is not None:
+        generation_config.save_pretrained(folder)
+    if isinstance(tokenizer.chat_template, str) and not (folder / CHAT_TEMPLATE_FILE).is_file():
+        (folder / CHAT_TEMPLATE_FILE).write_text(tokenizer.chat_template, encoding="utf-8")
+    if card is not None:
+        card.save(folder / "README.md")
+    return folder

@@ -1,0 +1,564 @@
+"""Malformed inputs, one small file or folder each, into the reader or command that owns them.
+
+Every case is `(id, build, entry, expected)`: `build(tmp_path)` writes the input and returns its path, `entry(path)`
+reads it the way a user would (a reader of the API, or the command line), and `expected` is one of
+
+- `error(pattern)`: an exception whose message matches `pattern`, which names the file (and the line and field
+  where there is one), or for the command line exit code 2 with that message on stderr and no traceback;
+- `warns(pattern)`: accepted, with one warning matching `pattern` that names the file and counts what it found;
+- `accepted(check)`: accepted with no warning, and `check(result)` holds.
+"""
+
+import base64
+import json
+import struct
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fixtures.mini_release import write_mini_release
+
+from rolellm.data import load_rolebench, read_rolebench_jsonl
+from rolellm.data.builder import read_rolebench_table
+from rolellm.evaluation.agreement import read_human_labels
+from rolellm.evaluation.dialogue import read_scenarios
+from rolellm.roles.character_card import read_character_card
+from rolellm.roles.release import read_profile_jsonl, read_release_profiles
+from rolellm.roles.screenplay import read_screenplay
+from rolellm.scripts.cli import main
+
+
+@dataclass
+class Expect:
+    kind: str  # "error", "warns" or "accepted"
+    pattern: str = ""
+    check: Callable[[Any], bool] | None = None
+
+
+def error(pattern):
+    return Expect("error", pattern)
+
+
+def warns(pattern):
+    return Expect("warns", pattern)
+
+
+def accepted(check=None):
+    return Expect("accepted", check=check)
+
+
+# --- builders ------------------------------------------------------------------------------------------------------
+
+
+def text_file(name, content, encoding="utf-8", raw=None):
+    def build(tmp_path):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(raw if raw is not None else content.encode(encoding))
+        return path
+
+    return build
+
+
+def jsonl(name, *records):
+    return text_file(name, "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+
+
+ROW = {"role": "Po", "question": " Who are you?", "generated": [" The Dragon Warrior!"]}
+TYPED = {**ROW, "type": "script_agnostic"}
+
+
+def rows_file(*records, name="rows.jsonl"):
+    return jsonl(name, *records)
+
+
+def mini_release(edit=None):
+    """The mini release (every file of the layout), changed by `edit(root)`; returns the root."""
+
+    def build(tmp_path):
+        root = write_mini_release(tmp_path / "release")
+        if edit is not None:
+            edit(root)
+        return root
+
+    return build
+
+
+def png_bytes(*extra_chunks, crc_fix=True):
+    """A 1x1 PNG with `extra_chunks` ((kind, data) pairs) before IEND."""
+
+    def chunk(kind, data, good=True):
+        crc = zlib.crc32(kind + data) if good else 0
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
+    idat = zlib.compress(b"\x00\x00")
+    body = chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat)
+    for kind, data, *good in extra_chunks:
+        body += chunk(kind, data, *good)
+    return b"\x89PNG\r\n\x1a\n" + body + chunk(b"IEND", b"")
+
+
+CARD = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Po", "description": "A kung fu panda."}}
+
+
+def card_chunk(card=CARD, keyword=b"chara"):
+    return (b"tEXt", keyword + b"\0" + base64.b64encode(json.dumps(card).encode()))
+
+
+SCENARIO = (
+    "- role: Po\n  situation: Training day.\n  user_persona: A student.\n  opening_line: Teach me!\n  num_turns: 2\n"
+)
+
+
+# --- entry points --------------------------------------------------------------------------------------------------
+
+
+def general_rows(path):
+    return read_rolebench_jsonl(path, "general", "en")
+
+
+def specific_rows(path):
+    return read_rolebench_jsonl(path, "role_specific", "en")
+
+
+def build_config(name, splits=None):
+    def entry(root):
+        return load_rolebench(name, data_dir=root, splits=splits, cache_dir=root.parent / "cache")
+
+    return entry
+
+
+def profiles_en(folder):
+    return read_release_profiles(folder, "en")
+
+
+def profile_lines(path):
+    return read_profile_jsonl(path, "Po", "en")
+
+
+def screenplay_po(path):
+    return read_screenplay(path, "Po")
+
+
+def cli(*argv):
+    """Run `rolellm *argv` (`{path}` replaced by the input); the result is `(exit code, stderr)`."""
+
+    def entry(path):
+        args = [a.replace("{path}", str(path)) for a in argv]
+        try:
+            code = main(args)
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code
+        return code
+
+    entry.cli = True
+    return entry
+
+
+def recipe(content, raw=None):
+    return text_file("recipe.yaml", content, raw=raw)
+
+
+EVALUATE = ("evaluate", "--config", "{path}")
+GENERATE = ("generate", "rolegpt", "--config", "{path}")
+# a complete evaluate recipe, changed per case
+GOOD_RECIPE = "model_name_or_path: rolegpt\ndataset_name: zh-general\noutput_dir: out\n"
+
+
+def remove(rel):
+    return lambda root: (root / rel).unlink()
+
+
+def write(rel, content):
+    return lambda root: (root / rel).write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def append(rel, content):
+    def edit(root):
+        with (root / rel).open("ab") as file:
+            file.write(content.encode())
+
+    return edit
+
+
+ZH_TRAIN = "rolebench-zh/general/train.jsonl"
+
+
+CASES = [
+    # --- RoleBench rows files -------------------------------------------------------------------------------------
+    ("rows-truncated-line", rows_file(ROW, '{"role": "Po", "question": " Hi'), general_rows,
+     error(r"rows\.jsonl:2: not valid JSON \(the line looks truncated\)")),
+    ("rows-not-json", rows_file("hello there"), general_rows, error(r"rows\.jsonl:1: not valid JSON")),
+    ("rows-trailing-comma", rows_file('{"role": "Po", "question": "Hi", "generated": ["A"],}'), general_rows,
+     error(r"rows\.jsonl:1: not valid JSON")),
+    ("rows-two-objects-on-a-line", rows_file(json.dumps(ROW) + json.dumps(ROW)), general_rows,
+     error(r"rows\.jsonl:1: not valid JSON")),
+    ("rows-array-line", rows_file("[1, 2]"), general_rows, error(r"rows\.jsonl:1: expected a JSON object, got list")),
+    ("rows-string-line", rows_file('"Po"'), general_rows, error(r"rows\.jsonl:1: expected a JSON object, got str")),
+    ("rows-null-line", rows_file("null"), general_rows,
+     error(r"rows\.jsonl:1: expected a JSON object, got NoneType")),
+    ("rows-missing-role", rows_file({k: v for k, v in ROW.items() if k != "role"}), general_rows,
+     error(r"rows\.jsonl:1: field 'role' is missing")),
+    ("rows-missing-question", rows_file({k: v for k, v in ROW.items() if k != "question"}), general_rows,
+     error(r"rows\.jsonl:1: field 'question' is missing")),
+    ("rows-missing-generated", rows_file({k: v for k, v in ROW.items() if k != "generated"}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' is missing")),
+    ("rows-role-int", rows_file({**ROW, "role": 7}), general_rows,
+     error(r"rows\.jsonl:1: field 'role' must be a string, got int")),
+    ("rows-role-object", rows_file({**ROW, "role": {"name": "Po"}}), general_rows,
+     error(r"rows\.jsonl:1: field 'role' must be a string, got dict")),
+    ("rows-question-null", rows_file({**ROW, "question": None}), general_rows,
+     error(r"rows\.jsonl:1: field 'question' must be a string, got NoneType")),
+    ("rows-question-number", rows_file({**ROW, "question": 3.5}), general_rows,
+     error(r"rows\.jsonl:1: field 'question' must be a string, got float")),
+    ("rows-generated-string", rows_file({**ROW, "generated": "Skadoosh"}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' must be a list of strings, got str .*wrap a single answer")),
+    ("rows-generated-int-item", rows_file({**ROW, "generated": ["A", 2]}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' must be a list of strings, got list")),
+    ("rows-generated-nested", rows_file({**ROW, "generated": [["A"]]}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' must be a list of strings")),
+    ("rows-generated-empty", rows_file({**ROW, "generated": []}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' is an empty list")),
+    ("rows-question-empty", rows_file(ROW, {**ROW, "question": ""}), general_rows,
+     error(r"rows\.jsonl:2: field 'question' is empty")),
+    ("rows-question-blank", rows_file({**ROW, "question": " \t "}), general_rows,
+     error(r"rows\.jsonl:1: field 'question' is empty")),
+    ("rows-answer-blank", rows_file({**ROW, "generated": ["A", "  "]}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' has empty answers at positions \[1\]")),
+    ("rows-empty-file", text_file("rows.jsonl", ""), general_rows, error(r"rows\.jsonl: the file is empty")),
+    ("rows-blank-file", text_file("rows.jsonl", "\n  \n\t\n"), general_rows, error(r"rows\.jsonl: the file is empty")),
+    ("rows-bom", text_file("rows.jsonl", "\ufeff" + json.dumps(ROW) + "\n"), general_rows,
+     accepted(lambda rows: rows[0]["role"] == "Po")),
+    ("rows-crlf", text_file("rows.jsonl", json.dumps(ROW) + "\r\n" + json.dumps(ROW | {"role": "Tai Lung"}) + "\r\n"),
+     general_rows, accepted(lambda rows: [r["role"] for r in rows] == ["Po", "Tai Lung"])),
+    ("rows-bom-and-crlf", text_file("rows.jsonl", "\ufeff" + json.dumps(ROW) + "\r\n"), general_rows,
+     accepted(lambda rows: rows[0]["generated"] == [" The Dragon Warrior!"])),
+    ("rows-utf16-le", text_file("rows.jsonl", json.dumps(ROW) + "\n", encoding="utf-16"), general_rows,
+     error(r"rows\.jsonl: UTF-16 text; save the file as UTF-8")),
+    ("rows-utf16-be", text_file("rows.jsonl", "", raw=b"\xfe\xff" + (json.dumps(ROW) + "\n").encode("utf-16-be")),
+     general_rows, error(r"rows\.jsonl: UTF-16 text")),
+    ("rows-invalid-utf8", text_file("rows.jsonl", "", raw=(json.dumps(ROW) + "\n").encode() + b'{"role": "\xff"}\n'),
+     general_rows, error(r"rows\.jsonl:2: not UTF-8 text \(byte \d+ is 0xff\)")),
+    ("rows-latin1", text_file("rows.jsonl", json.dumps({**ROW, "role": "Zoé"}, ensure_ascii=False) + "\n",
+                              encoding="latin-1"), general_rows, error(r"rows\.jsonl:1: not UTF-8 text")),
+    ("rows-blank-lines-between", text_file("rows.jsonl", f"\n{json.dumps(ROW)}\n\n   \n{json.dumps(ROW | {'role': 'Shifu'})}\n"),
+     general_rows, accepted(lambda rows: len(rows) == 2)),
+    ("rows-no-final-newline", text_file("rows.jsonl", json.dumps(ROW)), general_rows,
+     accepted(lambda rows: len(rows) == 1)),
+    ("rows-line-separator-in-text", text_file("rows.jsonl", json.dumps({**ROW, "question": "A\u2028B\x85C"}, ensure_ascii=False) + "\n"),
+     general_rows, accepted(lambda rows: rows[0]["question"] == "A\u2028B\x85C")),
+    ("rows-cr-line-ends", text_file("rows.jsonl", json.dumps(ROW) + "\r" + json.dumps(ROW | {"role": "Shifu"}) + "\r"),
+     general_rows, accepted(lambda rows: [r["role"] for r in rows] == ["Po", "Shifu"])),
+    ("rows-null-answer", rows_file({**ROW, "generated": ["A", None]}), general_rows,
+     error(r"rows\.jsonl:1: field 'generated' must be a list of strings")),
+    ("rows-duplicate-keys", rows_file('{"role": "Tai Lung", "role": "Po", "question": "Hi?", "generated": ["A"]}'),
+     general_rows, accepted(lambda rows: rows[0]["role"] == "Po")),
+    ("rows-type-null-in-general", rows_file({**ROW, "type": None}), general_rows, accepted(lambda rows: rows[0]["type"] == [])),
+    ("rows-type-some-rows-only", rows_file(TYPED, ROW | {"role": "Shifu"}), specific_rows,
+     accepted(lambda rows: [r["type"] for r in rows] == [["script_agnostic"], []])),
+    ("rows-type-mixed-kinds", rows_file(TYPED, ROW | {"role": "Shifu", "type": ["script_based"]}), specific_rows,
+     accepted(lambda rows: [r["type"] for r in rows] == [["script_agnostic"], ["script_based"]])),
+    ("rows-unicode-escapes", text_file("rows.jsonl", json.dumps({**ROW, "role": "李白"}) + "\n"), general_rows,
+     accepted(lambda rows: rows[0]["role"] == "李白")),
+    ("rows-extra-fields", rows_file({**ROW, "id": 3, "source": "x"}), general_rows,
+     accepted(lambda rows: sorted(rows[0]) == ["generated", "lang", "question", "role", "subset", "type"])),
+    ("rows-duplicate-role-question", rows_file(ROW, ROW | {"generated": ["Other"]}, ROW | {"role": "Shifu"}),
+     general_rows, warns(r"rows\.jsonl: 1 of 3 rows repeat the role and question of an earlier row \(line 2 repeats line 1\)")),
+    ("rows-duplicate-identical", rows_file(ROW, ROW, ROW, ROW | {"role": "Shifu"}, ROW | {"role": "Shifu"}),
+     general_rows, warns(r"rows\.jsonl: 3 of 5 rows repeat .*line 2 repeats line 1, line 3 repeats line 1, line 5 repeats line 4")),
+    ("rows-same-question-other-role", rows_file(ROW, ROW | {"role": "Shifu"}), general_rows,
+     accepted(lambda rows: len(rows) == 2)),
+    ("rows-type-in-general", rows_file(TYPED), general_rows,
+     error(r"rows\.jsonl:1: field 'type' belongs to role_specific rows")),
+    ("rows-type-list-in-general", rows_file({**ROW, "type": ["script_based"]}), general_rows,
+     error(r"rows\.jsonl:1: field 'type' belongs to role_specific rows")),
+    ("rows-type-string", rows_file(TYPED | {"generated": ["A", "B"]}), specific_rows,
+     accepted(lambda rows: rows[0]["type"] == ["script_agnostic", "script_agnostic"])),
+    ("rows-type-parallel-list", rows_file(TYPED | {"generated": ["A", "B"], "type": ["script_based", "script_agnostic"]}),
+     specific_rows, accepted(lambda rows: rows[0]["type"] == ["script_based", "script_agnostic"])),
+    ("rows-type-absent-in-role-specific", rows_file(ROW), specific_rows, accepted(lambda rows: rows[0]["type"] == [])),
+    ("rows-type-unknown-value", rows_file(TYPED | {"type": "script"}), specific_rows,
+     error(r"rows\.jsonl:1: field 'type' has 'script'; expected one of")),
+    ("rows-type-list-too-short", rows_file(TYPED | {"generated": ["A", "B"], "type": ["script_based"]}), specific_rows,
+     error(r"rows\.jsonl:1: field 'type' must be a string or a list with one entry per reference \(2\)")),
+    ("rows-type-int", rows_file(TYPED | {"type": 1}), specific_rows,
+     error(r"rows\.jsonl:1: field 'type' must be a string or a list")),
+    ("rows-type-list-unknown-entry", rows_file(TYPED | {"type": ["scripted"]}), specific_rows,
+     error(r"rows\.jsonl:1: field 'type' has 'scripted'")),
+    ("rows-error-on-a-late-line", rows_file(*[ROW | {"role": f"R{i}"} for i in range(40)], {**ROW, "role": None}),
+     general_rows, error(r"rows\.jsonl:41: field 'role' must be a string")),
+    ("rows-missing-file", lambda tmp_path: tmp_path / "nothing.jsonl", general_rows, error(r"nothing\.jsonl")),
+    ("rows-a-folder", lambda tmp_path: tmp_path, general_rows, error(r"Is a directory")),
+    ("rows-unknown-subset", rows_file(ROW), lambda path: read_rolebench_jsonl(path, "generic", "en"),
+     error(r"subset must be one of \('general', 'role_specific'\), got 'generic'")),
+    ("rows-unknown-lang", rows_file(ROW), lambda path: read_rolebench_jsonl(path, "general", "fr"),
+     error(r"lang must be one of \('en', 'zh'\), got 'fr'")),
+    # --- release folders ------------------------------------------------------------------------------------------
+    ("release-empty-folder", lambda tmp_path: tmp_path, build_config("zh-general"),
+     error(r"RoleBench config 'zh-general' needs 3 file\(s\) missing from .*Complete configs in this folder: none")),
+    ("release-missing-test", mini_release(remove("rolebench-zh/general/test.jsonl")), build_config("zh-general"),
+     error(r"needs 1 file\(s\) missing .*\n  - rolebench-zh/general/test\.jsonl")),
+    ("release-missing-test-other-splits", mini_release(remove("rolebench-zh/general/test.jsonl")),
+     build_config("zh-general", splits=["train", "rolegpt_baseline"]), accepted(lambda d: sorted(d) == ["rolegpt_baseline", "train"])),
+    ("release-missing-role-specific-part", mini_release(remove("rolebench-zh/role_specific/train.jsonl")),
+     build_config("zh"), error(r"rolebench-zh/role_specific/train\.jsonl")),
+    ("release-missing-desc", mini_release(remove("profiles-zh/desc.json")), build_config("profiles-zh"),
+     error(r"desc\.json")),
+    ("release-bad-row-unwrapped", mini_release(append(ZH_TRAIN, '{"role": "说书人", "question": 5}\n')),
+     build_config("zh-general"), error(r"train\.jsonl:5: field 'generated' is missing \(fields found: \['question', 'role'\]\)")),
+    ("release-empty-file", mini_release(write(ZH_TRAIN, "")), build_config("zh-general"),
+     error(r"general/train\.jsonl: the file is empty")),
+    ("release-invalid-utf8", mini_release(write(ZH_TRAIN, b'{"role": "\xe8"}\n')), build_config("zh-general"),
+     error(r"general/train\.jsonl:1: not UTF-8 text")),
+    ("release-duplicate-rows", mini_release(lambda root: append(ZH_TRAIN, (root / ZH_TRAIN).read_text().splitlines()[0] + "\n")(root)),
+     build_config("zh-general"), warns(r"general/train\.jsonl: 1 of \d+ rows repeat the role and question")),
+    ("release-type-in-general", mini_release(append(ZH_TRAIN, json.dumps({**TYPED, "role": "说书人"}) + "\n")),
+     build_config("zh-general"), error(r"train\.jsonl:\d+: field 'type' belongs to role_specific rows")),
+    ("release-bom-and-crlf", mini_release(lambda root: write(ZH_TRAIN, "\ufeff" + (root / ZH_TRAIN).read_text().replace("\n", "\r\n"))(root)),
+     build_config("zh-general"), accepted(lambda d: d["train"].num_rows == 4 and "\r" not in "".join(d["train"]["question"]))),
+    ("release-complete", mini_release(), build_config("zh"), accepted(lambda d: d["test"].num_rows == 4)),
+    # --- profile files and desc.json ------------------------------------------------------------------------------
+    ("profile-line-missing-act", jsonl("Po.jsonl", {"diag_id": 0, "role": "Po", "content": "Hi"}), profile_lines,
+     error(r"Po\.jsonl:1: field 'act_id' is missing")),
+    ("profile-line-act-string", jsonl("Po.jsonl", {"act_id": "1", "diag_id": 0, "role": "Po", "content": "Hi"}),
+     profile_lines, error(r"Po\.jsonl:1: field 'act_id' must be int, got str")),
+    ("profile-line-act-bool", jsonl("Po.jsonl", {"act_id": True, "diag_id": 0, "role": "Po", "content": "Hi"}),
+     profile_lines, error(r"Po\.jsonl:1: field 'act_id' must be int, got bool")),
+    ("profile-line-content-null", jsonl("Po.jsonl", {"act_id": 0, "diag_id": 0, "role": "Po", "content": None}),
+     profile_lines, error(r"Po\.jsonl:1: field 'content' must be str")),
+    ("profile-line-bad-json", jsonl("Po.jsonl", '{"act_id": 0,'), profile_lines, error(r"Po\.jsonl:1: not valid JSON")),
+    ("profile-line-invalid-utf8", text_file("Po.jsonl", "", raw=b'{"act_id": 0, "content": "\xc3"}\n'), profile_lines,
+     error(r"Po\.jsonl:1: not UTF-8 text")),
+    ("profile-empty-file", text_file("Po.jsonl", ""), profile_lines, warns(r"Po\.jsonl is empty: the profile of 'Po'")),
+    ("profile-crlf-bom", text_file("Po.jsonl", "\ufeff" + json.dumps({"act_id": 0, "diag_id": 0, "role": "Po", "content": "Hi"}) + "\r\n"),
+     profile_lines, accepted(lambda p: [u.content for u in p.dialogue] == ["Hi"])),
+    ("desc-missing", lambda tmp_path: (tmp_path / "profiles-eng").mkdir() or tmp_path, profiles_en,
+     error(r"desc\.json not found: a profiles folder needs desc\.json")),
+    ("desc-bad-json", text_file("profiles-eng/desc.json", '{\n  "Po": "A panda.",\n  "Shifu"\n}'),
+     lambda p: profiles_en(p.parent), error(r"desc\.json:4: not valid JSON \(Expecting ':' delimiter\)")),
+    ("desc-a-list", text_file("profiles-eng/desc.json", '["Po"]'), lambda p: profiles_en(p.parent),
+     error(r"desc\.json: expected a JSON object of role -> text, got list")),
+    ("desc-value-not-string", text_file("profiles-eng/desc.json", '{"Po": 3}'), lambda p: profiles_en(p.parent),
+     error(r"desc\.json: the value of 'Po' must be a string, got int")),
+    ("desc-empty", text_file("profiles-eng/desc.json", ""), lambda p: profiles_en(p.parent), warns(r"desc\.json is empty")),
+    ("desc-utf16", text_file("profiles-eng/desc.json", '{"Po": "A panda."}', encoding="utf-16"),
+     lambda p: profiles_en(p.parent), error(r"desc\.json: UTF-16 text")),
+    ("desc-bom", text_file("profiles-eng/desc.json", '\ufeff{"Po": "A panda."}'), lambda p: profiles_en(p.parent),
+     accepted(lambda profiles: profiles["Po"].description == "A panda.")),
+    ("scripts-json-bad", lambda tmp_path: text_file("profiles-eng/scripts.json", "{oops")(tmp_path) and
+     text_file("profiles-eng/desc.json", '{"Po": "A panda."}')(tmp_path).parent, profiles_en,
+     error(r"scripts\.json:1: not valid JSON")),
+    ("generated-json-bad", lambda tmp_path: text_file("profiles-eng/generated.json", '["Po"]')(tmp_path) and
+     text_file("profiles-eng/desc.json", '{"Po": "A panda."}')(tmp_path).parent, profiles_en,
+     error(r"generated\.json: expected \{\"generated\"")),
+    # --- screenplays ----------------------------------------------------------------------------------------------
+    ("screenplay-empty", text_file("kfp.txt", ""), screenplay_po, error(r"kfp\.txt: the file is empty")),
+    ("screenplay-invalid-utf8", text_file("kfp.txt", "", raw=b"INT. PALACE - DAY\n\n          PO\n     Hi \xff\n"),
+     screenplay_po, error(r"kfp\.txt:4: not UTF-8 text")),
+    ("screenplay-utf16", text_file("kfp.txt", "INT. PALACE - DAY\n\n          PO\n     Hi\n", encoding="utf-16"),
+     screenplay_po, error(r"kfp\.txt: UTF-16 text")),
+    ("screenplay-role-absent", text_file("kfp.txt", "INT. PALACE - DAY\n\n          SHIFU\n     Focus.\n"),
+     screenplay_po, error(r"kfp\.txt: no line of 'Po' \(cues found: SHIFU\)")),
+    ("screenplay-no-dialogue", text_file("kfp.txt", '{"role": "Po"}\n'), screenplay_po,
+     error(r"kfp\.txt: no line of 'Po' \(no speaker cue found")),
+    ("screenplay-crlf-bom", text_file("kfp.txt", "\ufeffINT. PALACE - DAY\r\n\r\n          PO\r\n     Skadoosh!\r\n"),
+     screenplay_po, accepted(lambda p: [u.content for u in p.dialogue if u.speaker == "Po"] == ["Skadoosh!"])),
+    # --- Character Cards ------------------------------------------------------------------------------------------
+    ("card-bad-json", text_file("po.json", '{"spec": "chara_card_v2",\n "data": {'), read_character_card,
+     error(r"po\.json:2: not valid JSON")),
+    ("card-a-list", text_file("po.json", "[]"), read_character_card, error(r"po\.json: a character card must be a JSON object")),
+    ("card-wrong-spec", text_file("po.json", json.dumps({**CARD, "spec": "chara_card_v9"})), read_character_card,
+     error(r"po\.json: field 'spec' is 'chara_card_v9'; expected one of")),
+    ("card-v1-flat", text_file("po.json", json.dumps({"name": "Po", "description": "A panda."})), read_character_card,
+     error(r"po\.json: field 'spec' is None.*V1 cards")),
+    ("card-no-name", text_file("po.json", json.dumps({**CARD, "data": {"description": "x"}})), read_character_card,
+     error(r"po\.json: field 'data\.name' is missing or empty")),
+    ("card-description-not-string", text_file("po.json", json.dumps({**CARD, "data": {"name": "Po", "description": 1}})),
+     read_character_card, error(r"po\.json: field 'data\.description' must be a string, got int")),
+    ("card-empty", text_file("po.json", ""), read_character_card, error(r"po\.json: the file is empty")),
+    ("card-utf16", text_file("po.json", json.dumps(CARD), encoding="utf-16"), read_character_card,
+     error(r"po\.json: UTF-16 text")),
+    ("card-bom-crlf", text_file("po.json", "\ufeff" + json.dumps(CARD, indent=2).replace("\n", "\r\n")),
+     read_character_card, accepted(lambda p: p.name == "Po" and p.description == "A kung fu panda.")),
+    ("card-png-ok", text_file("po.png", "", raw=png_bytes(card_chunk())), read_character_card,
+     accepted(lambda p: p.name == "Po")),
+    ("card-png-truncated", text_file("po.png", "", raw=png_bytes(card_chunk())[:-30]), read_character_card,
+     error(r"po\.png: truncated PNG")),
+    ("card-png-header-only", text_file("po.png", "", raw=b"\x89PNG\r\n\x1a\n"), read_character_card,
+     error(r"po\.png: truncated PNG \(no IEND chunk\)")),
+    ("card-png-no-card", text_file("po.png", "", raw=png_bytes()), read_character_card,
+     error(r"po\.png: a PNG without a character card")),
+    ("card-png-bad-base64", text_file("po.png", "", raw=png_bytes((b"tEXt", b"chara\0!!not base64!!"))),
+     read_character_card, error(r"po\.png: the 'chara' chunk is not base64 UTF-8 JSON")),
+    ("card-png-base64-not-json", text_file("po.png", "", raw=png_bytes((b"tEXt", b"chara\0" + base64.b64encode(b"hello")))),
+     read_character_card, error(r"po\.png:1: not valid JSON")),
+    ("card-png-bad-ztxt", text_file("po.png", "", raw=png_bytes((b"zTXt", b"chara\0\0not zlib"))), read_character_card,
+     error(r"po\.png: the zTXt chunk at byte \d+ cannot be read")),
+    ("card-png-wrong-spec", text_file("po.png", "", raw=png_bytes(card_chunk({**CARD, "spec": "v1"}))),
+     read_character_card, error(r"po\.png: field 'spec' is 'v1'")),
+    pytest.param(
+        "card-png-bad-crc", text_file("po.png", "", raw=png_bytes((*card_chunk(), False))), read_character_card,
+        error(r"po\.png: .*CRC"),
+        marks=pytest.mark.xfail(strict=True, reason="chunk CRCs are not checked yet: a damaged card chunk is read"),
+    ),
+    # --- recipes --------------------------------------------------------------------------------------------------
+    ("recipe-yaml-error", recipe("model_name_or_path: rolegpt\n  dataset_name: [zh\n"), cli(*EVALUATE),
+     error(r"rolellm evaluate: .*recipe\.yaml: not valid YAML: .* line 2")),
+    ("recipe-a-list", recipe("- model_name_or_path\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: a recipe must be a YAML mapping of fields, got list")),
+    ("recipe-unknown-key", recipe(GOOD_RECIPE + "learning_rat: 3\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: unknown keys \['learning_rat'\]")),
+    ("recipe-api-key", recipe(GOOD_RECIPE + "api_key: sk-123\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: never put an API key in a recipe")),
+    ("recipe-bad-choice", recipe(GOOD_RECIPE + "mode: three_shot\n"), cli(*EVALUATE), error(r"recipe\.yaml: mode: 'three_shot' is not one of \['system', 'zero-shot'")),
+    ("recipe-bad-int", recipe(GOOD_RECIPE + "max_new_tokens: lots\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: max_new_tokens must be int, got 'lots'")),
+    ("recipe-float-for-int", recipe(GOOD_RECIPE + "num_examples: 2.5\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: num_examples must be int, got 2\.5")),
+    ("recipe-generate-bad-backend", recipe("model: m\nbackend: vllm\n"), cli(*GENERATE),
+     error(r"recipe\.yaml: backend: 'vllm' is not one of \['openai', 'local'\]")),
+    ("recipe-bad-config-name", recipe("model_name_or_path: rolegpt\ndataset_name: english\noutput_dir: out\n"),
+     cli(*EVALUATE), error(r"unknown RoleBench config 'english'")),
+    ("recipe-invalid-utf8", recipe("", raw=b"model_name_or_path: rolegpt\noutput_dir: \xff\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml:2: not UTF-8 text")),
+    ("recipe-utf16", recipe(GOOD_RECIPE.encode("utf-16").decode("latin-1"), raw=GOOD_RECIPE.encode("utf-16")),
+     cli(*EVALUATE), error(r"recipe\.yaml: UTF-16 text")),
+    ("recipe-missing", lambda tmp_path: tmp_path / "none.yaml", cli(*GENERATE), error(r"none\.yaml")),
+    ("recipe-generate-unknown-key", recipe("model: m\nmodle: x\n"), cli(*GENERATE),
+     error(r"recipe\.yaml: unknown keys \['modle'\]")),
+    # --- scenario files -------------------------------------------------------------------------------------------
+    ("scenario-yaml-error", text_file("s.yaml", "- role: Po\n  situation: [unclosed\n"), read_scenarios,
+     error(r"s\.yaml: not valid YAML")),
+    ("scenario-not-a-list", text_file("s.yaml", "role: Po\n"), read_scenarios,
+     error(r"s\.yaml:1: expected a YAML list of scenarios")),
+    ("scenario-unknown-field", text_file("s.yaml", SCENARIO + "  mood: happy\n"), read_scenarios,
+     error(r"s\.yaml:1: unknown fields \['mood'\]")),
+    ("scenario-no-opening-line", text_file("s.yaml", "- role: Po\n  situation: Training day.\n  user_persona: A student.\n"), read_scenarios,
+     error(r"s\.yaml:1: field 'opening_line' is missing")),
+    ("scenario-turns-zero", text_file("s.yaml", SCENARIO.replace("num_turns: 2", "num_turns: 0")), read_scenarios,
+     error(r"s\.yaml:1: field 'num_turns' must be a positive integer, got 0")),
+    ("scenario-lang-fr", text_file("s.yaml", SCENARIO + "  lang: fr\n"), read_scenarios,
+     error(r"s\.yaml:1: field 'lang' must be 'en' or 'zh'")),
+    ("scenario-second-item-bad", text_file("s.yaml", SCENARIO + "- role: 3\n  situation: x\n  user_persona: z\n  opening_line: y\n"),
+     read_scenarios, error(r"s\.yaml:6: field 'role' must be a non-empty string")),
+    ("scenario-jsonl-bad-json", jsonl("s.jsonl", '{"role": "Po"'), read_scenarios, error(r"s\.jsonl:1: not valid JSON")),
+    ("scenario-jsonl-item-not-object", jsonl("s.jsonl", "[1]"), read_scenarios, error(r"s\.jsonl:1: expected a JSON object")),
+    ("scenario-txt-suffix", text_file("s.txt", SCENARIO), read_scenarios, error(r"s\.txt: a scenario file ends in")),
+    ("scenario-empty", text_file("s.yaml", ""), read_scenarios, error(r"s\.yaml")),
+    ("scenario-invalid-utf8", text_file("s.yaml", "", raw=SCENARIO.encode() + b"- role: \xff\n"), read_scenarios,
+     error(r"s\.yaml:6: not UTF-8 text")),
+    ("scenario-utf16", text_file("s.yaml", SCENARIO, encoding="utf-16"), read_scenarios, error(r"s\.yaml: UTF-16 text")),
+    ("scenario-bom-crlf", text_file("s.yaml", "\ufeff" + SCENARIO.replace("\n", "\r\n")), read_scenarios,
+     accepted(lambda s: s[0].opening_line == "Teach me!" and s[0].num_turns == 2)),
+    # --- human labels ---------------------------------------------------------------------------------------------
+    ("labels-id-bool", jsonl("h.jsonl", {"id": True, "choice": "win"}), read_human_labels,
+     error(r"h\.jsonl:1: field 'id' must be a string or an integer")),
+    ("labels-nothing-judged", jsonl("h.jsonl", {"id": "a"}), read_human_labels,
+     error(r"h\.jsonl:1: a label needs 'scores'")),
+    ("labels-scores-list", jsonl("h.jsonl", {"id": "a", "scores": [4]}), read_human_labels,
+     error(r"h\.jsonl:1: field 'scores' must be an object, got list")),
+    ("labels-score-string", jsonl("h.jsonl", {"id": "a", "scores": {"style": "4"}}), read_human_labels,
+     error(r"h\.jsonl:1: field 'scores\.style' must be a number")),
+    ("labels-score-nan", jsonl("h.jsonl", '{"id": "a", "scores": {"style": NaN}}'), read_human_labels,
+     error(r"h\.jsonl:1: field 'scores\.style' must be a number, got nan")),
+    ("labels-bad-choice", jsonl("h.jsonl", {"id": 1, "choice": "draw"}), read_human_labels,
+     error(r"h\.jsonl:1: field 'choice' must be one of")),
+    ("labels-empty", text_file("h.jsonl", "\n\n"), read_human_labels, error(r"h\.jsonl: no labels")),
+    ("labels-bad-json", jsonl("h.jsonl", {"id": 1, "choice": "win"}, "{oops"), read_human_labels,
+     error(r"h\.jsonl:2: not valid JSON")),
+    ("labels-invalid-utf8", text_file("h.jsonl", "", raw=b'{"id": "\xfe", "choice": "win"}\n'), read_human_labels,
+     error(r"h\.jsonl:1: not UTF-8 text")),
+    ("labels-bom-crlf", text_file("h.jsonl", '\ufeff{"id": 1, "choice": "tie"}\r\n'), read_human_labels,
+     accepted(lambda labels: labels[0]["choice"] == "tie")),
+    # --- command-line flags ---------------------------------------------------------------------------------------
+    ("flag-unknown", rows_file(ROW), cli("evaluate", "--model_name_or_path", "rolegpt", "--output_dir", "o",
+                                          "--no_such_flag", "1"), error(r"unrecognized arguments: --no_such_flag 1")),
+    ("flag-bad-int", rows_file(ROW), cli("generate", "rolegpt", "--model", "m", "--output_dir", "o", "--profiles_dir",
+                                         "p", "--instructions", "{path}", "--max_concurrency", "many"),
+     error(r"--max_concurrency/--max-concurrency: invalid int value: 'many'")),
+    ("flag-bad-choice", rows_file(ROW), cli("generate", "rolegpt", "--model", "m", "--output_dir", "o",
+                                            "--profiles_dir", "p", "--instructions", "{path}", "--backend", "vllm"),
+     error(r"--backend: invalid choice: 'vllm'")),
+    ("flag-missing-required", rows_file(ROW), cli("generate", "rolegpt", "--output_dir", "o"),
+     error(r"the following arguments are required: .*--model")),
+    ("flag-config-without-path", rows_file(ROW), cli("evaluate", "--config"), error(r"--config needs the path")),
+    ("flag-data-check-missing-folder", lambda tmp_path: tmp_path / "absent",
+     cli("data", "check", "--data-dir", "{path}"), error(r"rolellm data: --data_dir .*absent is not a folder")),
+    ("flag-unknown-role", mini_release(), cli("generate", "rolegpt", "--model", "m", "--output_dir", "{path}/out",
+                                             "--profiles_dir", "{path}", "--lang", "zh", "--instructions",
+                                             "{path}/rolebench-zh/general/test.jsonl", "--roles", "Nobody"),
+     error(r"Nobody")),
+    ("flag-num-turns-zero", rows_file(ROW), cli("dialogue", "--profiles", "p", "--scenarios", "{path}", "--model", "m",
+                                                "--user_model", "u", "--output_dir", "o", "--num_turns", "0"),
+     error(r"--num_turns must be at least 1, got 0")),
+]  # fmt: skip
+
+
+def _id(case):
+    return case.values[0] if hasattr(case, "values") else case[0]
+
+
+@pytest.mark.parametrize(("name", "build", "entry", "expected"), CASES, ids=[_id(c) for c in CASES])
+def test_malformed_input(name, build, entry, expected, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = build(tmp_path)
+    if getattr(entry, "cli", False):
+        code = entry(path)
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        if expected.kind == "error":
+            assert code == 2, err
+            assert any(_search(expected.pattern, line) for line in [err]), err
+            return
+        assert code == 0, err
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if expected.kind == "error":
+            with pytest.raises(Exception) as raised:  # noqa: PT011  (the message is what is checked)
+                entry(path)
+            assert _search(expected.pattern, str(raised.value)), str(raised.value)
+            assert type(raised.value).__name__ != "DatasetGenerationError"
+            return
+        result = entry(path)
+    ours = [w for w in caught if "rolellm" in type(w.message).__module__ or str(tmp_path) in str(w.message)]
+    if expected.kind == "warns":
+        assert len(ours) == 1 and _search(expected.pattern, str(ours[0].message)), [str(w.message) for w in ours]
+    else:
+        assert not ours, [str(w.message) for w in ours]
+    if expected.check is not None:
+        assert expected.check(result)
+
+
+def _search(pattern, text) -> bool:
+    import re
+
+    return re.search(pattern, text, re.S) is not None
+
+
+ROW_CASES = [c for c in CASES if not hasattr(c, "values") and c[2] in (general_rows, specific_rows)]
+
+
+@pytest.mark.parametrize(("name", "build", "entry", "expected"), ROW_CASES, ids=[c[0] for c in ROW_CASES])
+def test_the_arrow_reader_of_the_builder_agrees_with_the_row_reader(name, build, entry, expected, tmp_path):
+    """The builder reads files with Arrow and falls back on the row reader: same rows, or the same error."""
+    path = build(tmp_path)
+    subset = "general" if entry is general_rows else "role_specific"
+    outcomes = []
+    for read in (lambda: entry(path), lambda: read_rolebench_table(path, subset, "en").to_pylist()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                outcomes.append(read())
+            except Exception as raised:  # noqa: BLE001  (the outcome compared is the message)
+                outcomes.append(f"{type(raised).__name__}: {raised}")
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_suite_has_at_least_90_cases():
+    assert len(CASES) >= 90
+    assert len({_id(c) for c in CASES}) == len(CASES)
