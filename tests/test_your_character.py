@@ -3,7 +3,6 @@ screenplay to a chatting model through `rolellm` commands only (against the offl
 model); every step exits 0 and leaves non-empty outputs, and a fresh Python process loads the adapter folder and the
 merged folder with `transformers.pipeline` and generates. The stand-in answers the generators' Chinese prompts too."""
 
-import dataclasses
 import json
 import os
 import runpy
@@ -37,17 +36,6 @@ LOAD_AND_GENERATE = textwrap.dedent(
 )
 
 
-def missing_pieces(commands=("export", "chat")) -> list[str]:
-    """The parts of the command line the example calls (`commands`, `--profiles`) that this checkout lacks."""
-    from rolellm.scripts.cli import COMMANDS
-    from rolellm.scripts.generate import GenerateArguments
-
-    missing = [f"rolellm {name}" for name in commands if name not in COMMANDS]
-    if "profiles" not in {f.name for f in dataclasses.fields(GenerateArguments)}:
-        missing.append("--profiles")
-    return missing
-
-
 def example_env() -> dict:
     """This interpreter's `python` and `rolellm` first on PATH, this checkout importable, no real endpoint."""
     env = {key: value for key, value in os.environ.items() if key not in ("OPENAI_BASE_URL", "BASE_MODEL")}
@@ -63,9 +51,6 @@ def read_rows(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_path):
-    missing = missing_pieces()
-    if missing:
-        pytest.skip(f"the example calls {', '.join(missing)}, not in this checkout")
     work = tmp_path / "work"
     run = subprocess.run(["bash", str(EXAMPLE), str(work)], env=example_env(), capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -120,9 +105,6 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
 
 
 def test_the_example_fails_loudly_on_a_missing_input(tmp_path):
-    missing = missing_pieces(commands=())
-    if missing:
-        pytest.skip(f"the example calls {', '.join(missing)}, not in this checkout")
     env = {**example_env(), "CARD": str(tmp_path / "no-card.json")}
     run = subprocess.run(["bash", str(EXAMPLE), str(tmp_path / "work")], env=env, capture_output=True, text=True)
     assert run.returncode != 0
@@ -178,9 +160,6 @@ def test_the_stand_in_answers_the_english_prompts_of_the_three_generators(stand_
 def test_the_example_uses_the_endpoint_the_user_sets(tmp_path):
     """With `OPENAI_BASE_URL` set, the data are asked of that endpoint (here one refusing every request, so the
     run stops at the first step with the endpoint's error), with the model `LLM_MODEL`."""
-    missing = missing_pieces(commands=())
-    if missing:
-        pytest.skip(f"the example calls {', '.join(missing)}, not in this checkout")
     with ChatCompletionsServer(lambda body: Fault("server_error", status=422, message="model is asleep")) as server:
         base_url = server.base_url
         env = {**example_env(), "OPENAI_BASE_URL": base_url, "LLM_MODEL": "my-model"}
