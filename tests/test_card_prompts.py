@@ -112,9 +112,11 @@ def test_a_v2_chat_has_every_field_in_its_place(ada):
             "User: Can you fix it?\nAda Quill: I can fix anything.\nBrass: an alloy she loves.",
             "User: What's in the crate?\nAda Quill: Lungs. Brass ones.",
         ])},
-        *history,
-        {"role": "system", "content": "Stay in character as Ada Quill; answer User in two sentences."},
+        history[0],
+        {"role": "user", "content": "The lamp is out and I have no oil.\n\n"
+                                    "Stay in character as Ada Quill; answer User in two sentences."},
     ]  # fmt: skip
+    assert history[1]["content"] == "The lamp is out and I have no oil."  # the caller's history is left as it was
 
 
 def test_the_lorebook_scans_only_the_last_scan_depth_turns(ada):
@@ -280,3 +282,24 @@ def test_a_chinese_v3_card_gets_chinese_labels_and_its_nickname():
         "示例对话：\n你: 今天讲什么？\n先生: 今天讲武松打虎，列位看官坐稳了！"
     )
     assert role_greeting(profile) == "（醒木一拍）列位看官！"
+
+
+@pytest.mark.parametrize("family", ["gemma-2-it", "mistral-7b-instruct-v0.3", "qwen3", "llama-3.1-instruct"])
+def test_a_card_chat_encodes_with_real_templates(ada, shared_data_dir, family):
+    """The post-history instructions ride in the last user turn, so templates that take a system message only at
+    the start (Gemma, Mistral) encode a card's chat, and the prompt holds the system text and the instructions."""
+    from rolellm.encoding.encode import encode_chat
+    from rolellm.testing import tiny_tokenizer_for_template
+
+    folder = shared_data_dir / "chat-templates" / family
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found")
+    tokenizer = tiny_tokenizer_for_template(folder)
+    history = [{"role": "assistant", "content": role_greeting(ada)}, {"role": "user", "content": "The lamp is out."}]
+    if family.startswith(("gemma", "mistral")):  # these templates want the conversation to open with the user
+        history = history[1:]
+    prompt = tokenizer.decode(
+        encode_chat(tokenizer, build_chat_messages(ada, history), add_generation_prompt=True)["input_ids"]
+    )
+    assert "Scenario: A storm is coming" in prompt
+    assert prompt.index("The lamp is out.") < prompt.index("Stay in character as Ada Quill")

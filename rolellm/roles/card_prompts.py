@@ -12,7 +12,7 @@ as before. The card's fields go where SillyTavern puts them (`docs/character-car
 | `character_book` | entries whose keys occur in the recent turns: `before_char` after the main prompt, `after_char` last |
 | `mes_example` | example dialogue: the few-shot modes retrieve from it, a chat shows it after the role's text |
 | `first_mes` | the first assistant turn of a chat (`role_greeting`) |
-| `post_history_instructions` | a system turn after the chat history |
+| `post_history_instructions` | after the chat history: appended to the last user turn |
 
 `{{char}}` (`<BOT>`) becomes the role's name (a V3 card's `nickname` when it has one) and `{{user}}` (`<USER>`) the
 user's name ("User", "你" in Chinese, unless one is given), in every field. `creator_notes`, `tags`, `creator`,

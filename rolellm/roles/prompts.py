@@ -271,7 +271,8 @@ def build_chat_messages(
 
     For a profile read from a Character Card the system text is SillyTavern's (see `build_system_instruction`) with
     the lorebook scanning `history` and the card's `mes_example` blocks shown after it, and the card's
-    `post_history_instructions` follow `history` as a last system turn.
+    `post_history_instructions` follow `history`: appended, after a blank line, to the last user turn (where
+    SillyTavern puts them, and what every chat template accepts).
 
     Args:
         profile (`RoleProfile`): the role.
@@ -294,8 +295,8 @@ def build_chat_messages(
         return [{"role": "system", "content": system}, *history]
     examples = card_examples_text(profile, lang or profile.lang)
     post = post_history_text(profile)
-    return [
-        {"role": "system", "content": f"{system}\n\n{examples}" if examples else system},
-        *history,
-        *([{"role": "system", "content": post}] if post else []),
-    ]
+    if post and history and history[-1]["role"] == "user":
+        # after the history, before the answer; inside the last user turn, since many chat templates (Gemma,
+        # Mistral) accept a system message only at the start
+        history = [*history[:-1], {**history[-1], "content": f"{history[-1]['content']}\n\n{post}"}]
+    return [{"role": "system", "content": f"{system}\n\n{examples}" if examples else system}, *history]
