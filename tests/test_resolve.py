@@ -3,6 +3,7 @@
 import json
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,19 @@ def test_the_real_release_and_screenplays(rolebench_dir, screenplay_dir):
     both = load_profiles([rolebench_dir, screenplay_dir / "profile_xiyou", screenplay_dir / "profile_zhenhuan"])
     assert len(both["孙悟空"].dialogue) == 6254 and both["孙悟空"].catchphrases == ["俺老孙", "我齐天大圣", "我美猴王"]
     assert both["华妃"].dialogue and both["华妃"].description == release["华妃"].description
+
+
+def test_a_card_and_a_screenplay_of_one_role_combine():
+    """The screenplay's dialogue joins the card's fields, in either order: the chat keeps the card's personality."""
+    from rolellm.roles.prompts import build_chat_messages, role_greeting
+
+    fixtures = Path(__file__).parent / "fixtures"
+    card, screenplay = fixtures / "card_v2_ada.json", fixtures / "lighthouse_screenplay.txt"
+    for sources in ([card, screenplay], [screenplay, card]):
+        profile = load_profiles(sources, roles=["Ada Quill"])["Ada Quill"]
+        system = build_chat_messages(profile, [{"role": "user", "content": "Hello?"}])[0]["content"]
+        assert "Ada Quill's personality: curious, blunt" in system
+        assert role_greeting(profile) is not None
+        assert profile.description == load_profiles(card)["Ada Quill"].description
+    card_first = load_profiles([card, screenplay], roles=["Ada Quill"])["Ada Quill"]
+    assert "You said the lamp was failing." in [u.content for u in card_first.dialogue]  # the script's lines

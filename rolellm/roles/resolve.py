@@ -127,8 +127,9 @@ def load_profiles(
 
     Args:
         source (`str`, `os.PathLike` or a list of them): where the profiles are. With several sources a role read
-            again replaces the earlier profile, keeping the earlier description and catchphrases when the later
-            source has none (a screenplay folder adds dialogue to a release role, say).
+            again replaces the earlier profile and takes from it what the later source lacks: the description and
+            catchphrases, the dialogue, the source, and the fields kept in `extra` (a screenplay adds dialogue to a
+            release role or to a Character Card, whose personality, scenario and lorebook stay in force).
         lang (`str`, *optional*): `"en"` or `"zh"`: only this language of a release folder, and the language of
             screenplays and cards (guessed from their text when not given).
         roles (`list[str]`, *optional*): keep only these roles, matched spelling-insensitively (`role_key`:
@@ -150,10 +151,18 @@ def load_profiles(
     for item in sources:
         for name, profile in _read_source(Path(item), lang, roles).items():
             known = profiles.pop(name, None)
-            if known is not None and not profile.description:
-                profile.description, profile.catchphrases = known.description, known.catchphrases
-            profiles[name] = profile
+            profiles[name] = profile if known is None else _fill_from(profile, known)
     return select_roles(profiles, roles, where=", ".join(str(item) for item in sources)) if roles else profiles
+
+
+def _fill_from(profile: RoleProfile, known: RoleProfile) -> RoleProfile:
+    """`profile` read again from a later source, with what it lacks taken from the earlier `known` one."""
+    if not profile.description:
+        profile.description, profile.catchphrases = known.description, known.catchphrases
+    profile.dialogue = profile.dialogue or known.dialogue
+    profile.source = profile.source or known.source
+    profile.extra = {**known.extra, **profile.extra}  # a card's fields stay beside a screenplay's dialogue
+    return profile
 
 
 def select_roles(profiles: dict[str, RoleProfile], roles: Iterable[str], where: str = "the profiles") -> dict:
