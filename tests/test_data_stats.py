@@ -115,10 +115,35 @@ def test_cli_check_fails_loudly_on_the_release_leak(rolebench_dir, mini_release,
     assert cli.main(["data", "check", "--data-dir", str(rolebench_dir)]) == 1
     out = capsys.readouterr().out
     assert "zh-role_specific: 7 test (role, question) pair(s) are also in train" in out
-    assert "2 part(s) checked, 1 with leakage" in out
+    assert "2 part(s) checked for leakage, 1 with leakage" in out
+    assert "zh-role_specific/train: 2 row(s) repeat the role and question of an earlier row" in out
     assert cli.main(["data", "check", "--data-dir", str(mini_release)]) == 0
 
 
 def test_cli_rejects_a_missing_folder(tmp_path, capsys):
     assert cli.main(["data", "stats", "--data-dir", str(tmp_path / "nowhere")]) == 2  # a usage error
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_cli_check_finds_repeated_and_copied_rows_in_english_files_without_a_pair(tmp_path, capsys):
+    """English files are checked even where a config has no train/test pair: repeated rows in a file, and test
+    rows copied into another config's train, each make the check fail with the file named."""
+    from rolellm.data.layout import config_files
+
+    data = write_mini_release(tmp_path / "release")
+    ((instruction_test, _),) = config_files("en-instruction-role_specific", ["test"])["test"]
+    ((instruction_train, _),) = config_files("en-instruction-role_specific", ["train"])["train"]
+    ((role_train, _),) = config_files("en-role-role_specific", ["train"])["train"]
+    (data / instruction_train).unlink()  # no pair left for en-instruction-role_specific
+    first = (data / instruction_test).read_text(encoding="utf-8").splitlines()[0]
+    with open(data / instruction_test, "a", encoding="utf-8") as file:
+        file.write(first + "\n")  # a repeated row
+    with open(data / role_train, "a", encoding="utf-8") as file:
+        file.write(first.replace('"type": ["script_based"]', '"type": "script_based"') + "\n")  # a copied test row
+    assert cli.main(["data", "check", "--data-dir", str(data)]) == 1
+    out = capsys.readouterr().out
+    assert "checked ['en-instruction-role_specific/test']" in out
+    assert "en-instruction-role_specific/test: 1 row(s) repeat the role and question of an earlier row" in out
+    assert (
+        "en-instruction-role_specific/test: 1 test (role, question) pair(s) are in en-role-role_specific/train" in out
+    )

@@ -201,6 +201,49 @@ def check_leakage(train: Iterable[dict], test: Iterable[dict], role_generalizati
     return LeakageReport(pairs, roles, role_generalization)
 
 
+def check_release_files(data_dir: str | Path) -> tuple[list[str], list[str]]:
+    """What `rolellm data check` finds in each train and test file present, whether or not its pair is there.
+
+    Every file is checked for rows that repeat the (role, question) of an earlier row, and every test file for
+    (role, question) pairs copied into the train file of another config of its language.
+
+    Returns:
+        `tuple[list[str], list[str]]`: the files checked (`{config}/{split}`) and one line per problem found.
+    """
+    data_dir = Path(data_dir)
+    files = {
+        (part, subset, split): _part_rows(data_dir, part, split, subset)
+        for part in PARTS
+        for subset in SUBSETS
+        for split in STATS_SPLITS
+    }
+    files = {key: rows for key, rows in files.items() if rows is not None}
+    checked, problems = [], []
+    for (part, subset, split), rows in files.items():
+        name = f"{part}-{subset}/{split}"
+        checked.append(name)
+        pairs = [(row["role"], row["question"]) for row in rows]  # as released: " Q" and " Q " differ
+        if len(set(pairs)) < len(pairs):
+            problems.append(
+                f"{name}: {len(pairs) - len(set(pairs))} row(s) repeat the role and question of an earlier row"
+            )
+        if split != "test":
+            continue
+        for (other, other_subset, other_split), other_rows in files.items():
+            if (
+                other_split != "train"
+                or other == part
+                or CONFIG_SPECS[f"{other}-{other_subset}"].lang != CONFIG_SPECS[f"{part}-{subset}"].lang
+            ):
+                continue
+            copied = set(pairs) & {(row["role"], row["question"]) for row in other_rows}
+            if copied:
+                problems.append(
+                    f"{name}: {len(copied)} test (role, question) pair(s) are in {other}-{other_subset}/train"
+                )
+    return checked, problems
+
+
 def check_release_leakage(data_dir: str | Path) -> dict[str, LeakageReport | None]:
     """Run `check_leakage` on every `{part}-{subset}` of the folder; `None` where train or test is missing."""
     data_dir = Path(data_dir)

@@ -110,27 +110,34 @@ def run_stats(args) -> int:
 
 
 def run_check(args) -> int:
-    from rolellm.data.stats import check_release_leakage
+    from rolellm.data.stats import check_release_files, check_release_leakage
 
     data_dir = resolve_data_dir(args)
     reports = check_release_leakage(data_dir)
+    files, problems = check_release_files(data_dir)
     failed = 0
     for name, report in reports.items():
         if report is None:
-            print(f"{name}: skipped (train or test file missing)")
+            present = [file for file in files if file.startswith(f"{name}/")]
+            print(f"{name}: no train/test leakage check (train or test file missing); checked {present or 'nothing'}")
         else:
             print(report.describe(name))
             failed += not report.ok
+    for problem in problems:
+        print(problem)
     checked = sum(report is not None for report in reports.values())
-    print(f"\n{checked} part(s) checked, {failed} with leakage")
-    if not checked:
+    print(
+        f"\n{checked} part(s) checked for leakage, {failed} with leakage; {len(files)} file(s) checked for repeated "
+        f"and copied rows, {len(problems)} problem(s)"
+    )
+    if not files:
         print(
-            f"rolellm data check: no RoleBench part with both train and test files in {data_dir}: nothing was "
-            "checked (pass --data-dir with a folder in the release layout)",
+            f"rolellm data check: no RoleBench train or test file in {data_dir}: nothing was checked (pass "
+            "--data-dir with a folder in the release layout)",
             file=sys.stderr,
         )
         return EXIT_USAGE
-    return EXIT_PARTIAL if failed else 0
+    return EXIT_PARTIAL if failed or problems else 0
 
 
 def run_export(args) -> int:
