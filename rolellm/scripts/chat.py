@@ -27,7 +27,9 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -63,6 +65,9 @@ class ChatArguments:
     > Parameters that control the conversation
 
         role (`str`, *optional*): the role to talk to; defaults to the only role of the profiles.
+        profiles (`list[str]`, *optional*): role profile sources (`--profiles`, repeatable); defaults to the
+            profiles saved in the model folder.
+        roles (`list[str]`, *optional*), lang (`str`, *optional*): only these roles, in this language.
         system_template (`str`, *optional*): a Jinja file replacing the paper's system instruction.
         max_new_tokens (`int`, *optional*, defaults to 256), temperature (`float`, *optional*, defaults to 0.7),
             top_p (`float`, *optional*, defaults to 1.0), seed (`int`, *optional*, defaults to 0): sampling;
@@ -82,6 +87,9 @@ class ChatArguments:
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
     timeout: float = field(default=120.0, metadata={"help": "Endpoints: seconds before a request fails."})
     system_template: str | None = field(default=None, metadata={"help": "Jinja file replacing the system text."})
+    profiles: list[str] | None = profiles_field(help=f"{PROFILES_HELP} Default: the model folder's own profiles.")
+    roles: list[str] | None = field(default=None, metadata={"help": "Only these roles of the profiles."})
+    lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
     max_new_tokens: int = field(default=256, metadata={"help": "The budget of one answer."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature; 0 decodes greedily."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
@@ -92,14 +100,7 @@ class ChatArguments:
 
 def make_parser(subparsers=None):
     description = "Talk to a role: terminal chat with streaming, one answer per line on stdin, or a Gradio UI."
-    parser = make_command_parser("chat", [ChatArguments], description, subparsers)
-    parser.add_argument(
-        "--profiles", action="append", help="Role profiles (repeatable): a release or screenplay folder, a "
-        "desc.json, a Character Card (.json/.png) or a folder of cards; default: the model folder.",
-    )  # fmt: skip
-    parser.add_argument("--roles", nargs="+", help="Only these roles of the profiles.")
-    parser.add_argument("--lang", choices=["en", "zh"], help="The profiles' language.")
-    return parser
+    return make_command_parser("chat", [ChatArguments], description, subparsers)
 
 
 def read_profiles(config: ChatArguments, sources: list[str] | None, roles=None, lang=None) -> dict:
@@ -250,7 +251,7 @@ def main(args=None):
     from rolellm.roles.resolve import select_roles
 
     [config] = dataclasses_from(args, [ChatArguments])
-    profiles = read_profiles(config, args.profiles, roles=args.roles, lang=args.lang)
+    profiles = read_profiles(config, as_sources(config.profiles), roles=config.roles, lang=config.lang)
     if config.role is None and len(profiles) > 1 and not config.ui:
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))
