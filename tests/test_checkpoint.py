@@ -9,8 +9,8 @@ import sys
 import datasets
 import pytest
 import torch
+from fixtures.folder_hub import FolderHub
 from fixtures.mini_release import write_mini_release
-from huggingface_hub import HfApi
 from test_trainer import PROFILES, ROWS, config, lora
 from transformers import AutoTokenizer
 
@@ -207,22 +207,6 @@ def test_export_refuses_what_it_cannot_do_in_one_line(cli_lora, tmp_path, capsys
     assert "not a model checkpoint" in errors[0] and "exists and is not empty" in errors[1]
     assert "'nobody/no-such-model'" in errors[2] and "cannot be loaded" in errors[2]
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
-
-
-class FolderHub(HfApi):
-    """An `HfApi` whose repo is a local folder."""
-
-    def __init__(self, remote):
-        super().__init__(token=False)
-        self.remote, self.calls = remote, []
-
-    def create_repo(self, repo_id, **kwargs):
-        self.calls.append(("create_repo", repo_id, kwargs))
-
-    def upload_folder(self, *, repo_id, folder_path, **kwargs):
-        self.calls.append(("upload_folder", repo_id, kwargs))
-        subprocess.run(["cp", "-r", folder_path, str(self.remote)], check=True)
-        return "commit"
 
 
 def test_export_without_merge_keeps_the_adapter_drops_trainer_state_and_pushes(cli_lora, tmp_path):

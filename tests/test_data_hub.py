@@ -1,11 +1,10 @@
-import shutil
 import warnings
 
 import datasets
 import pytest
 import yaml
+from fixtures.folder_hub import FolderHub
 from fixtures.mini_release import EXPECTED_ROWS, write_mini_release
-from huggingface_hub import HfApi
 
 from rolellm.data import CONFIG_NAMES, export_rolebench, load_rolebench, push_rolebench
 from rolellm.data.hub import upload_export
@@ -90,26 +89,6 @@ def test_export_needs_something_to_export(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="nothing to export: no RoleBench config has its files in"):
         export_rolebench(tmp_path / "out", data_dir=tmp_path / "empty")
-
-
-class FolderHub(HfApi):
-    """An `HfApi` whose repo is a local folder: `upload_folder` copies files there and applies `delete_patterns`."""
-
-    def __init__(self, remote):
-        super().__init__(token=False)
-        self.remote, self.calls = remote, []
-
-    def create_repo(self, repo_id, **kwargs):
-        self.calls.append(("create_repo", repo_id, kwargs))
-        self.remote.mkdir(parents=True, exist_ok=True)
-
-    def upload_folder(self, *, repo_id, folder_path, delete_patterns=(), **kwargs):
-        self.calls.append(("upload_folder", repo_id, kwargs))
-        for pattern in delete_patterns:
-            for path in self.remote.glob(pattern):
-                path.unlink()
-        shutil.copytree(folder_path, self.remote, dirs_exist_ok=True)
-        return "commit"
 
 
 def test_push_uploads_the_export_in_one_commit(mini_release, tmp_path):
