@@ -44,3 +44,13 @@ def test_every_command_describes_its_clients_with_the_one_config(tmp_path):
     assert evaluate.judge_client_config() == ClientConfig(
         "judge", base_url="http://j/v1", max_concurrency=2, cache_path=str(tmp_path / "judge_cache.sqlite")
     )
+
+
+def test_keep_think_reaches_the_local_client_from_evaluate(tiny_model_path, tmp_path):
+    """A model trained with `keep_think=True` is evaluated with the prompts it was trained on."""
+    config = EvaluateConfig(str(tiny_model_path), str(tmp_path), chat_template="chatml", keep_think=True)
+    assert config.client_config().keep_think is True
+    client = make_client(config.client_config())
+    assert isinstance(client, LocalChatClient) and client.keep_think is True
+    default = EvaluateConfig(str(tiny_model_path), str(tmp_path), chat_template="chatml")
+    assert make_client(default.client_config()).keep_think is False

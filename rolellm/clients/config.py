@@ -49,6 +49,8 @@ class ClientConfig:
         batch_size (`int`, *optional*, defaults to 8): prompts per `generate()` call.
         max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request that sets none.
         chat_template (`str`, *optional*): a Jinja chat template or `"chatml"` for a tokenizer without one.
+        keep_think (`bool`, *optional*, defaults to `False`): keep a thinking template's own think blocks and prefill
+            (`encode_chat`); set it for a model trained with `RoCITConfig(keep_think=True)`.
         dtype (`str`, *optional*): the `dtype` to load the weights in (`"bfloat16"`, ...).
         device (`str`, *optional*): where to run (`"cuda"`, `"cpu"`); defaults to the first GPU when there is one.
 
@@ -70,6 +72,7 @@ class ClientConfig:
     batch_size: int = field(default=8, metadata={"help": "Local models: prompts per forward pass."})
     max_new_tokens: int = field(default=256, metadata={"help": "Local models: answer budget of a request."})
     chat_template: str | None = field(default=None, metadata={"help": "Local models: chat template or 'chatml'."})
+    keep_think: bool = field(default=False, metadata={"help": "Local models: keep the template's think blocks."})
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
     cache_path: str | None = field(default=None, metadata={"help": "SQLite answer cache."})
@@ -107,6 +110,7 @@ def make_client(config: ClientConfig) -> ChatClient:
         batch_size=config.batch_size,
         max_new_tokens=config.max_new_tokens,
         chat_template=config.chat_template,
+        keep_think=config.keep_think,
         device=device,
         dtype=config.dtype,
         cache_path=config.cache_path,

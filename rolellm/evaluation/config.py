@@ -17,7 +17,7 @@ ROLEGPT = "rolegpt"
 # the fields of EvaluateConfig that decide what is generated: a resumed run must agree on all of them
 GENERATION_FIELDS = (
     "model_name_or_path", "base_url", "dataset_name", "split", "mode", "num_examples", "roles", "max_samples_per_role",
-    "max_new_tokens", "temperature", "system_template", "chat_template",
+    "max_new_tokens", "temperature", "system_template", "chat_template", "keep_think",
 )  # fmt: skip
 
 
@@ -61,6 +61,8 @@ class EvaluateConfig:
         batch_size (`int`, *optional*, defaults to 8): local models: prompts per forward pass.
         chat_template (`str`, *optional*): local models: a Jinja chat template, or `"chatml"`, for a tokenizer
             without one (defaults to the tokenizer's own).
+        keep_think (`bool`, *optional*, defaults to `False`): local models: keep a thinking template's think blocks
+            and prefill, as a model trained with `RoCITConfig(keep_think=True)` saw them.
         dtype (`str`, *optional*): local models: the `dtype` to load the weights in (`"bfloat16"`, ...).
         device (`str`, *optional*): local models: where to run (`"cuda"`, `"cuda:1"`, `"cpu"`); defaults to the first
             GPU when there is one, else the CPU.
@@ -120,6 +122,7 @@ class EvaluateConfig:
     chat_template: str | None = field(
         default=None, metadata={"help": "Local models: Jinja chat template or 'chatml' (default: the tokenizer's)."}
     )
+    keep_think: bool = field(default=False, metadata={"help": "Local models: keep the template's think blocks."})
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
     max_concurrency: int = field(default=8, metadata={"help": "Endpoints: requests in flight."})
@@ -177,7 +180,8 @@ class EvaluateConfig:
             self.model_name_or_path, base_url=self.base_url, max_concurrency=self.max_concurrency,
             max_retries=self.max_retries,
             batch_size=self.batch_size, max_new_tokens=self.max_new_tokens, chat_template=self.chat_template,
-            dtype=self.dtype, device=self.device, cache_path=os.path.join(self.output_dir, "cache.sqlite"),
+            keep_think=self.keep_think, dtype=self.dtype, device=self.device,
+            cache_path=os.path.join(self.output_dir, "cache.sqlite"),
         )  # fmt: skip
 
     def judge_client_config(self) -> ClientConfig:
