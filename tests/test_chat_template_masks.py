@@ -217,7 +217,7 @@ def test_local_chat_client_prompts_with_encode_chat(tokenizer):
     expected = encode_chat(tokenizer, messages, add_generation_prompt=True, chat_template=LLAMA3_LIKE)["input_ids"]
     raw = tokenizer.apply_chat_template(messages, chat_template=LLAMA3_LIKE, add_generation_prompt=True)
     assert result.usage["prompt_tokens"] == len(expected) != len(raw)
-    assert tokenizer.convert_tokens_to_ids("<|eot_id|>") in client._stop_ids
+    assert tokenizer.convert_tokens_to_ids("<|eot_id|>") in client.stop_ids
 
 
 def test_to_role_messages_reference_choice():

@@ -134,4 +134,4 @@ def test_every_configured_end_token_stops_generation(model_and_tokenizer):
     finally:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert client._stop_ids == [*end_tokens, im_end]
+    assert client.stop_ids == [*end_tokens, im_end]

@@ -264,7 +264,7 @@ def test_local_chat_client_prompt_keeps_injected_tokens_plain(tokenizers, name):
         "qwen3": "<|im_end|>",
     }
     if name in ends:  # generation stops on the template's end of turn, even one the template never writes
-        assert tokenizer.convert_tokens_to_ids(ends[name]) in client._stop_ids
+        assert tokenizer.convert_tokens_to_ids(ends[name]) in client.stop_ids
     try:
         raw = tokenizer.apply_chat_template(injected, add_generation_prompt=True)  # forges the tokens: fewer of them
     except TemplateError:  # a template without a system role

@@ -3,8 +3,8 @@ one answer from a local `transformers` model or an OpenAI-compatible endpoint.
 
 `rolellm chat` (terminal, stdin and Gradio) is a thin shell over these. The messages sent each turn come from
 `build_chat_messages` (the role's system text, the history, a card's lorebook entries and post-history
-instructions); a local model's prompt is tokenized with `encode_chat`, so text typed by the user that looks like a
-control token (`<|im_end|>`) stays plain text.
+instructions); a local model's prompt is tokenized by `LocalChatClient.encode_prompt` (`encode_chat`), so text typed
+by the user that looks like a control token (`<|im_end|>`) stays plain text.
 
 >>> from rolellm import RoleProfile
 >>> from rolellm.testing import ChatCompletionsServer
@@ -26,7 +26,6 @@ from pathlib import Path
 
 from rolellm.clients.base import ChatClient, EndpointError
 from rolellm.clients.openai_compatible import OpenAIChatClient
-from rolellm.encoding.encode import encode_chat
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_chat_messages, role_greeting
 from rolellm.roles.resolve import select_roles
@@ -183,8 +182,7 @@ def _stream_local(client, messages, max_new_tokens, temperature, top_p, seed) ->
     from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
     model, tokenizer = client.model, client.tokenizer
-    encoded = encode_chat(tokenizer, messages, add_generation_prompt=True, chat_template=client.chat_template)
-    input_ids = torch.tensor([encoded["input_ids"]], device=model.device)
+    input_ids = torch.tensor([client.encode_prompt(messages)], device=model.device)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     stop = threading.Event()  # set when the reader stops early (Ctrl-C, a closed UI stream): generation stops too
 
@@ -204,7 +202,7 @@ def _stream_local(client, messages, max_new_tokens, temperature, top_p, seed) ->
                 torch.manual_seed(seed)
                 model.generate(
                     input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-                    eos_token_id=client._stop_ids, pad_token_id=client._pad_id, streamer=streamer,
+                    eos_token_id=client.stop_ids, pad_token_id=client.pad_id, streamer=streamer,
                     stopping_criteria=StoppingCriteriaList([StopWhenAsked()]), **sampling,
                 )  # fmt: skip
         except BaseException as error:  # noqa: BLE001 - handed to the reading thread, which raises it

@@ -117,8 +117,8 @@ class LocalChatClient(ChatClient):
         if self.chat_template is CHATML_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
             stops.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         stops += self._end_of_turn_ids()
-        self._stop_ids = list(dict.fromkeys(t for t in stops if t is not None))
-        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.stop_ids = list(dict.fromkeys(t for t in stops if t is not None))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def __repr__(self) -> str:
         return f"LocalChatClient({self.model_name!r}, batch_size={self.batch_size}, cache={self.cache!r})"
@@ -133,7 +133,7 @@ class LocalChatClient(ChatClient):
         return request_key(self.model_name, request.messages, params, request.sample_index, attempt)
 
     def count_prompt_tokens(self, request: ChatRequest) -> int:
-        return len(self._render(request))
+        return len(self.encode_prompt(request.messages))
 
     async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
         """The async form of `generate`; generation runs in a worker thread so the event loop stays free."""
@@ -164,7 +164,7 @@ class LocalChatClient(ChatClient):
                     todo.append((i, attempt))
                 else:
                     settle(i, attempt, *hit, True, next_pending)
-            prompts = {i: self._render(asked[i]) for i, _ in todo}
+            prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}
             todo.sort(key=lambda item: -len(prompts[item[0]]))  # similar lengths share a batch: less padding
             for batch in _batches(todo, self.batch_size, key=lambda item: _generation_kwargs(requests[item[0]])):
                 outputs = await asyncio.to_thread(
@@ -190,17 +190,17 @@ class LocalChatClient(ChatClient):
         added = added_token_ids(self.tokenizer)
         return [next((i for i in trained[after:] if i in added), None)]
 
-    def _render(self, request: ChatRequest) -> list[int]:
-        # `encode_chat`, not `apply_chat_template`: the prompt the model was trained on, message text that looks like
-        # a control token stays plain text
-        encoded = encode_chat(self.tokenizer, request.messages, True, self.chat_template, self.keep_think)
-        return encoded["input_ids"]
+    def encode_prompt(self, messages: list[dict]) -> list[int]:
+        """The token ids the model answers `messages` from: `encode_chat` with the generation prompt (not
+        `apply_chat_template`: the prompt the model was trained on, and message text that looks like a control token
+        stays plain text)."""
+        return encode_chat(self.tokenizer, messages, True, self.chat_template, self.keep_think)["input_ids"]
 
     def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
         import torch
 
         width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts])  # left padding
+        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])  # left padding
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         kwargs = _generation_kwargs(requests[0])
         kwargs.setdefault("max_new_tokens", self.max_new_tokens)
@@ -212,13 +212,13 @@ class LocalChatClient(ChatClient):
             output = self.model.generate(
                 input_ids=input_ids.to(self.model.device),
                 attention_mask=attention_mask.to(self.model.device),
-                eos_token_id=self._stop_ids,
-                pad_token_id=self._pad_id,
+                eos_token_id=self.stop_ids,
+                pad_token_id=self.pad_id,
                 **kwargs,
             )
         answers = []
         for prompt, row in zip(prompts, output[:, width:].tolist()):
-            stop = next((j + 1 for j, token in enumerate(row) if token in self._stop_ids), len(row))
+            stop = next((j + 1 for j, token in enumerate(row) if token in self.stop_ids), len(row))
             text = self.tokenizer.decode(row[:stop], skip_special_tokens=True)
             answers.append((text, {"prompt_tokens": len(prompt), "completion_tokens": stop}))
         return answers
