@@ -103,12 +103,13 @@ def make_parser(subparsers=None):
     return make_command_parser("chat", [ChatArguments], description, subparsers)
 
 
-def read_profiles(config: ChatArguments, sources: list[str] | None, roles=None, lang=None) -> dict:
-    """The profiles to chat with: `sources`, else the ones saved in the model folder."""
+def read_profiles(config: ChatArguments) -> dict:
+    """The profiles to chat with: `config.profiles`, else the ones saved in the model folder."""
     from rolellm.roles.resolve import load_profiles
 
-    if sources:
-        return load_profiles(sources, lang=lang, roles=roles)
+    roles, lang = config.roles, config.lang
+    if config.profiles:
+        return load_profiles(as_sources(config.profiles), lang=lang, roles=roles)
     if config.base_url is not None or not Path(config.model).is_dir():
         raise ValueError(f"--model {config.model} is not a folder holding role profiles: pass --profiles SRC")
     try:
@@ -251,7 +252,7 @@ def main(args=None):
     from rolellm.roles.resolve import select_roles
 
     [config] = dataclasses_from(args, [ChatArguments])
-    profiles = read_profiles(config, as_sources(config.profiles), roles=config.roles, lang=config.lang)
+    profiles = read_profiles(config)
     if config.role is None and len(profiles) > 1 and not config.ui:
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))
