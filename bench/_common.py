@@ -14,7 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import datasets  # noqa: E402
 
 from rolellm.data import read_rolebench_jsonl  # noqa: E402
-from rolellm.testing import find_rolebench_data  # noqa: E402
+from rolellm.testing.data import find_rolebench_data  # noqa: E402
 
 
 def require_rolebench_data() -> Path:

@@ -30,7 +30,7 @@ REPEATS = 3
 
 
 def serve(connection):
-    from rolellm.testing import ChatCompletionsServer
+    from rolellm.testing.server import ChatCompletionsServer
 
     with ChatCompletionsServer(latency=LATENCY) as server:
         connection.send(server.base_url)

@@ -45,7 +45,7 @@ def main():
     from rolellm.data import export_rolebench, load_rolebench
     from rolellm.data.hub import release_configs
     from rolellm.data.layout import CONFIG_NAMES, available_splits, config_files, get_spec
-    from rolellm.testing import find_rolebench_data
+    from rolellm.testing.data import find_rolebench_data
 
     datasets.disable_progress_bars()
     warnings.simplefilter("ignore")

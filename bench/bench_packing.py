@@ -37,7 +37,7 @@ from trl import SFTConfig, SFTTrainer
 
 from rolellm.encoding.chat_template import set_role_chat_template
 from rolellm.roles import load_profiles
-from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
+from rolellm.testing.models import build_tiny_llama, train_tiny_tokenizer
 from rolellm.training import RoCITConfig, RoCITTrainer, rolebench_to_conversations
 from rolellm.training import attention as rolellm_attention
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from rouge import Rouge
 
-from rolellm.evaluation.rouge import rouge_l_pairs, to_rouge_text
-from rolellm.testing import find_rolebench_data
+from rolellm.evaluation.benchmark.rouge import rouge_l_pairs, to_rouge_text
+from rolellm.testing.data import find_rolebench_data
 
 
 PARTS = [

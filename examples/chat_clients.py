@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 from rolellm.clients import ChatRequest, LocalChatClient, OpenAIChatClient
-from rolellm.testing import ChatCompletionsServer, Fault, build_tiny_llama
+from rolellm.testing.models import build_tiny_llama
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 def answer(body: dict) -> str:

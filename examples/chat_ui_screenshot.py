@@ -25,7 +25,8 @@ from rolellm.clients.chat_session import ChatSession
 from rolellm.roles import load_profiles
 from rolellm.scripts.chat import free_port
 from rolellm.scripts.chat_ui import build_chat_ui
-from rolellm.testing import ChatCompletionsServer, find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.server import ChatCompletionsServer
 
 
 QUESTIONS = [

@@ -11,7 +11,7 @@
 import tempfile
 from pathlib import Path
 
-from rolellm import testing
+from rolellm.testing import models as testing
 
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -91,8 +91,8 @@ def main():
         print_answers("Held-out questions (test split):", test_answers)
 
         # ---- 4. Evaluation ---------------------------------------------------------------------------------------
-        from rolellm.evaluation.report import format_table
-        from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
+        from rolellm.evaluation.benchmark.report import format_table
+        from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 
         print("\n4. Evaluation: the benchmark runner answers the test splits with the trained model and scores them")
         print("   with the paper's ROUGE-L (CUS: general rows vs RoleGPT references; SPE: role-specific rows)")

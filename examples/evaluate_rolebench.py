@@ -14,11 +14,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rolellm.evaluation.config import EvaluateConfig
-from rolellm.evaluation.report import format_table
-from rolellm.evaluation.runner import run_benchmark
+from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.report import format_table
+from rolellm.evaluation.benchmark.runner import run_benchmark
 from rolellm.roles.prompts import PROMPTING_MODES
-from rolellm.testing import build_tiny_llama, find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.models import build_tiny_llama
 
 
 def main(argv=None):

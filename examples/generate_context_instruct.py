@@ -23,7 +23,8 @@ from rolellm import (
 )
 from rolellm.generation.context_instruct import segment_profile
 from rolellm.generation.job import NothingGenerated
-from rolellm.testing import build_tiny_llama, find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.models import build_tiny_llama
 
 
 def make_client(args, cache_path):

@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 from rolellm import LocalChatClient, OpenAIChatClient, RoleGPT, RoleGPTConfig, read_screenplay_folder
-from rolellm.testing import build_tiny_llama, find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.models import build_tiny_llama
 
 
 def make_client(args, cache_path):

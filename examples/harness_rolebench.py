@@ -19,8 +19,9 @@ import torch
 from lm_eval.tasks import TaskManager
 
 import rolellm
-from rolellm.evaluation.rouge import rouge_l
-from rolellm.testing import build_tiny_llama, find_rolebench_data
+from rolellm.evaluation.benchmark.rouge import rouge_l
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.models import build_tiny_llama
 
 
 def main():

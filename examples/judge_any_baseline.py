@@ -17,7 +17,8 @@ import zlib
 from pathlib import Path
 
 from rolellm.scripts import cli
-from rolellm.testing import ChatCompletionsServer, find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.server import ChatCompletionsServer
 
 
 def shown_answers(body):

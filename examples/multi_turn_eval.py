@@ -18,11 +18,12 @@ from pathlib import Path
 
 from rolellm import RoleProfile
 from rolellm.clients import LocalChatClient, OpenAIChatClient
-from rolellm.evaluation.dialogue import read_scenarios, run_dialogues
-from rolellm.evaluation.rubric import judge_transcripts
+from rolellm.evaluation.multiturn.dialogue import read_scenarios, run_dialogues
+from rolellm.evaluation.multiturn.rubric import judge_transcripts
 from rolellm.scripts import dialogue as dialogue_script
 from rolellm.scripts import judge as judge_script
-from rolellm.testing import ChatCompletionsServer, build_tiny_llama
+from rolellm.testing.models import build_tiny_llama
+from rolellm.testing.server import ChatCompletionsServer
 
 
 HERE = Path(__file__).parent

@@ -1,6 +1,6 @@
 """Prefix-shared role packing, step by step: pack samples by role, collate a batch, draw its attention mask.
 
-    python examples/prefix_sharing.py [--output docs/img/prefix_mask.png]
+    python examples/prefix_sharing.py [--output outputs/prefix_mask.png]
 
 The samples here are a few token ids written by hand, so the picture stays readable; with real data the same happens
 inside `RoCITTrainer` (`prefix_sharing=True`, the default). With the real RoleBench files present, the script also
@@ -72,7 +72,8 @@ def pack_real_data():
     from rolellm.encoding.chat_template import set_role_chat_template
     from rolellm.encoding.encode import encode_chat
     from rolellm.roles import load_profiles
-    from rolellm.testing import find_rolebench_data, train_tiny_tokenizer
+    from rolellm.testing.data import find_rolebench_data
+    from rolellm.testing.models import train_tiny_tokenizer
     from rolellm.training import rolebench_to_conversations
     from rolellm.training.packing import pack_with_shared_prefix
 
@@ -111,6 +112,6 @@ def main(args):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", default="prefix_mask.png", help="where to save the mask picture")
+    parser.add_argument("--output", default="outputs/prefix_mask.png", help="where to save the mask picture")
     parser.add_argument("--real_data", action="store_true", help="also pack the real Chinese RoleBench train set")
     main(parser.parse_args())

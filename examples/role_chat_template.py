@@ -11,7 +11,7 @@ from rolellm import (
     set_role_chat_template,
     to_role_messages,
 )
-from rolellm.testing import train_tiny_tokenizer
+from rolellm.testing.models import train_tiny_tokenizer
 
 
 def main():

@@ -20,7 +20,7 @@ from rolellm import (
     write_character_card,
     write_screenplay,
 )
-from rolellm.testing import find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
 
 
 SCREENPLAY = """\

@@ -16,7 +16,7 @@ import datasets
 from rolellm import export_rolebench, load_rolebench, push_rolebench
 from rolellm.data.layout import complete_configs
 from rolellm.data.stats import check_release_leakage, rolebench_stats
-from rolellm.testing import find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
 
 
 def main(args):

@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rolellm import read_release_profiles
+from rolellm import judge_win_rate, read_release_profiles, rouge_l, rouge_l_scores
 from rolellm.clients import OpenAIChatClient
-from rolellm.evaluation import judge_win_rate, rouge_l, rouge_l_scores
-from rolellm.testing import ChatCompletionsServer, find_rolebench_data
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.server import ChatCompletionsServer
 
 
 VOICE = ("俺老孙", "朕", "本宫", "臣妾", "俺")  # how the Chinese roles refer to themselves

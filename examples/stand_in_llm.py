@@ -29,7 +29,7 @@ import threading
 import zlib
 from pathlib import Path
 
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 _CJK = re.compile(r"[\u3400-\u9fff]")

@@ -10,7 +10,7 @@ python examples/train_rolellama.py --config examples/recipes/rolellama-7b-lora.y
 accelerate launch --config_file examples/accelerate_configs/multi_gpu.yaml examples/train_rolellama.py \
     --config examples/recipes/rolellama-7b-lora.yaml
 torchrun --nproc_per_node 8 examples/train_rolellama.py --config examples/recipes/roleglm-qwen2.5-7b-lora.yaml
-# the tiny CPU recipe of `make demo` (build the model with rolellm.testing.build_tiny_llama("./tiny-llama"))
+# the tiny CPU recipe of `make demo` (build the model with rolellm.testing.models.build_tiny_llama("./tiny-llama"))
 python examples/train_rolellama.py --config examples/recipes/tiny-cpu.yaml --model_name_or_path ./tiny-llama
 ```
 """

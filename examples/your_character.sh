@@ -77,7 +77,7 @@ nonempty "$OUT/rolebench-eng/instruction-generalization/general"
 step "3/6 A LoRA on the data (RoCIT), the card's profile in every system prompt"
 if [ -z "${BASE_MODEL:-}" ]; then
     BASE_MODEL="$WORK/tiny-llama"  # a random two-layer Llama with a locally trained tokenizer: seconds to build
-    [ -s "$BASE_MODEL/config.json" ] || run python -c "from rolellm.testing import build_tiny_llama; build_tiny_llama('$BASE_MODEL')"
+    [ -s "$BASE_MODEL/config.json" ] || run python -c "from rolellm.testing.models import build_tiny_llama; build_tiny_llama('$BASE_MODEL')"
 fi
 run rolellm train --config "$HERE/recipes/tiny-cpu.yaml" --model_name_or_path "$BASE_MODEL" --data_dir "$OUT" \
     --dataset_configs en-instruction --profiles "$CARD" --use_peft --lora_r 8 --lora_alpha 16 \

@@ -13,7 +13,8 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 
 import pytest  # noqa: E402
 
-from rolellm import testing  # noqa: E402
+from rolellm.testing import data as testing_data  # noqa: E402
+from rolellm.testing import models as testing
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +40,7 @@ def tiny_model_path(tmp_path_factory, tiny_tokenizer):
 @pytest.fixture(scope="session")
 def shared_data_dir():
     """The real RoleBench files (`$ROLEBENCH_DATA_DIR` or `../shared/data`); skips the test when absent."""
-    path = testing.find_rolebench_data()
+    path = testing_data.find_rolebench_data()
     if path is None:
         pytest.skip("real RoleBench data not found: set ROLEBENCH_DATA_DIR or place it at ../shared/data")
     return path

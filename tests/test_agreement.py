@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rolellm.evaluation.agreement import (
+from rolellm.evaluation.multiturn.agreement import (
     bootstrap_ci,
     cohen_kappa,
     compare_with_humans,

@@ -289,7 +289,7 @@ def test_a_card_chat_encodes_with_real_templates(ada, shared_data_dir, family):
     """The post-history instructions ride in the last user turn, so templates that take a system message only at
     the start (Gemma, Mistral) encode a card's chat, and the prompt holds the system text and the instructions."""
     from rolellm.encoding.encode import encode_chat
-    from rolellm.testing import tiny_tokenizer_for_template
+    from rolellm.testing.models import tiny_tokenizer_for_template
 
     folder = shared_data_dir / "chat-templates" / family
     if not folder.is_dir():

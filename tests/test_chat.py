@@ -19,7 +19,7 @@ from rolellm.roles.prompts import build_chat_messages
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts import cli
 from rolellm.scripts.chat import escape_line, free_port, unescape_line
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 ROLELLM = [sys.executable, "-m", "rolellm"]
@@ -49,7 +49,7 @@ def cards(tmp_path):
 def chat_model_path(tmp_path_factory, tiny_tokenizer):
     """A tiny Llama whose greedy answers depend on the whole prompt (the default initialisation mostly echoes the
     last tokens), so comparing answers checks what the model was sent."""
-    from rolellm.testing import build_tiny_llama
+    from rolellm.testing.models import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("chat-llama"), tokenizer=tiny_tokenizer, initializer_range=0.2)
 

@@ -187,7 +187,7 @@ def test_template_that_trims_contents_gets_them_stripped(tokenizer):
 def test_a_token_across_the_prompt_answer_boundary_loses_no_answer_token():
     """`assistant\n` + an answer starting with a newline: a whole-text tokenization merges the two newlines into one
     token that starts in the prompt; the pieces are tokenized apart, so the answer's newline is trained."""
-    from rolellm.testing import tiny_corpus, train_tiny_tokenizer
+    from rolellm.testing.models import tiny_corpus, train_tiny_tokenizer
 
     tokenizer = train_tiny_tokenizer(tiny_corpus() + ["Arr.\n\n\nSavvy?"] * 50)
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\n\nArr"}]
@@ -277,7 +277,7 @@ def test_sentencepiece_style_prefix_space_is_not_added_at_cuts(prepend_scheme):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from rolellm.testing import tiny_corpus
+    from rolellm.testing.models import tiny_corpus
 
     backend = Tokenizer(models.BPE(unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=prepend_scheme)

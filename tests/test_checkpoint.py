@@ -60,7 +60,7 @@ def base_without_chatml(folder):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from rolellm.testing import build_tiny_llama
+    from rolellm.testing.models import build_tiny_llama
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())  # the vocabulary itself, not added tokens
     backend = Tokenizer(models.BPE(vocab={byte: i for i, byte in enumerate(alphabet)}, merges=[]))
@@ -229,7 +229,7 @@ def test_export_without_merge_keeps_the_adapter_drops_trainer_state_and_pushes(c
 @pytest.mark.slow
 def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(tmp_path, tiny_tokenizer):
     """A base with a chat template (an instruct model) keeps it: `pipeline(model=DIR)` needs nothing else."""
-    from rolellm.testing import build_tiny_llama
+    from rolellm.testing.models import build_tiny_llama
 
     tokenizer = copy.deepcopy(tiny_tokenizer)
     tokenizer.chat_template = ROLE_CHAT_TEMPLATE

@@ -14,7 +14,7 @@ import pytest
 
 from rolellm.clients import ChatRequest, EndpointError, OpenAIChatClient, RateLimiter
 from rolellm.clients.base import REASK_SEED_STRIDE
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 SECRET = "sk-test-NEVER-WRITE-THIS-1234567890"

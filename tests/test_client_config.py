@@ -3,9 +3,9 @@
 import pytest
 
 from rolellm.clients import ClientConfig, LocalChatClient, OpenAIChatClient, make_client
-from rolellm.evaluation.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.scripts.generate import GenerateArguments
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 def test_an_endpoint_config_builds_an_openai_client_that_answers(tmp_path):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rolellm.testing import ChatCompletionsServer, Fault, content_key
+from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
 
 
 JOB = """

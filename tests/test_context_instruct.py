@@ -16,7 +16,7 @@ from rolellm.generation.context_instruct import ContextInstruct, ContextInstruct
 from rolellm.generation.job import NothingGenerated, stable_split
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import read_release_profiles
-from rolellm.testing import ChatCompletionsServer, Fault, content_key
+from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
 
 
 def first_acts(profile: RoleProfile, num_acts: int) -> RoleProfile:

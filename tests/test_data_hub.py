@@ -152,8 +152,8 @@ def test_real_release_export_round_trips(rolebench_dir, tmp_path):
 def test_an_exported_release_scores_the_papers_rolegpt_spe(rolebench_dir, tmp_path):
     """Text stays as released through export and load: the RoleGPT SPE of a plain `load_dataset` copy is the
     paper's 0.3229 (English) and 0.2478 (Chinese), as from the release files themselves."""
-    from rolellm.evaluation.runner import rolegpt_predictions
-    from rolellm.evaluation.scoring import score_predictions
+    from rolellm.evaluation.benchmark.runner import rolegpt_predictions
+    from rolellm.evaluation.benchmark.scoring import score_predictions
 
     names = ["en-instruction-role_specific", "zh-role_specific"]
     splits = ["test", "rolegpt_baseline"]  # the English train files are not part of the shared data

@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from rolellm.clients import LocalChatClient, OpenAIChatClient
-from rolellm.evaluation.dialogue import (
+from rolellm.evaluation.multiturn.dialogue import (
     TRANSCRIPTS_NAME,
     TURNS_NAME,
     Scenario,
@@ -27,14 +27,14 @@ from rolellm.evaluation.dialogue import (
     run_dialogues,
     scenarios_from_card,
 )
-from rolellm.evaluation.rubric import DIMENSIONS
+from rolellm.evaluation.multiturn.rubric import DIMENSIONS
 from rolellm.roles.character_card import profile_from_card
 from rolellm.roles.profile import DataFormatError, RoleProfile
 from rolellm.roles.prompts import build_system_instruction
 from rolellm.roles.release import write_release_profiles
 from rolellm.roles.resolve import load_profiles
 from rolellm.scripts import dialogue as dialogue_script
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 ROLES = {

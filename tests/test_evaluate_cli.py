@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
+from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.scripts import cli
 
 

@@ -10,7 +10,7 @@ from fixtures.mini_release import write_mini_release
 from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts.cli import main
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 QUESTIONS = ["Where is the rum?", "Who are you?", "What is the cursed gold?", "Where is the Pearl?"]

@@ -8,7 +8,7 @@ import yaml
 from rolellm.scripts.cli import main
 from rolellm.scripts.generate import GenerateArguments
 from rolellm.scripts.recipe import read_recipe
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"

@@ -12,7 +12,7 @@ from rolellm.generation.job import save_profiles, stable_split
 from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import read_release_profiles
 from rolellm.scripts.cli import main
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"

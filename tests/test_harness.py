@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import rolellm
-from rolellm.evaluation.rouge import rouge_l
+from rolellm.evaluation.benchmark.rouge import rouge_l
 from rolellm.lm_eval_tasks.utils import load_docs
 from rolellm.roles.prompts import build_system_instruction
 

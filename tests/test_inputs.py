@@ -6,7 +6,7 @@ import json
 import pytest
 
 from rolellm.data.readers import read_rolebench_jsonl
-from rolellm.evaluation.scoring import read_raw_targets
+from rolellm.evaluation.benchmark.scoring import read_raw_targets
 from rolellm.roles.character_card import read_character_card
 from rolellm.roles.profile import DataFormatError
 from rolellm.roles.release import read_release_profiles

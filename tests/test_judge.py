@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 
 from rolellm.clients.openai_compatible import OpenAIChatClient
-from rolellm.evaluation.judge import NAMES, bootstrap_interval, build_judge_messages, judge_win_rate, parse_ranking
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.evaluation.judge.pairwise import (
+    NAMES,
+    bootstrap_interval,
+    build_judge_messages,
+    judge_win_rate,
+    parse_ranking,
+)
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 DESCRIPTIONS = {"Jack Sparrow": 'A pirate captain. Your catchphrase is: "Savvy?"', "孙悟空": "齐天大圣。"}

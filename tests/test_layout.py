@@ -90,7 +90,7 @@ def test_stages_import_only_earlier_stages():
         if floor(name) is None:
             continue
         for target in targets:
-            if target == "rolellm" or target == "rolellm.testing":
+            if target == "rolellm" or target.startswith("rolellm.testing"):
                 wrong.append(f"{name} -> {target}")
             elif floor(target) is None:
                 continue
@@ -112,7 +112,30 @@ def test_the_cycle_finder_finds_cycles():
 
 def test_every_module_lives_in_a_stage_folder():
     # besides the package's own entry files, only the test kit sits at the top (no stage imports it)
-    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py", "testing.py"]
+    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py"]
     assert sorted(path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__") == sorted(
-        [*FLOORS, "prompts"]
+        [*FLOORS, "prompts", "testing"]
+    )
+
+
+# Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the single-turn
+# benchmark (which judges against a baseline) and the multi-turn evaluation.
+EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn"]
+
+
+def room(module: str) -> int | None:
+    parts = module.split(".")
+    return EVALUATION_ROOMS.index(parts[2]) if len(parts) > 2 and parts[1] == "evaluation" else None
+
+
+def test_evaluation_rooms_import_only_earlier_rooms():
+    wrong = []
+    for name, targets in import_graph(top_level_only=False).items():
+        for target in targets:
+            if room(name) is not None and room(target) is not None and room(target) > room(name):
+                wrong.append(f"{name} -> {target}")
+    assert wrong == []
+    inside = (PACKAGE / "evaluation").iterdir()
+    assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == sorted(
+        ["__init__.py", "benchmark", "charts.py", "judge", "multiturn", "pages.py"]
     )

@@ -23,8 +23,8 @@ from fixtures.mini_release import write_mini_release
 
 from rolellm.data import load_rolebench, read_rolebench_jsonl
 from rolellm.data.builder import read_rolebench_table
-from rolellm.evaluation.agreement import read_human_labels
-from rolellm.evaluation.dialogue import read_scenarios
+from rolellm.evaluation.multiturn.agreement import read_human_labels
+from rolellm.evaluation.multiturn.dialogue import read_scenarios
 from rolellm.roles.character_card import read_character_card
 from rolellm.roles.release import read_profile_jsonl, read_release_profiles
 from rolellm.roles.screenplay import read_screenplay

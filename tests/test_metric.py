@@ -7,7 +7,7 @@ import evaluate
 import pytest
 import yaml
 
-from rolellm.evaluation.rouge import rouge_l_scores
+from rolellm.evaluation.benchmark.rouge import rouge_l_scores
 from rolellm.metrics import METRICS_DIR
 from rolellm.metrics.rolebench_rouge import RolebenchRouge
 from rolellm.scripts import cli

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from rolellm.clients.openai_compatible import OpenAIChatClient
-from rolellm.evaluation.judge import judge_win_rate
-from rolellm.evaluation.length_control import fit_length_logistic, length_controlled_win_rate
+from rolellm.evaluation.judge.length_control import fit_length_logistic, length_controlled_win_rate
+from rolellm.evaluation.judge.pairwise import judge_win_rate
 from rolellm.scripts import cli
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 def shown_answers(body):

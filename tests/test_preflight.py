@@ -14,7 +14,7 @@ from rolellm.clients.config import check_endpoints
 from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts.cli import main
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 KEY = "sk-test-preflight"

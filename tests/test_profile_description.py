@@ -6,7 +6,7 @@ import pytest
 from rolellm.clients.openai_compatible import OpenAIChatClient, estimate_tokens
 from rolellm.generation.profile_description import ProfileDescriber, ProfileDescriptionConfig, sample_dialogue
 from rolellm.roles.release import read_release_profiles
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 def test_dialogue_sample_spans_the_script(zhenhuan):

@@ -10,7 +10,7 @@ from fixtures.mini_release import write_mini_release
 
 from rolellm.roles.profile import role_key
 from rolellm.scripts.cli import main
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -171,7 +171,7 @@ def test_recipes_take_a_string_or_a_list_and_flags_replace_them(release, tmp_pat
 
 
 def test_the_old_flags_are_deprecated_aliases(release, tmp_path):
-    from rolellm.evaluation.config import EvaluateConfig
+    from rolellm.evaluation.benchmark.config import EvaluateConfig
     from rolellm.scripts.generate import GenerateArguments
     from rolellm.training import RoCITConfig
 

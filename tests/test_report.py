@@ -6,7 +6,7 @@ import matplotlib.image
 import pytest
 from huggingface_hub import ModelCard
 
-from rolellm.evaluation.report import format_table, update_model_card, write_report
+from rolellm.evaluation.benchmark.report import format_table, update_model_card, write_report
 
 
 def _result(model, dataset_name="en-instruction", cus=0.3294, raw=0.3755, spe=0.3814, win_rate=None, mode="system"):

@@ -7,13 +7,14 @@ import re
 from huggingface_hub import ModelCard
 
 from rolellm.clients.openai_compatible import OpenAIChatClient
-from rolellm.evaluation.dialogue import write_transcripts
-from rolellm.evaluation.pages import markdown_to_html, write_dialogue_report
-from rolellm.evaluation.report import update_model_card, write_report
-from rolellm.evaluation.rubric import DIMENSIONS, judge_transcripts
+from rolellm.evaluation.benchmark.report import update_model_card, write_report
+from rolellm.evaluation.multiturn.dialogue import write_transcripts
+from rolellm.evaluation.multiturn.report import write_dialogue_report
+from rolellm.evaluation.multiturn.rubric import DIMENSIONS, judge_transcripts
+from rolellm.evaluation.pages import markdown_to_html
 from rolellm.roles.profile import RoleProfile
 from rolellm.scripts import cli
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 def svg_texts(svg: str) -> list[str]:

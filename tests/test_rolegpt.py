@@ -9,7 +9,7 @@ from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.generation.filters import clean_answer
 from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig, address_question
 from rolellm.roles.profile import RoleProfile
-from rolellm.testing import ChatCompletionsServer, Fault, content_key
+from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
 
 
 HUAFEI_SYSTEM = (

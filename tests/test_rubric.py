@@ -8,7 +8,7 @@ import pytest
 
 from rolellm.clients import OpenAIChatClient
 from rolellm.clients.base import REASK_REMINDER
-from rolellm.evaluation.rubric import (
+from rolellm.evaluation.multiturn.rubric import (
     DIMENSIONS,
     SINGLE_TURN_DIMENSIONS,
     judge_answers,
@@ -16,7 +16,7 @@ from rolellm.evaluation.rubric import (
     parse_rubric,
 )
 from rolellm.roles.profile import RoleProfile
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 PROFILES = {

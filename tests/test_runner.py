@@ -6,10 +6,10 @@ import os
 import pytest
 import rouge
 
-from rolellm.evaluation.runner import EvaluateConfig, run_benchmark
+from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
-from rolellm.testing import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer
 
 
 def _paper_rouge_l(prediction: str, references: list[str], lang: str) -> float:

@@ -6,11 +6,11 @@ import shutil
 import pytest
 
 from rolellm.data import read_rolebench_jsonl
-from rolellm.evaluation.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
+from rolellm.evaluation.benchmark.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
 from rolellm.roles.profile import role_key
 from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction
 from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rolellm import check_chat_template, encode_chat, encode_chat_turns
-from rolellm.testing import find_rolebench_data, tiny_tokenizer_for_template
+from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.models import tiny_tokenizer_for_template
 
 
 def _corpus() -> Path | None:

@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from rolellm.testing import ChatCompletionsServer, Fault, content_key
+from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
 
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "one two three four"}], "temperature": 0.5}

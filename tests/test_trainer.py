@@ -210,7 +210,7 @@ def test_base_tokenizer_without_chatml_tokens_gets_them_trained_with_lora(tmp_pa
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from rolellm.testing import build_tiny_llama
+    from rolellm.testing.models import build_tiny_llama
 
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

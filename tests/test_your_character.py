@@ -16,7 +16,7 @@ import pytest
 
 from rolellm import ContextInstruct, ContextInstructConfig, OpenAIChatClient, ProfileDescriber, RoleGPT, RoleGPTConfig
 from rolellm.roles.profile import RoleProfile, Utterance
-from rolellm.testing import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
 ROOT = Path(__file__).resolve().parents[1]

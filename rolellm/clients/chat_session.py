@@ -7,7 +7,7 @@ instructions); a local model's prompt is tokenized by `LocalChatClient.encode_pr
 by the user that looks like a control token (`<|im_end|>`) stays plain text.
 
 >>> from rolellm import RoleProfile
->>> from rolellm.testing import ChatCompletionsServer
+>>> from rolellm.testing.server import ChatCompletionsServer
 >>> profiles = {"Po": RoleProfile("Po", "en", "A kung fu panda.")}
 >>> with ChatCompletionsServer(lambda body: "Skadoosh!") as server:
 ...     client = OpenAIChatClient("test-model", base_url=server.base_url, progress=False)

@@ -3,7 +3,7 @@
 Every command that talks to a model (`rolellm generate`, the answers and the judge of `rolellm evaluate`) describes
 its client as a `ClientConfig` and builds it here, so an option means the same everywhere.
 
->>> from rolellm.testing import ChatCompletionsServer
+>>> from rolellm.testing.server import ChatCompletionsServer
 >>> with ChatCompletionsServer(lambda body: "Aye") as server:
 ...     client = make_client(ClientConfig("test-model", base_url=server.base_url, progress=False))
 ...     [result] = client.generate([[{"role": "user", "content": "Ahoy?"}]])
@@ -126,7 +126,7 @@ def check_endpoints(*clients: ChatClient) -> list[str]:
     Returns:
         `list[str]`: what was checked (also logged).
 
-    >>> from rolellm.testing import ChatCompletionsServer
+    >>> from rolellm.testing.server import ChatCompletionsServer
     >>> with ChatCompletionsServer(models=["judge", "answerer"]) as server:
     ...     clients = [make_client(ClientConfig(name, base_url=server.base_url)) for name in ("answerer", "judge")]
     ...     check_endpoints(*clients, clients[0])

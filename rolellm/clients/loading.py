@@ -4,7 +4,7 @@
 the generation commands read every kind of checkpoint `rolellm train` writes.
 
 >>> import tempfile
->>> from rolellm.testing import build_tiny_llama
+>>> from rolellm.testing.models import build_tiny_llama
 >>> model, tokenizer = load_model_and_tokenizer(build_tiny_llama(tempfile.mkdtemp()))
 >>> type(model).__name__, len(tokenizer) <= model.get_input_embeddings().num_embeddings
 ('LlamaForCausalLM', True)

@@ -5,7 +5,7 @@ template, sorted by length and generated in left-padded batches; answers go thro
 re-asks and usage totals as `OpenAIChatClient`.
 
 >>> import tempfile
->>> from rolellm.testing import build_tiny_llama
+>>> from rolellm.testing.models import build_tiny_llama
 >>> path = build_tiny_llama(tempfile.mkdtemp())
 >>> client = LocalChatClient(path, max_new_tokens=4, chat_template="chatml", progress=False)
 >>> [result] = client.generate([[{"role": "user", "content": "Ahoy!"}]])

@@ -10,7 +10,7 @@ Retries are rolellm's own loop rather than the `openai` client's (`max_retries=0
 honours `Retry-After` without the `openai` client's 60-second cap, retries garbled and empty answers too, counts
 every retry in `client.usage`, and sleeps outside the concurrency limit so a waiting request does not hold a slot.
 
->>> from rolellm.testing import ChatCompletionsServer
+>>> from rolellm.testing.server import ChatCompletionsServer
 >>> with ChatCompletionsServer(lambda body: body["messages"][-1]["content"][::-1]) as server:
 ...     client = OpenAIChatClient("test-model", base_url=server.base_url, progress=False)
 ...     results = client.generate([ChatRequest([{"role": "user", "content": "Arr"}])])
@@ -155,7 +155,7 @@ class OpenAIChatClient(ChatClient):
         Raises:
             `EndpointError`: unreachable, key refused (401/403), model unknown (404/400); the message is the server's.
 
-        >>> from rolellm.testing import ChatCompletionsServer
+        >>> from rolellm.testing.server import ChatCompletionsServer
         >>> with ChatCompletionsServer(models=["other-model"]) as server:
         ...     client = OpenAIChatClient("my-model", base_url=server.base_url, progress=False)
         ...     client.check_endpoint()

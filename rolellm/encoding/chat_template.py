@@ -28,7 +28,7 @@ def set_role_chat_template(tokenizer, model=None) -> list[int]:
     Returns:
         `list[int]`: ids of the tokens that were added (empty when none were).
 
-    >>> from rolellm.testing import train_tiny_tokenizer
+    >>> from rolellm.testing.models import train_tiny_tokenizer
     >>> tokenizer = train_tiny_tokenizer()
     >>> set_role_chat_template(tokenizer)
     []

@@ -134,7 +134,7 @@ def check_chat_template(tokenizer, chat_template: str | None = None, keep_think:
     Returns:
         `TemplateReport`: per check passed/failed with a reason; `report.ok` is `True` when all passed.
 
-    >>> from rolellm.testing import train_tiny_tokenizer
+    >>> from rolellm.testing.models import train_tiny_tokenizer
     >>> from rolellm.encoding.chat_template import set_role_chat_template
     >>> tokenizer = train_tiny_tokenizer()
     >>> _ = set_role_chat_template(tokenizer)

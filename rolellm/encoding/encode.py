@@ -127,7 +127,7 @@ def encode_chat_turns(
     Returns:
         `list[dict]`: one `{"input_ids", "assistant_masks"}` dict per sequence.
 
-    >>> from rolellm.testing import train_tiny_tokenizer
+    >>> from rolellm.testing.models import train_tiny_tokenizer
     >>> tokenizer = train_tiny_tokenizer()
     >>> tokenizer.chat_template = (
     ...     "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] "
@@ -176,7 +176,7 @@ def encode_chat(
         `ValueError`: the template cannot render a role conversation, or its assistant turns cannot share one
             sequence (use `encode_chat_turns`, as the `RoCITTrainer` does).
 
-    >>> from rolellm.testing import train_tiny_tokenizer
+    >>> from rolellm.testing.models import train_tiny_tokenizer
     >>> tokenizer = train_tiny_tokenizer()
     >>> from rolellm.encoding.chat_template import set_role_chat_template
     >>> _ = set_role_chat_template(tokenizer)

@@ -1,5 +1,8 @@
-"""Evaluation as the paper does it: ROUGE-L (RAW, CUS, SPE), the GPT-judge win rate, the benchmark runner and its
-report."""
+"""Evaluation in three rooms, each importing only the ones before it:
 
-from rolellm.evaluation.judge import WinRateResult, build_judge_messages, judge_win_rate, parse_ranking
-from rolellm.evaluation.rouge import detect_language, rouge_l, rouge_l_pairs, rouge_l_scores, to_rouge_text
+- `rolellm.evaluation.judge`: the paper's pairwise GPT judge with its length-controlled win rate;
+- `rolellm.evaluation.benchmark`: the single-turn benchmark (ROUGE-L RAW/CUS/SPE, `run_benchmark`, its report);
+- `rolellm.evaluation.multiturn`: multi-turn evaluation (simulated users, rubric judges, agreement, `run_dialogue_eval`).
+
+`charts` and `pages` (SVG charts and the Markdown-to-HTML page) are shared by the reports of all three.
+"""

@@ -33,6 +33,7 @@ from rolellm.roles.profile import (
     RoleProfile,
     Utterance,
     decode_text,
+    detect_language,
     join_catchphrases,
     split_catchphrases,
 )
@@ -43,7 +44,6 @@ CARD_KEYWORDS = ("ccv3", "chara")  # the text-chunk keywords of a card, the V3 o
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
 USER = "user"
-_CJK = re.compile(r"[\u4e00-\u9fff]")
 _V2_FIELDS = ["name", "description", "personality", "scenario", "first_mes", "mes_example", "creator_notes",
               "system_prompt", "post_history_instructions", "alternate_greetings", "tags", "creator",
               "character_version", "extensions"]  # fmt: skip
@@ -113,7 +113,7 @@ def profile_from_card(card: dict, lang: str | None = None, where: str = "card") 
     if not data.get("name", "").strip():
         raise DataFormatError(f"{where}: field 'data.name' is missing or empty")
     name, text = data["name"], data.get("description", "")
-    lang = lang or ("zh" if _CJK.search(text + name) else "en")
+    lang = lang or detect_language(name + " " + text)
     extra = {"character_card": copy.deepcopy(card)}
     phrases = _rolellm_extension(data, where, "catchphrases")
     if phrases is not None:  # the card says them: the description stays as written

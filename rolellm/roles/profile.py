@@ -39,6 +39,8 @@ _CATCHPHRASE_SENTENCE = {
 }
 _QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”|「([^」]+)」|‘([^’]+)’')
 _UNQUOTED_SEPARATORS = re.compile(r"\s*[、,，;；/]\s*")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z]+")
 
 
 class DataFormatError(ValueError):
@@ -222,6 +224,16 @@ def parse_description(text: str, lang: str) -> tuple[str, list[str], dict]:
         catchphrases,
         {"description_text": {"description": description, "catchphrases": list(catchphrases), "text": text}},
     )
+
+
+def detect_language(text: str) -> Literal["en", "zh"]:
+    """Return `"zh"` when the text has at least as many CJK characters as Latin words, else `"en"`.
+
+    >>> detect_language("Arr, matey."), detect_language("俺老孙来也！OK"), detect_language("")
+    ('en', 'zh', 'en')
+    """
+    cjk = len(_CJK.findall(text))
+    return "zh" if cjk and cjk >= len(_LATIN_WORD.findall(text)) else "en"
 
 
 def role_key(name: str) -> str:

@@ -122,7 +122,7 @@ def make_parser(subparsers=None):
 
 def read_run_scenarios(args: DialogueArguments, profiles: dict, user_client) -> list:
     """The run's scenarios: the file, else card scenarios and generated ones; `--num_turns` applied."""
-    from rolellm.evaluation.dialogue import generate_scenarios, read_scenarios, scenarios_from_card
+    from rolellm.evaluation.multiturn.dialogue import generate_scenarios, read_scenarios, scenarios_from_card
     from rolellm.roles.profile import role_key
 
     if args.scenarios:
@@ -146,9 +146,9 @@ def main(args=None):
     if args is None:
         args = make_parser().parse_args()
     from rolellm.clients.config import check_endpoints, make_client
-    from rolellm.evaluation.dialogue import TRANSCRIPTS_NAME, run_dialogues
-    from rolellm.evaluation.pages import write_dialogue_report
-    from rolellm.evaluation.rubric import judge_transcripts
+    from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME, run_dialogues
+    from rolellm.evaluation.multiturn.report import write_dialogue_report
+    from rolellm.evaluation.multiturn.rubric import judge_transcripts
     from rolellm.roles.resolve import load_profiles
 
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -29,7 +29,7 @@ import json
 import logging
 import sys
 
-from rolellm.evaluation.runner import EvaluateConfig
+from rolellm.evaluation.benchmark.runner import EvaluateConfig
 from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
@@ -61,8 +61,8 @@ def _first_error(judged: dict) -> str:
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
-    from rolellm.evaluation.report import format_table
-    from rolellm.evaluation.runner import run_benchmark
+    from rolellm.evaluation.benchmark.report import format_table
+    from rolellm.evaluation.benchmark.runner import run_benchmark
 
     # the runner logs what it will send (requests, estimated tokens), resumptions and failures
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -63,9 +63,9 @@ def format_agreement(result: dict, level: float = 0.95) -> str:
 
 def rewrite_reports(folder: Path) -> list[Path]:
     """Write again the reports of a results folder (a `rolellm dialogue` and/or `rolellm evaluate` output)."""
-    from rolellm.evaluation.dialogue import TRANSCRIPTS_NAME
-    from rolellm.evaluation.pages import write_dialogue_report
-    from rolellm.evaluation.report import write_report
+    from rolellm.evaluation.benchmark.report import write_report
+    from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME
+    from rolellm.evaluation.multiturn.report import write_dialogue_report
 
     written = []
     if (folder / TRANSCRIPTS_NAME).is_file():
@@ -82,7 +82,7 @@ def rewrite_reports(folder: Path) -> list[Path]:
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
-    from rolellm.evaluation.agreement import compare_with_humans, read_human_labels, read_judge_results
+    from rolellm.evaluation.multiturn.agreement import compare_with_humans, read_human_labels, read_judge_results
 
     prog = "rolellm judge agreement"
     if args.num_bootstrap < 1 or not 0 < args.confidence_level < 1:

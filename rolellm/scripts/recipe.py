@@ -2,7 +2,7 @@
 override them, and `dataclasses_from` turns the parsed namespace into the command's dataclasses.
 
 >>> import tempfile
->>> from rolellm.evaluation.runner import EvaluateConfig
+>>> from rolellm.evaluation.benchmark.runner import EvaluateConfig
 >>> path = tempfile.mkdtemp() + "/recipe.yaml"
 >>> _ = open(path, "w").write("model_name_or_path: rolegpt\\noutput_dir: runs/rolegpt\\n")
 >>> parser = recipe_parser_class()(EvaluateConfig)

@@ -46,7 +46,7 @@ def describe_chat_template(tokenizer) -> dict:
         `dict` with `family` (rolellm's ChatML role template or the model's own), `system_placement` (a sentence)
         and `prompt` (the token text of a system + user conversation ready for the answer, as trained).
 
-    >>> from rolellm.testing import train_tiny_tokenizer
+    >>> from rolellm.testing.models import train_tiny_tokenizer
     >>> from rolellm.encoding.chat_template import set_role_chat_template
     >>> tokenizer = train_tiny_tokenizer()
     >>> _ = set_role_chat_template(tokenizer)

@@ -109,7 +109,7 @@ class RoCITTrainer(SFTTrainer):
             model card.
         **kwargs: the other arguments of `SFTTrainer` (`callbacks`, `optimizers`, ...).
 
-    >>> from rolellm.testing import build_tiny_llama, train_tiny_tokenizer
+    >>> from rolellm.testing.models import build_tiny_llama, train_tiny_tokenizer
     >>> import datasets, tempfile
     >>> from rolellm import RoleProfile
     >>> folder = tempfile.mkdtemp()

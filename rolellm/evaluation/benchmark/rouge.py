@@ -34,14 +34,14 @@ the text raises the English RoleGPT SPE from the paper's 0.3229 to 0.3232.
 """
 
 import logging
-import re
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from rolellm.evaluation.lcs import encode_texts, union_lcs_words
+from rolellm.evaluation.benchmark.lcs import encode_texts, union_lcs_words
+from rolellm.roles.profile import detect_language
 
 
 logger = logging.getLogger(__name__)
@@ -51,21 +51,8 @@ _KERNELS = None  # the compiled kernels module once loaded, False when numba is 
 
 Tokenizer = Literal["whitespace", "char", "rouge_score", "jieba"]
 Measure = Literal["recall", "precision", "f"]
-Language = Literal["en", "zh"]
 
 PAPER_TOKENIZERS: dict[str, Tokenizer] = {"en": "whitespace", "zh": "char"}
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN_WORD = re.compile(r"[A-Za-z]+")
-
-
-def detect_language(text: str) -> Language:
-    """Return `"zh"` when the text has at least as many CJK characters as Latin words, else `"en"`.
-
-    >>> detect_language("Arr, matey."), detect_language("俺老孙来也！OK"), detect_language("")
-    ('en', 'zh', 'en')
-    """
-    cjk = len(_CJK.findall(text))
-    return "zh" if cjk and cjk >= len(_LATIN_WORD.findall(text)) else "en"
 
 
 def to_rouge_text(text: str, tokenizer: Tokenizer) -> str:
@@ -111,11 +98,11 @@ def _unique(keys: np.ndarray) -> np.ndarray:
 
 
 def _compiled_kernels():
-    """The `numba` kernels of [`rolellm.evaluation.lcs_numba`], or `None` (NumPy) when `numba` is not installed."""
+    """The `numba` kernels of [`rolellm.evaluation.benchmark.lcs_numba`], or `None` (NumPy) when `numba` is not installed."""
     global _KERNELS
     if _KERNELS is None:
         try:
-            from rolellm.evaluation import lcs_numba
+            from rolellm.evaluation.benchmark import lcs_numba
 
             _KERNELS = lcs_numba
         except ImportError:
@@ -216,7 +203,7 @@ def rouge_l_pairs(predictions: Sequence[str], references: Sequence[str]) -> dict
 def rouge_l_scores(
     predictions: Sequence[str],
     references: Sequence[str | Sequence[str]],
-    lang: Language | None = None,
+    lang: Literal["en", "zh"] | None = None,
     measure: Measure = "recall",
     tokenizer: Tokenizer | None = None,
 ) -> list[float]:
@@ -282,7 +269,7 @@ def rouge_l_scores(
 def rouge_l(
     predictions: Sequence[str],
     references: Sequence[str | Sequence[str]],
-    lang: Language | None = None,
+    lang: Literal["en", "zh"] | None = None,
     measure: Measure = "recall",
     tokenizer: Tokenizer | None = None,
 ) -> float:

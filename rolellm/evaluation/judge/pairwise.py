@@ -4,14 +4,14 @@ Each sample (role, question, the model's answer, the baseline's answer) is judge
 (`rolellm/prompts/judge_en.jinja`, `judge_zh.jinja`), the two answers named only by their position (`model_a`,
 `model_b`). Both orders are judged; when the two verdicts disagree the sample is a tie, which removes the judge's
 position bias. The win rate counts ties as half, with a bootstrap confidence interval, and the average rank of the
-model (1 = best) is reported too, beside a length-controlled win rate (`rolellm.evaluation.length_control`: the
+model (1 = best) is reported too, beside a length-controlled win rate (`rolellm.evaluation.judge.length_control`: the
 preference at equal answer lengths, since judges favour longer answers) and the mean answer lengths. Requests go
 through a chat client (`OpenAIChatClient` for any OpenAI-compatible endpoint): cached on disk, retried, run
 concurrently. An answer that is not a ranking is asked
 again, then counted as failed and reported, never dropped.
 
 >>> from rolellm.clients.openai_compatible import OpenAIChatClient
->>> from rolellm.testing import ChatCompletionsServer
+>>> from rolellm.testing.server import ChatCompletionsServer
 >>> def judge(body):  # prefers the answer that says "Arr", wherever it is shown
 ...     answers = json.loads(body["messages"][1]["content"].split("this question are:\\n")[1].split("\\nNow,")[0])
 ...     best = next(a["model"] for a in answers if "Arr" in a["answer"])
@@ -36,8 +36,8 @@ from typing import Literal
 import numpy as np
 
 from rolellm.clients.openai_compatible import ChatRequest
-from rolellm.evaluation.length_control import length_controlled_win_rate
-from rolellm.evaluation.rouge import detect_language
+from rolellm.evaluation.judge.length_control import length_controlled_win_rate
+from rolellm.roles.profile import detect_language
 from rolellm.roles.prompts import load_prompt
 
 

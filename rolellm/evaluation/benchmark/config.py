@@ -81,7 +81,7 @@ class EvaluateConfig:
     > Parameters that control the GPT-judge win rate
 
         judge_model (`str`, *optional*): also judge the answers against a baseline's with this model, the paper's win
-            rate (`rolellm.evaluation.judge`) with its length-controlled variant; not set: no win rate.
+            rate (`rolellm.evaluation.judge.pairwise`) with its length-controlled variant; not set: no win rate.
         baseline (`str`, *optional*, defaults to `"rolegpt"`): what the judge compares against: `"rolegpt"` (the
             release's `rolegpt_baseline` answers, as in the paper) or the `output_dir` of another `rolellm evaluate`
             run (its `generations.jsonl`, matched on role, subset and question).

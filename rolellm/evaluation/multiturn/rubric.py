@@ -19,7 +19,7 @@ is reported next to every score, with the correlation of length and score (judge
 
 >>> from rolellm.clients import OpenAIChatClient
 >>> from rolellm.roles.profile import RoleProfile
->>> from rolellm.testing import ChatCompletionsServer
+>>> from rolellm.testing.server import ChatCompletionsServer
 >>> answer = json.dumps({d: {"score": 4, "rationale": "Fine."} for d in SINGLE_TURN_DIMENSIONS})
 >>> rows = [{"role": "Jack Sparrow", "question": "Where is the rum?"}]
 >>> with ChatCompletionsServer(lambda body: answer) as server:
@@ -36,8 +36,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rolellm.clients.base import ChatRequest
-from rolellm.evaluation.agreement import krippendorff_alpha, mean_pairwise_spearman, spearman
-from rolellm.evaluation.dialogue import answer_length
+from rolellm.evaluation.multiturn.agreement import krippendorff_alpha, mean_pairwise_spearman, spearman
+from rolellm.evaluation.multiturn.dialogue import answer_length
 from rolellm.roles.card_prompts import role_description
 from rolellm.roles.profile import RoleProfile, role_key
 from rolellm.roles.prompts import load_prompt

@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
-from rolellm.evaluation.baseline import read_predictions_folder, rolegpt_predictions
-from rolellm.evaluation.config import GENERATION_FIELDS, ROLEGPT, EvaluateConfig
-from rolellm.evaluation.scoring import read_raw_targets, score_predictions
+from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
+from rolellm.evaluation.benchmark.config import GENERATION_FIELDS, ROLEGPT, EvaluateConfig
+from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
@@ -257,7 +257,7 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
         `dict`: `WinRateResult.to_dict()` (`win_rate`, `ci_low`, `ci_high`, `lc_win_rate`, `average_rank`, counts,
         `outcomes`, ...) with `baseline`, the baseline's label.
     """
-    from rolellm.evaluation.judge import judge_win_rate
+    from rolellm.evaluation.judge.pairwise import judge_win_rate
     from rolellm.roles.card_prompts import role_description
     from rolellm.roles.profile import role_key
 
@@ -286,7 +286,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         full result, when `judge_model` is set) and `config`.
     """
     from rolellm.data import load_rolebench
-    from rolellm.evaluation.report import update_model_card, write_report
+    from rolellm.evaluation.benchmark.report import update_model_card, write_report
 
     judged = config.judge_model is not None
     needs_rolegpt = config.is_rolegpt_baseline or (

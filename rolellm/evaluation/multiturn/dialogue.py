@@ -16,7 +16,7 @@ to `<output_dir>/transcripts.jsonl`, one conversation per line.
 >>> import tempfile
 >>> from rolellm.clients import OpenAIChatClient
 >>> from rolellm.roles.profile import RoleProfile
->>> from rolellm.testing import ChatCompletionsServer
+>>> from rolellm.testing.server import ChatCompletionsServer
 >>> profile = RoleProfile("Jack Sparrow", "en", "A witty pirate captain.")
 >>> scenario = Scenario("Jack Sparrow", "A tavern in Tortuga.", "A young sailor.", "Where is the Pearl?", num_turns=2)
 >>> with ChatCompletionsServer(lambda body: "Aye, " + body["messages"][-1]["content"]) as server:

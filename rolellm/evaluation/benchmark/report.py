@@ -25,9 +25,9 @@ import warnings
 from pathlib import Path
 
 from rolellm.data.release import HUB_REPO_ID
+from rolellm.evaluation.benchmark.scoring import METRICS, is_number
 from rolellm.evaluation.charts import bar_chart, svg_pyplot, win_rate_chart
 from rolellm.evaluation.pages import human_agreement_markdown, markdown_to_html
-from rolellm.evaluation.scoring import METRICS, is_number
 
 
 # dataset config (without its subset suffix) -> heading; the paper's table for the same benchmark
@@ -170,7 +170,7 @@ def format_win_rates(results: list[dict]) -> str:
             cells += ["–", "n/a", "n/a", "n/a", "n/a", "–"]
         lines.append("| " + " | ".join(cells) + " |")
     notes = ("LC: length-controlled, the judge's preference at equal answer lengths (a logistic regression on the "
-             "normalized length difference, `rolellm.evaluation.length_control`). Lengths in characters.")  # fmt: skip
+             "normalized length difference, `rolellm.evaluation.judge.length_control`). Lengths in characters.")  # fmt: skip
     return "\n".join(lines) + "\n\n" + notes
 
 

@@ -50,7 +50,7 @@ def read_raw_targets(path: str | Path) -> dict[str, str]:
 
 def sample_scores(predictions: list[str], references: list[list[str]], lang: str | None = None) -> list[float]:
     """The paper's ROUGE-L recall of each prediction against its best reference."""
-    from rolellm.evaluation.rouge import rouge_l_scores
+    from rolellm.evaluation.benchmark.rouge import rouge_l_scores
 
     if not predictions:
         return []
