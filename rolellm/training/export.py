@@ -103,6 +103,16 @@ def _trainer_state(folder, names):
     return [name for name in names if TRAINER_STATE.match(name)]
 
 
+# what a merged folder's card adds to the adapter card's lines
+_MERGED_NOTES = (
+    (
+        r"^(- adapter: .*)$",
+        "; merged into the base model's weights by `rolellm export --merge` (the folder holds the full model)",
+    ),
+    (r"^(- quantization: (4|8)-bit .*)$", " during training; the merged weights are not quantized"),
+)
+
+
 def _update_card(card: ModelCard, merged: bool, repo: str | None, output_dir: Path) -> ModelCard:
     text = card.text
     if merged:
@@ -111,20 +121,8 @@ def _update_card(card: ModelCard, merged: bool, repo: str | None, output_dir: Pa
             "from peft import AutoPeftModelForCausalLM", "from transformers import AutoModelForCausalLM"
         )
         text = text.replace("AutoPeftModelForCausalLM.from_pretrained", "AutoModelForCausalLM.from_pretrained")
-        text = re.sub(
-            r"^(- adapter: .*)$",
-            r"\1; merged into the base model's weights by `rolellm export --merge` (the folder holds the full model)",
-            text,
-            count=1,
-            flags=re.MULTILINE,
-        )
-        text = re.sub(
-            r"^(- quantization: (4|8)-bit .*)$",
-            r"\1 during training; the merged weights are not quantized",
-            text,
-            count=1,
-            flags=re.MULTILINE,
-        )
+        for line, note in _MERGED_NOTES:
+            text = re.sub(line, rf"\g<1>{note}", text, count=1, flags=re.MULTILINE)
     if repo is None:
         folder = f'folder = "{output_dir.name}"  # this folder'
     else:
