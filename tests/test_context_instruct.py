@@ -317,3 +317,13 @@ def test_english_profiles_from_a_dataset(tmp_path):
     )
     assert set(result.dataset["train"]["lang"]) == {"en"}
     assert (tmp_path / "instructions-eng" / "role-specific-Jack Sparrow.jsonl").exists()
+
+
+@pytest.mark.parametrize("confidence", [float("nan"), float("inf"), "NaN", "-inf"])
+def test_a_confidence_that_is_not_a_finite_number_is_counted_invalid(confidence):
+    # NaN passes every `<` comparison, so it would slip through the confidence filter if it were kept as a number;
+    # json.dumps writes the floats as the bare literals NaN / Infinity, which json.loads reads back
+    good = {"question": "Q?", "type": "script_based", "completeness": "High", "confidence": 0.9, "answer": "A."}
+    result = parse_items(json.dumps([good, {**good, "question": "Q2?", "confidence": confidence}]))
+    assert [item["question"] for item in result["items"]] == ["Q?"]
+    assert result["invalid"] == {"invalid_confidence": 1}

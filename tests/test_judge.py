@@ -250,3 +250,17 @@ def test_example_reproduces_spe_and_judges(rolebench_dir):
     assert "English SPE (Table 3): ROUGE-L recall 0.3229" in run.stdout
     assert "Chinese SPE (Table 4): ROUGE-L recall 0.2478" in run.stdout
     assert "re-run: 40 of 40 judge requests answered from the cache" in run.stdout
+
+
+@pytest.mark.parametrize("ranks", [(1, 3), (0, 1), (1.5, 2), (True, 2), ("2", "9")])
+def test_a_ranking_outside_one_and_two_is_not_a_verdict(ranks):
+    text = str([{"model": "model_a", "rank": ranks[0]}, {"model": "model_b", "rank": ranks[1]}])
+    with pytest.raises(ValueError):
+        parse_ranking(text)
+
+
+def test_whole_ranks_in_any_spelling_are_read():
+    assert parse_ranking("[{'model': 'model_a', 'rank': 2.0}, {'model': 'model_b', 'rank': '1'}]") == {
+        "model_a": 2,
+        "model_b": 1,
+    }

@@ -13,6 +13,7 @@ rows plus the release's `instructions-*` files.
 """
 
 import contextlib
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,6 +175,8 @@ def _normalise(item: dict) -> dict:
     if isinstance(item.get("confidence"), str):
         with contextlib.suppress(ValueError):  # a non-number stays a string and fails the schema
             item["confidence"] = float(item["confidence"].strip())
+    if isinstance(item.get("confidence"), float) and not math.isfinite(item["confidence"]):
+        item["confidence"] = str(item["confidence"])  # NaN passes every comparison: fail the schema instead
     for key in ("question", "answer"):
         if isinstance(item.get(key), str):
             item[key] = item[key].strip()

@@ -84,6 +84,16 @@ def _literal(text: str):
     return None
 
 
+def _whole_number(rank) -> int:
+    """A rank as an `int`: `2`, `"2"` and `2.0` are 2; `1.5`, `True` and `"first"` are not ranks."""
+    if isinstance(rank, bool):
+        raise TypeError(rank)
+    value = float(rank)
+    if value != int(value):
+        raise ValueError(rank)
+    return int(value)
+
+
 def parse_ranking(text: str, names: Sequence[str] = NAMES) -> dict[str, int]:
     """Read the judge's Python-list answer into `{model name: rank}`; raise `ValueError` when it is not one.
 
@@ -112,12 +122,15 @@ def parse_ranking(text: str, names: Sequence[str] = NAMES) -> dict[str, int]:
     ranks = {}
     for model, rank in pairs:
         try:
-            ranks[model.lower()] = int(rank)
-        except (TypeError, ValueError):
+            ranks[model.lower()] = _whole_number(rank)
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"rank {rank!r} of {model!r} is not a number in {text[:200]!r}") from None
     missing = [name for name in names if name.lower() not in ranks]
     if missing or len(pairs) != len(names):
         raise ValueError(f"expected one rank for each of {list(names)}, got {pairs} from {text[:200]!r}")
+    outside = {model: rank for model, rank in ranks.items() if not 1 <= rank <= len(names)}
+    if outside:
+        raise ValueError(f"ranks {outside} are outside 1..{len(names)} in {text[:200]!r}")
     return {name: ranks[name.lower()] for name in names}
 
 
