@@ -1,7 +1,9 @@
 """Agreement statistics on hand-computed cases, human-label files, and `rolellm judge agreement` on a synthetic run."""
 
 import json
+import re
 
+import numpy as np
 import pytest
 
 from rolellm.evaluation.multiturn.agreement import (
@@ -12,6 +14,7 @@ from rolellm.evaluation.multiturn.agreement import (
     krippendorff_alpha,
     mean_pairwise_spearman,
     read_human_labels,
+    read_judge_results,
     spearman,
 )
 from rolellm.roles.profile import DataFormatError
@@ -40,7 +43,7 @@ def test_cohen_kappa_on_a_known_confusion_table():
     # p_o = 35/50 = 0.7; p_e = 0.5 * 0.6 + 0.5 * 0.4 = 0.5; kappa = (0.7 - 0.5) / 0.5 = 0.4
     a = ["win"] * 20 + ["win"] * 5 + ["loss"] * 10 + ["loss"] * 15
     b = ["win"] * 20 + ["loss"] * 5 + ["win"] * 10 + ["loss"] * 15
-    assert cohen_kappa(a, b) == 0.4
+    assert cohen_kappa(a, b) == pytest.approx(0.4, abs=1e-12)  # statistics are exact, not rounded
     assert cohen_kappa(a, a) == 1.0
     assert cohen_kappa(["tie"] * 3, ["tie"] * 3) is None  # chance agreement is 1
     assert cohen_kappa([], []) is None
@@ -142,10 +145,10 @@ def test_judge_agreement_cli_reproduces_known_correlations(tmp_path, capsys):
     assert (scores["memory"]["spearman"], scores["memory"]["kendall"], scores["memory"]["n"]) == (1.0, 1.0, 5)
     assert scores["memory"]["spearman_ci"] == [1.0, 1.0]
     assert (scores["knowledge"]["spearman"], scores["knowledge"]["kendall"]) == (-1.0, -1.0)
-    assert (scores["engagement"]["spearman"], scores["engagement"]["kendall"]) == (0.8, 0.6)
+    assert (scores["engagement"]["spearman"], scores["engagement"]["kendall"]) == pytest.approx((0.8, 0.6), abs=1e-12)
     low, high = scores["engagement"]["spearman_ci"]
     assert low <= 0.8 <= high
-    assert result["choices"]["n"] == 50 and result["choices"]["kappa"] == 0.4
+    assert result["choices"]["n"] == 50 and result["choices"]["kappa"] == pytest.approx(0.4, abs=1e-12)
     assert result["choices"]["confusion"]["loss"]["win"] == 5  # human loss, judge win
     low, high = result["choices"]["kappa_ci"]
     assert low < 0.4 < high
@@ -173,3 +176,82 @@ def test_judge_agreement_cli_exit_codes(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:  # argparse: a missing required flag
         run_cli(["agreement", "--human", str(human)])
     assert exit_info.value.code == 2
+
+
+def _kendall_by_pairs(x, y):
+    """Kendall's tau-b by its definition, pair by pair (the reference for the vectorised one)."""
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = (x[i] > x[j]) - (x[i] < x[j]), (y[i] > y[j]) - (y[i] < y[j])
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif dx == dy:
+                concordant += 1
+            else:
+                discordant += 1
+    return (concordant - discordant) / ((concordant + discordant + ties_x) * (concordant + discordant + ties_y)) ** 0.5
+
+
+def test_kendall_equals_the_pairwise_definition_with_ties_unrounded():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.integers(1, 6, 40).tolist(), rng.integers(1, 6, 40).tolist()
+        assert kendall(x, y) == pytest.approx(_kendall_by_pairs(x, y), abs=1e-12)
+    assert kendall([1, 2, 3], [1, 3, 2]) == 1 / 3  # exact, not 0.333333
+
+
+def test_a_nan_judge_score_is_a_failed_verdict_not_the_highest(tmp_path):
+    items = [{"id": "a", "scores": {"memory": 2}}, {"id": "b", "scores": {"memory": float("nan")}}]
+    (tmp_path / "scores.json").write_text(json.dumps({"items": items}))  # json writes NaN, and reads it back
+    scores, _ = read_judge_results(tmp_path)
+    assert scores == {"a": {"memory": 2}}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"items": [{"id": "a", "scores": {"memory": 3}}', "scores.json: not valid JSON (line 1"),
+        ('[{"id": "a"}]', "scores.json: expected a JSON object, got list"),
+        ('{"items": {"a": 3}}', "scores.json: field 'items' must be a list"),
+        ('{"items": [{"scores": {"memory": 3}}]}', "scores.json: items[0] must be an object with 'id'"),
+        ('{"items": [{"id": "a", "scores": {"memory": "high"}}]}', "items[0]: field 'scores.memory' must be a number"),
+    ],
+)
+def test_a_malformed_scores_file_names_the_file_and_field(tmp_path, content, message):
+    (tmp_path / "scores.json").write_text(content)
+    with pytest.raises(DataFormatError, match=re.escape(message)):
+        read_judge_results(tmp_path)
+
+
+def test_a_misspelt_dimension_is_named_with_the_judged_ones():
+    labels = [{"id": "a", "scores": {"memroy": 3}, "choice": None}]
+    with pytest.raises(ValueError, match=r"dimensions \['memroy'\] that the judge did not score; .*\['memory'\]"):
+        compare_with_humans(labels, {"a": {"memory": 2}}, {})
+
+
+@pytest.mark.parametrize("score", [0, 6, 2.5])
+def test_human_scores_off_the_scale_name_the_line(tmp_path, score):
+    path = tmp_path / "human.jsonl"
+    path.write_text(
+        json.dumps({"id": "a", "scores": {"memory": 3}})
+        + "\n"
+        + json.dumps({"id": "b", "scores": {"memory": score}})
+        + "\n"
+    )
+    with pytest.raises(
+        DataFormatError, match=r"human.jsonl:2: field 'scores.memory' must be a whole number from 1 to 5"
+    ):
+        read_human_labels(path)
+
+
+def test_another_scale_admits_its_own_scores(tmp_path):
+    path = tmp_path / "human.jsonl"
+    path.write_text(
+        json.dumps({"id": "a", "scores": {"memory": 0}}) + "\n" + json.dumps({"id": "b", "scores": {"memory": 10}})
+    )
+    assert [label["scores"]["memory"] for label in read_human_labels(path, scale=(0, 10))] == [0, 10]

@@ -3,7 +3,8 @@
 The statistics are small and exact (no scipy needed): `spearman` (Spearman's rho, average ranks for ties),
 `kendall` (Kendall's tau-b), `cohen_kappa` (two raters' categorical choices), `krippendorff_alpha` (interval
 metric, any number of raters, missing ratings allowed), each `None` when it is undefined (a constant rater, fewer
-than two items) rather than NaN, and `bootstrap_ci` for a percentile interval over items.
+than two items) rather than NaN, and `bootstrap_ci` for a percentile interval over items. Nothing is rounded: tables
+round when they print.
 
 `compare_with_humans` matches a human-label file (`read_human_labels`, format in `docs/multi-turn.md`) with a
 results folder: rubric scores (`scores.json` of `rolellm dialogue` / `judge_transcripts`) and pairwise verdicts
@@ -12,7 +13,7 @@ intervals, and Cohen's kappa for pairwise choices.
 
 >>> spearman([1, 2, 3, 4], [10, 20, 30, 40]), spearman([1, 2, 3, 4], [4, 3, 2, 1])
 (1.0, -1.0)
->>> kendall([1, 2, 3], [1, 3, 2])
+>>> round(kendall([1, 2, 3], [1, 3, 2]), 6)
 0.333333
 >>> cohen_kappa(["win", "win", "loss", "loss"], ["win", "loss", "loss", "loss"])
 0.5
@@ -31,11 +32,10 @@ from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 
 
 CHOICES = ("win", "tie", "loss")  # a pairwise verdict on the judged model against the baseline
-ROUND = 6  # digits kept in reported statistics
 
 
-def _rounded(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(float(value), ROUND)
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def rank(values: Sequence[float]) -> np.ndarray:
@@ -63,28 +63,20 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     a, b = rank(x), rank(y)
     a, b = a - a.mean(), b - b.mean()
     denominator = math.sqrt(float((a * a).sum() * (b * b).sum()))
-    return _rounded(float((a * b).sum()) / denominator) if denominator > 0 else None
+    return _finite(float((a * b).sum()) / denominator) if denominator > 0 else None
 
 
 def kendall(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Kendall's tau-b (ties on either side corrected); `None` when a side is constant or n < 2."""
     if len(x) != len(y):
         raise ValueError(f"kendall needs paired values, got {len(x)} and {len(y)}")
-    concordant = discordant = ties_x = ties_y = 0
-    for i, j in combinations(range(len(x)), 2):
-        dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-        if dx == 0 and dy == 0:
-            continue
-        if dx == 0:
-            ties_x += 1
-        elif dy == 0:
-            ties_y += 1
-        elif dx == dy:
-            concordant += 1
-        else:
-            discordant += 1
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    upper = np.triu_indices(len(x), k=1)  # every pair i < j once
+    dx, dy = np.sign(x[:, None] - x[None, :])[upper], np.sign(y[:, None] - y[None, :])[upper]
+    concordant, discordant = int(((dx * dy) > 0).sum()), int(((dx * dy) < 0).sum())
+    ties_x, ties_y = int(((dx == 0) & (dy != 0)).sum()), int(((dy == 0) & (dx != 0)).sum())
     denominator = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    return _rounded((concordant - discordant) / denominator) if denominator > 0 else None
+    return _finite((concordant - discordant) / denominator) if denominator > 0 else None
 
 
 def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
@@ -97,7 +89,7 @@ def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
     observed = sum(x == y for x, y in zip(a, b)) / n
     count_a, count_b = Counter(a), Counter(b)
     expected = sum(count_a[label] * count_b[label] for label in count_a) / (n * n)
-    return _rounded((observed - expected) / (1 - expected)) if expected < 1 else None
+    return _finite((observed - expected) / (1 - expected)) if expected < 1 else None
 
 
 def krippendorff_alpha(ratings: Sequence[Sequence[float | None]]) -> float | None:
@@ -123,7 +115,7 @@ def krippendorff_alpha(ratings: Sequence[Sequence[float | None]]) -> float | Non
         sum((a - b) ** 2 for a in values for b in values) / (len(values) - 1) for values in units
     )  # ordered pairs within each unit
     expected = float(((pooled[:, None] - pooled[None, :]) ** 2).sum()) / (n - 1)
-    return _rounded(1 - observed / expected) if expected > 0 else None
+    return _finite(1 - observed / expected) if expected > 0 else None
 
 
 def mean_pairwise_spearman(ratings: Sequence[Sequence[float | None]]) -> float | None:
@@ -134,7 +126,7 @@ def mean_pairwise_spearman(ratings: Sequence[Sequence[float | None]]) -> float |
         rho = spearman([x for x, _ in both], [y for _, y in both]) if both else None
         if rho is not None:
             values.append(rho)
-    return _rounded(float(np.mean(values))) if values else None
+    return _finite(float(np.mean(values))) if values else None
 
 
 def bootstrap_ci(
@@ -164,19 +156,19 @@ def bootstrap_ci(
     if not values:
         return [None, None]
     low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
-    return [_rounded(low), _rounded(high)]
+    return [_finite(low), _finite(high)]
 
 
 # --- human labels ----------------------------------------------------------------------------------------------------
 
 
-def read_human_labels(path: str | Path) -> list[dict]:
+def read_human_labels(path: str | Path, scale: tuple[int, int] = (1, 5)) -> list[dict]:
     """Read a human-label JSONL file: one judgement of one item per line.
 
     Each line has `id` (the item: a transcript id of `scores.json`, or the row index of a pairwise `results.json`),
-    an optional `annotator`, and `scores` (`{dimension: integer}`) and/or `choice` (`"win"`, `"tie"` or `"loss"`:
-    the judged model's answer against the baseline's). Blank lines are skipped. A malformed line is a
-    `DataFormatError` naming the file, line and field.
+    an optional `annotator`, and `scores` (`{dimension: integer}` on the rubric's `scale`, 1-5 by default) and/or
+    `choice` (`"win"`, `"tie"` or `"loss"`: the judged model's answer against the baseline's). Blank lines are
+    skipped. A malformed line is a `DataFormatError` naming the file, line and field.
 
     >>> import tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "human.jsonl")
@@ -203,6 +195,11 @@ def read_human_labels(path: str | Path) -> list[dict]:
         for dimension, score in scores.items():
             if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
                 raise DataFormatError(f"{where}: field 'scores.{dimension}' must be a number, got {score!r}")
+            if score != int(score) or not scale[0] <= score <= scale[1]:
+                raise DataFormatError(
+                    f"{where}: field 'scores.{dimension}' must be a whole number from {scale[0]} to {scale[1]}, "
+                    f"got {score!r}"
+                )
         choice = record.get("choice")
         if choice is not None and choice not in CHOICES:
             raise DataFormatError(f"{where}: field 'choice' must be one of {CHOICES}, got {choice!r}")
@@ -230,15 +227,38 @@ def read_judge_results(results_dir: str | Path) -> tuple[dict[str, dict[str, flo
         )
     scores, choices = {}, {}
     if scores_path.is_file():
-        result = json.loads(scores_path.read_text(encoding="utf-8"))
-        for item in result.get("items", []):
-            kept = {dim: value for dim, value in item.get("scores", {}).items() if value is not None}
+        result = _read_json_object(scores_path)
+        items = result.get("items", [])
+        if not isinstance(items, list):
+            raise DataFormatError(f"{scores_path}: field 'items' must be a list, got {type(items).__name__}")
+        for number, item in enumerate(items):
+            where = f"{scores_path}: items[{number}]"
+            if not isinstance(item, dict) or "id" not in item or not isinstance(item.get("scores", {}), dict):
+                raise DataFormatError(f"{where} must be an object with 'id' and 'scores' ({{dimension: number}})")
+            for dimension, value in item.get("scores", {}).items():
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise DataFormatError(f"{where}: field 'scores.{dimension}' must be a number, got {value!r}")
+            # a failed verdict is None; NaN would sort above every score, so it counts as failed too
+            kept = {dim: value for dim, value in item.get("scores", {}).items() if _finite(value) is not None}
             if kept:
                 scores[str(item["id"])] = kept
     if pairwise_path.is_file():
-        outcomes = (json.loads(pairwise_path.read_text(encoding="utf-8")).get("win_rate") or {}).get("outcomes", [])
+        win_rate = _read_json_object(pairwise_path).get("win_rate") or {}
+        outcomes = win_rate.get("outcomes", []) if isinstance(win_rate, dict) else None
+        if not isinstance(outcomes, list):
+            raise DataFormatError(f"{pairwise_path}: field 'win_rate.outcomes' must be a list")
         choices = {str(index): outcome for index, outcome in enumerate(outcomes) if outcome in CHOICES}
     return scores, choices
+
+
+def _read_json_object(path: Path) -> dict:
+    try:
+        value = json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise DataFormatError(f"{path}: not valid JSON (line {error.lineno}: {error.msg}); was the run cut short?") from None
+    if not isinstance(value, dict):
+        raise DataFormatError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _majority(choices: list[str]) -> str:
@@ -276,6 +296,13 @@ def compare_with_humans(
             human_scores.setdefault(dimension, {}).setdefault(label["id"], []).append(float(score))
         if label["choice"] is not None:
             human_choices.setdefault(label["id"], []).append(label["choice"])
+    judged_dimensions = {dimension for by_dimension in judge_scores.values() for dimension in by_dimension}
+    unknown = sorted(set(human_scores) - judged_dimensions)
+    if judge_scores and unknown:
+        raise ValueError(
+            f"the human labels score dimensions {unknown} that the judge did not score; its dimensions are "
+            f"{sorted(judged_dimensions)}"
+        )
     result: dict = {"scores": {}, "unmatched": []}
     compared, unmatched = set(), set()
     ci = {"num_samples": num_bootstrap, "level": level, "seed": seed}
