@@ -132,3 +132,17 @@ def test_dialogue_report_without_judges_and_markdown_escaping(tmp_path):
     assert "Skadoosh!" in files["transcripts"].read_text(encoding="utf-8")
     page = markdown_to_html("Text <script>x</script> and [a link](b.html).\n\n![missing](nothing.svg)", tmp_path)
     assert "&lt;script&gt;" in page and '<a href="b.html">a link</a>' in page and '<img alt="missing"' in page
+
+
+def test_a_radar_draws_missing_scores_as_n_a_not_as_the_minimum():
+    from rolellm.evaluation.charts import radar_chart
+
+    per_role = {"孙悟空": {"memory": None, "knowledge": None}, "Po": {"memory": 4.0, "knowledge": None}}
+    texts = {line for text in svg_texts(radar_chart(per_role)) for line in text.splitlines()}
+    assert {"memory (n/a)", "knowledge (n/a)", "memory", "n/a"} <= texts  # 孙悟空: nothing judged; Po: one dimension
+    full = {
+        line
+        for text in svg_texts(radar_chart({"Po": {"memory": 4.0, "knowledge": 2.0}}))
+        for line in text.splitlines()
+    }
+    assert not any("n/a" in text for text in full)

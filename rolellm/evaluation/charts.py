@@ -55,7 +55,8 @@ def to_svg(fig) -> str:
 
 
 def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), lengths: dict | None = None) -> str:
-    """One radar per role: its mean score on each dimension (a missing score is drawn at the scale's minimum).
+    """One radar per role: its mean score on each dimension. A missing score (every verdict failed) is no point:
+    its axis is labelled "n/a", and a role with no score at all shows "n/a" in its middle.
 
     Args:
         per_role (`dict[str, dict[str, float | None]]`): role -> dimension -> mean score.
@@ -74,10 +75,14 @@ def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), leng
     )
     angles = np.linspace(0, 2 * np.pi, len(dimensions), endpoint=False).tolist()
     for ax, role in zip(axes.flat, roles):
-        values = [per_role[role][d] if per_role[role][d] is not None else scale[0] for d in dimensions]
-        ax.plot(angles + angles[:1], values + values[:1], color=COLORS["raw"])
-        ax.fill(angles + angles[:1], values + values[:1], color=COLORS["raw"], alpha=0.25)
-        ax.set_xticks(angles, labels=[d.replace("_", " ") for d in dimensions], fontsize=7)
+        values = [np.nan if per_role[role][d] is None else per_role[role][d] for d in dimensions]
+        ax.plot(angles + angles[:1], values + values[:1], color=COLORS["raw"], marker="o", markersize=3)
+        if not np.isnan(values).any():
+            ax.fill(angles + angles[:1], values + values[:1], color=COLORS["raw"], alpha=0.25)
+        elif np.isnan(values).all():
+            ax.text(0, scale[0] - 0.5, "n/a", ha="center", va="center", fontsize=12, color="#666")
+        labels = [d.replace("_", " ") + (" (n/a)" if np.isnan(v) else "") for d, v in zip(dimensions, values)]
+        ax.set_xticks(angles, labels=labels, fontsize=7)
         ax.set_ylim(scale[0] - 0.5, scale[1])
         ax.set_yticks(
             range(scale[0], scale[1] + 1), labels=[str(v) for v in range(scale[0], scale[1] + 1)], fontsize=6
