@@ -471,6 +471,21 @@ CASES = [
      error(r"h\.jsonl:1: not UTF-8 text")),
     ("labels-bom-crlf", text_file("h.jsonl", '\ufeff{"id": 1, "choice": "tie"}\r\n'), read_human_labels,
      accepted(lambda labels: labels[0]["choice"] == "tie")),
+    # --- values JSON reads but Python cannot hold -----------------------------------------------------------------
+    ("rows-deeply-nested", rows_file('{"role": "Po", "question": "Hi", "generated": ["A"], "x": '
+                                     + "[" * 100_000 + "]" * 100_000 + "}"), general_rows,
+     error(r"rows\.jsonl:1: a JSON value nested too deeply")),
+    ("rows-huge-integer", rows_file('{"role": "Po", "question": ' + "9" * 5000 + ', "generated": ["A"]}'),
+     general_rows, error(r"rows\.jsonl:1: not a readable JSON value: Exceeds the limit")),
+    ("rows-lone-surrogate", rows_file('{"role": "Po", "question": "Hi \\ud800", "generated": ["A"]}'), general_rows,
+     error(r"rows\.jsonl:1: a lone UTF-16 surrogate")),
+    ("rows-surrogate-pair", rows_file('{"role": "Po", "question": "Hi \\ud83d\\ude00", "generated": ["A"]}'),
+     general_rows, accepted(lambda rows: rows[0]["question"] == "Hi \U0001f600")),
+    ("release-rows-file-is-a-folder", mini_release(lambda root: (root / ZH_TRAIN).unlink() or (root / ZH_TRAIN).mkdir()),
+     build_config("zh-general"), error(r"general/train\.jsonl is a folder")),
+    ("release-rows-file-is-a-link-loop",
+     mini_release(lambda root: (root / ZH_TRAIN).unlink() or (root / ZH_TRAIN).symlink_to(root / ZH_TRAIN)),
+     build_config("zh-general"), error(r"general/train\.jsonl is a link that leads nowhere")),
     # --- command-line flags ---------------------------------------------------------------------------------------
     ("flag-unknown", rows_file(ROW), cli("evaluate", "--model_name_or_path", "rolegpt", "--output_dir", "o",
                                           "--no_such_flag", "1"), error(r"unrecognized arguments: --no_such_flag 1")),

@@ -137,6 +137,13 @@ def check_files(data_dir: str | Path, name: str, splits=None) -> dict[str, list[
     """
     root = Path(data_dir)
     wanted = config_files(name, splits)
+    for rel in (rel for files in wanted.values() for rel, _ in files):
+        if (root / rel).is_dir():
+            raise MissingFilesError(
+                f"{root / rel} is a folder: RoleBench config {name!r} needs a JSON-lines file there"
+            )
+        if (root / rel).is_symlink() and not (root / rel).exists():
+            raise MissingFilesError(f"{root / rel} is a link that leads nowhere (a loop, or a missing target)")
     missing = [rel for files in wanted.values() for rel, _ in files if not (root / rel).is_file()]
     if missing:
         complete = complete_configs(root)

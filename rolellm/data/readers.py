@@ -71,9 +71,10 @@ def read_rolebench_columns(path: str | Path, subset: str, lang: str) -> dict[str
     for line_no, line in enumerate(text.split("\n"), start=1):
         try:
             record, end = scan(line, 0)
-        except (StopIteration, ValueError):  # leading whitespace, a blank line, or not JSON: the careful path
+        except (StopIteration, ValueError, RecursionError):  # blank, not JSON, too deep: the careful path
             record, end = None, 0
-        if type(record) is not dict or (end != len(line) and not line[end:].isspace()):
+        surrogate = "\\ud" in line or "\\uD" in line  # the careful path checks for a lone half of a pair
+        if type(record) is not dict or surrogate or (end != len(line) and not line[end:].isspace()):
             if not line or line.isspace():
                 continue
             record = parse_json_line(line, path, line_no)  # raises the error naming the file and the line

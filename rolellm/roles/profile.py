@@ -41,6 +41,7 @@ _QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”|「([^」]+)」|‘([^’]+)’
 _UNQUOTED_SEPARATORS = re.compile(r"\s*[、,，;；/]\s*")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class DataFormatError(ValueError):
@@ -65,8 +66,19 @@ def parse_json_line(line: str, path, line_no: int) -> dict:
     except json.JSONDecodeError as error:
         hint = " (the line looks truncated)" if not line.rstrip().endswith("}") else ""
         raise DataFormatError(f"{path}:{line_no}: not valid JSON{hint}: {error.msg} (column {error.colno})") from None
+    except RecursionError:
+        raise DataFormatError(f"{path}:{line_no}: a JSON value nested too deeply to read") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise DataFormatError(f"{path}:{line_no}: not a readable JSON value: {error}") from None
     if not isinstance(record, dict):
         raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+    if _SURROGATE_ESCAPE.search(line):  # pairs were joined by json.loads; a lone half cannot be written as UTF-8
+        try:
+            json.dumps(record, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise DataFormatError(
+                f"{path}:{line_no}: a lone UTF-16 surrogate ({error.object[error.start]!r}) is not text"
+            ) from None
     return record
 
 

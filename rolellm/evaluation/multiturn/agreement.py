@@ -255,7 +255,9 @@ def _read_json_object(path: Path) -> dict:
     try:
         value = json.loads(read_text(path))
     except json.JSONDecodeError as error:
-        raise DataFormatError(f"{path}: not valid JSON (line {error.lineno}: {error.msg}); was the run cut short?") from None
+        raise DataFormatError(
+            f"{path}: not valid JSON (line {error.lineno}: {error.msg}); was the run cut short?"
+        ) from None
     if not isinstance(value, dict):
         raise DataFormatError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
