@@ -132,3 +132,33 @@ def test_dialogue_checks_every_endpoint_before_the_first_turn(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 3 and "connection refused" in err and "Traceback" not in err
     assert not (tmp_path / "run" / "transcripts.jsonl").exists()
+
+
+def test_an_endpoint_answering_503_is_reached_but_failing_not_unreachable():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Loading(BaseHTTPRequestHandler):
+        def _answer(self):
+            body = json.dumps({"error": {"message": "Loading model", "type": "server_error"}}).encode()
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Loading)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        client = OpenAIChatClient("m", base_url=url, max_retries=1, initial_backoff=0.01, progress=False)
+        with pytest.raises(EndpointError) as raised:
+            client.check_endpoint()
+    finally:
+        server.shutdown()
+    assert str(raised.value) == f"{url} answers with errors: HTTP 503: Loading model (2 tries)"

@@ -178,6 +178,7 @@ class OpenAIChatClient(ChatClient):
         listed: list[str] = []
 
         def call(send):
+            reached = False  # an HTTP status came back: the endpoint is reachable but failing
             for attempt in range(tries):
                 try:
                     return send().json()
@@ -189,7 +190,7 @@ class OpenAIChatClient(ChatClient):
                             f"{where} refused the request for model {self.model!r}: HTTP {error.status_code} "
                             f"{message}{suffix}"
                         ) from None
-                    reason = f"HTTP {error.status_code}: {message}"
+                    reason, reached = f"HTTP {error.status_code}: {message}", True
                 except openai.APIConnectionError as error:
                     reason = connection_failure(error) or (
                         "timed out" if isinstance(error, openai.APITimeoutError) else f"connection error: {error}"
@@ -198,6 +199,8 @@ class OpenAIChatClient(ChatClient):
                     reason = f"malformed response: {error}"
                 if attempt + 1 < tries:
                     time.sleep(min(self.max_backoff, self.initial_backoff * 2**attempt))
+            if reached:
+                raise EndpointError(f"{where} answers with errors: {reason} ({tries} tries)")
             raise EndpointError(f"cannot reach {where}: {reason} ({tries} tries)")
 
         with api:
