@@ -375,3 +375,17 @@ def test_a_client_with_rate_limits_answers_everything_within_them():
         client = make_client(server, max_concurrency=4, requests_per_minute=10, tokens_per_minute=10_000)
         results = client.generate([ask(f"q{i}", params={"max_tokens": 100}) for i in range(10)])
     assert [r.text for r in results] == [f"Q{i}" for i in range(10)] and len(server.requests) == 10
+
+
+def test_a_cache_file_is_made_by_the_first_answer_not_by_reading(tmp_path):
+    from rolellm.clients.cache import ChatCache
+
+    cache = ChatCache(tmp_path / "runs" / "cache.sqlite")
+    assert cache.get("k") is None and "k" not in cache and len(cache) == 0
+    cache.delete(["k"])
+    assert not (tmp_path / "runs").exists()
+    cache.put("k", "m", "Arr", {"prompt_tokens": 1})
+    assert ChatCache(tmp_path / "runs" / "cache.sqlite").get("k") == ("Arr", {"prompt_tokens": 1})
+    (tmp_path / "broken.sqlite").write_text("not a database")
+    with pytest.raises(ValueError, match="broken.sqlite' is not a usable SQLite cache"):
+        ChatCache(tmp_path / "broken.sqlite")

@@ -146,6 +146,7 @@ def test_a_dry_run_counts_the_requests_and_sends_nothing(job, tmp_path, capsys):
     with ChatCompletionsServer(answer) as server:
         assert main([*job, "--base_url", server.base_url, "--dry_run", "true"]) == 0
         assert server.requests == []
+        assert not any(tmp_path.rglob("cache.sqlite*"))  # nothing written, not even an empty cache
         assert main([*job, "--base_url", server.base_url]) == 0  # the real run fills the cache...
         capsys.readouterr()
         assert main([*job, "--base_url", server.base_url, "--dry_run", "true"]) == 0

@@ -64,40 +64,55 @@ class ChatCache:
     answer it had received on disk.
 
     Args:
-        path (`str` or `os.PathLike`): the database file; its folder is created when missing.
+        path (`str` or `os.PathLike`): the database file; it and its folder are made when the first answer is stored
+            (reading a cache that does not exist yet writes nothing).
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._connection = None
+        if self.path.exists():  # a file that is no cache stops the run now; a new one is made by the first answer
+            self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._connection is not None:
+            return self._connection
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._connection = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            self._connection.execute("PRAGMA journal_mode=WAL")
+            connection = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            connection.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL: a commit survives the process being killed (only an OS crash could lose the last ones)
-            self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.execute(_SCHEMA)
-            self._connection.commit()
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.execute(_SCHEMA)
+            connection.commit()
         except sqlite3.DatabaseError as error:
             raise ValueError(
                 f"cache_path={str(self.path)!r} is not a usable SQLite cache ({error}); pass another cache_path "
                 "or delete the file"
             ) from error
+        self._connection = connection
+        return connection
+
+    def _read(self, query: str, parameters=()):
+        """The first row of a query, or `None` while no answer was ever stored (no file is made by reading)."""
+        with self._lock:
+            if self._connection is None and not self.path.exists():
+                return None
+            return self._connect().execute(query, parameters).fetchone()
 
     def get(self, key: str) -> tuple[str, dict] | None:
         """The cached `(text, usage)` of `key`, or `None`."""
-        with self._lock:
-            row = self._connection.execute("SELECT text, usage FROM completions WHERE key = ?", (key,)).fetchone()
+        row = self._read("SELECT text, usage FROM completions WHERE key = ?", (key,))
         return None if row is None else (row[0], json.loads(row[1]))
 
     def __contains__(self, key: str) -> bool:
-        with self._lock:
-            return self._connection.execute("SELECT 1 FROM completions WHERE key = ?", (key,)).fetchone() is not None
+        return self._read("SELECT 1 FROM completions WHERE key = ?", (key,)) is not None
 
     def put(self, key: str, model: str, text: str, usage: dict) -> None:
         """Store one answer and commit at once."""
         with self._lock:
-            self._connection.execute(
+            self._connect().execute(
                 "INSERT OR REPLACE INTO completions (key, model, text, usage, created) VALUES (?, ?, ?, ?, ?)",
                 (key, model, text, json.dumps(usage), time.time()),
             )
@@ -106,16 +121,20 @@ class ChatCache:
     def delete(self, keys: list[str]) -> None:
         """Remove the answers of `keys` (those that are present) and commit."""
         with self._lock:
-            self._connection.executemany("DELETE FROM completions WHERE key = ?", [(key,) for key in keys])
+            if self._connection is None and not self.path.exists():
+                return
+            self._connect().executemany("DELETE FROM completions WHERE key = ?", [(key,) for key in keys])
             self._connection.commit()
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._connection.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+        row = self._read("SELECT COUNT(*) FROM completions")
+        return 0 if row is None else row[0]
 
     def close(self) -> None:
         with self._lock:
-            self._connection.close()
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
 
     def __repr__(self) -> str:
         return f"ChatCache({str(self.path)!r})"
