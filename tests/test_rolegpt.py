@@ -194,11 +194,16 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
             "test-model", base_url=server.base_url, max_retries=0, cache_path=tmp_path / "cache.sqlite", progress=False
         )
         again = RoleGPT(RoleGPTConfig(prompt_mode="zero_shot", test_fraction=0.0))
-        rerun = again.generate(client, profiles, QUESTIONS)
+        rerun = again.generate(client, profiles, QUESTIONS, output_dir=tmp_path / "out")
         assert rerun.dataset["train"].to_list() == rows
         resent = server.answered_counts() - answered
         assert sorted(json.loads(key)["seed"] for key in resent) == [4 + REASK_SEED_STRIDE * i for i in range(3)]
         assert rerun.stats["usage"]["requests"] == 3 and rerun.stats["usage"]["cached"] == 34
+        # the folder's stats say what this run did and what every run into the folder did in all
+        saved = json.loads((tmp_path / "out" / "generation" / "rolegpt" / "generation_stats.json").read_text("utf-8"))
+        assert saved["usage"] == rerun.stats["usage"] and saved["runs"] == 2
+        assert saved["usage_in_all"] == {k: v + rerun.stats["usage"][k] for k, v in result.stats["usage"].items()}
+        assert "every attempt of a re-asked request counted" in saved["counting"]
 
 
 @pytest.mark.slow

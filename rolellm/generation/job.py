@@ -194,13 +194,31 @@ def save_profiles(output_dir, profiles: list[RoleProfile], warn: bool = True) ->
     return folders
 
 
+USAGE_COUNTING = (
+    "usage: this run; usage_in_all: every run into this folder. requests = answers received from the endpoint "
+    "(billed); cached = answers read from the cache, every attempt of a re-asked request counted; reasks = attempts "
+    "after an answer that could not be parsed; retries = requests sent again after a 429, 5xx or time-out"
+)
+
+
 def save_generation_metadata(output_dir, config, client, stats: dict) -> None:
-    """Write `generation_config.json` (the config and the model) and `generation_stats.json` into `output_dir`."""
+    """Write `generation_config.json` (the config and the model) and `generation_stats.json` into `output_dir`.
+
+    The stats hold this run's client usage (`usage`) and, since runs into one folder add up, the usage of every run
+    into it (`usage_in_all`, with the number of `runs`).
+    """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     payload = {"generator": type(config).__name__, "client": describe_client(client), "config": config_to_dict(config)}
     (output_dir / GENERATION_CONFIG_NAME).write_text(json.dumps(payload, ensure_ascii=False, indent=2), "utf-8")
-    (output_dir / GENERATION_STATS_NAME).write_text(json.dumps(stats, ensure_ascii=False, indent=2), "utf-8")
+    stats_path = output_dir / GENERATION_STATS_NAME
+    before = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.is_file() else {}
+    earlier = before.get("usage_in_all", before.get("usage", {}))
+    usage = stats.get("usage", {})
+    in_all = {key: earlier.get(key, 0) + value for key, value in usage.items()}
+    stats = {**stats, "usage_in_all": in_all, "runs": before.get("runs", 1 if before else 0) + 1}
+    stats["counting"] = USAGE_COUNTING
+    stats_path.write_text(json.dumps(stats, ensure_ascii=False, indent=2), "utf-8")
 
 
 def extract_json(text: str):
