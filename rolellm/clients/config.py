@@ -97,7 +97,13 @@ class ClientConfig:
     chat_template: str | None = field(default=None, metadata={"help": "Local models: chat template or 'chatml'."})
     keep_think: bool | None = field(
         default=None,
-        metadata={"help": "Local models: keep the template's think blocks (default: the checkpoint's, else no)."},
+        # `--keep_think` alone is `True`, as for the other flags of a bool (`HfArgumentParser` does it only for a
+        # default that is not `None`)
+        metadata={
+            "help": "Local models: keep the template's think blocks (default: the checkpoint's, else no).",
+            "nargs": "?",
+            "const": True,
+        },
     )
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
@@ -165,6 +171,9 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     values = {k.removeprefix(f"{prefix}_"): v for k, v in (values if isinstance(values, dict) else vars(values)).items()}
     model = model if model is not None else values.get("model")
     if model is None:
+        given = [f"--{prefix}_{name}" for name, value in values.items() if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} needs --{prefix}_model, the model that endpoint serves")
         return None
     inherited = {f.name: getattr(base, f.name) for f in fields(ClientConfig) if f.init}
     settings = {**inherited, **{k: v for k, v in values.items() if v is not None and k in inherited}}
@@ -189,14 +198,14 @@ def read_inference_settings(model: str) -> dict:
         raise ValueError(f"{path}: not valid JSON ({error}); write it again or delete it") from None
 
 
-def resolve_keep_think(config: ClientConfig) -> bool:
-    """`config.keep_think`, else what the local checkpoint recorded, else `False`; a setting that overrides the
-    recorded one is logged (once per call)."""
+def resolve_keep_think(config: ClientConfig, log: bool = True) -> bool:
+    """`config.keep_think`, else what the local checkpoint recorded, else `False`; with `log`, a setting that
+    overrides the recorded one is logged in one line."""
     recorded = read_inference_settings(config.model).get("keep_think") if config.backend == "local" else None
     if config.keep_think is None:
         return bool(recorded)
-    if recorded is not None and recorded != config.keep_think:
-        logger.info(
+    if log and recorded is not None and recorded != config.keep_think:
+        logger.warning(
             "keep_think=%s overrides the keep_think=%s %s was trained with", config.keep_think, recorded, config.model
         )
     return config.keep_think
@@ -229,7 +238,7 @@ def make_client(config: ClientConfig) -> ChatClient:
     if config.chat_template is not None and family is not None:
         chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"
         if chosen != family:
-            logger.info("chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model)
+            logger.warning("chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model)
     device = config.device or ("cuda" if torch.cuda.is_available() else None)
     return LocalChatClient(
         config.model,
