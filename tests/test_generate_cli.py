@@ -100,7 +100,7 @@ def test_recipe_files_are_valid_yaml():
 @pytest.mark.slow
 def test_cli_profile_with_local_backend(screenplay_dir, tiny_model_path, tmp_path):
     code = main(
-        ["generate", "profile", "--profiles", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
+        ["generate", "describe", "--profiles", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
          "--backend", "local", "--model", str(tiny_model_path), "--chat_template", "chatml",
          "--max_dialogue_tokens", "300", "--max_tokens", "8"]
     )  # fmt: skip
