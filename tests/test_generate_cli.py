@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rolellm.clients.config import ClientConfig
 from rolellm.scripts.cli import main
 from rolellm.scripts.generate import GenerateArguments
 from rolellm.scripts.recipe import read_recipe
@@ -27,10 +28,10 @@ def test_recipe_with_unknown_key_or_api_key_is_an_error(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model: gpt-4\nnum_sample: 6\n")
     with pytest.raises(ValueError, match=r"bad.yaml: unknown keys \['num_sample'\]"):
-        read_recipe(path, (GenerateArguments,))
+        read_recipe(path, (ClientConfig, GenerateArguments))
     path.write_text("api_key: sk-123\n")
     with pytest.raises(ValueError, match="never put an API key in a recipe"):
-        read_recipe(path, (GenerateArguments,))
+        read_recipe(path, (ClientConfig, GenerateArguments))
 
 
 def _rolegpt_answer(body):
