@@ -91,8 +91,8 @@ def main():
         print_answers("Held-out questions (test split):", test_answers)
 
         # ---- 4. Evaluation ---------------------------------------------------------------------------------------
-        from rolellm.evaluation.benchmark.report import format_table
         from rolellm.clients.config import ClientConfig
+        from rolellm.evaluation.benchmark.report import format_table
         from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 
         print("\n4. Evaluation: the benchmark runner answers the test splits with the trained model and scores them")

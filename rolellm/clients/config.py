@@ -168,7 +168,9 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     >>> derive_client(main, "baseline", {"baseline_model": None}) is None
     True
     """
-    values = {k.removeprefix(f"{prefix}_"): v for k, v in (values if isinstance(values, dict) else vars(values)).items()}
+    values = {
+        k.removeprefix(f"{prefix}_"): v for k, v in (values if isinstance(values, dict) else vars(values)).items()
+    }
     model = model if model is not None else values.get("model")
     if model is None:
         given = [f"--{prefix}_{name}" for name, value in values.items() if value is not None]
@@ -238,7 +240,9 @@ def make_client(config: ClientConfig) -> ChatClient:
     if config.chat_template is not None and family is not None:
         chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"
         if chosen != family:
-            logger.warning("chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model)
+            logger.warning(
+                "chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model
+            )
     device = config.device or ("cuda" if torch.cuda.is_available() else None)
     return LocalChatClient(
         config.model,
