@@ -275,7 +275,13 @@ def test_a_full_checkpoint_exports_without_its_trainer_state(tmp_path, tiny_mode
     assert cli.main(["export", str(checkpoint), "--merge", "--output_dir", str(tmp_path / "full")]) == 0
     assert f"to {tmp_path / 'full'} (a model)" in capsys.readouterr().out
     names = {path.name for path in (tmp_path / "full").iterdir()}
-    assert {"model.safetensors", "role_profiles.jsonl", "chat_template.jinja", "README.md"} <= names
+    assert {
+        "model.safetensors",
+        "role_profiles.jsonl",
+        "chat_template.jinja",
+        "rolellm_inference.json",
+        "README.md",
+    } <= names
     assert not names & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin"}
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "full")
     for name, parameter in trainer.model.named_parameters():
