@@ -91,6 +91,7 @@ def main():
         print_answers("Held-out questions (test split):", test_answers)
 
         # ---- 4. Evaluation ---------------------------------------------------------------------------------------
+        from rolellm.clients.config import ClientConfig
         from rolellm.evaluation.benchmark.report import format_table
         from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 
@@ -99,12 +100,12 @@ def main():
         results = [
             run_benchmark(
                 EvaluateConfig(
-                    model_name_or_path=str(Path(folder) / "rocit"),  # the model and tokenizer saved by step 2
+                    # the model and tokenizer saved by step 2
+                    client=ClientConfig(str(Path(folder) / "rocit"), max_new_tokens=48),
                     model_label="tiny RoCIT",
                     dataset_name=name,
                     data_dir=str(DEMO_DATA),
                     mode="system",
-                    max_new_tokens=48,
                     output_dir=str(Path(folder) / f"evaluate-{name}"),
                 )
             )

@@ -14,6 +14,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from rolellm.clients.config import ClientConfig
 from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.evaluation.benchmark.report import format_table
 from rolellm.evaluation.benchmark.runner import run_benchmark
@@ -39,7 +40,7 @@ def main(argv=None):
     output_dir = Path(args.output_dir)
     baseline = run_benchmark(
         EvaluateConfig(
-            model_name_or_path="rolegpt",
+            client=ClientConfig("rolegpt"),
             dataset_name="zh",
             data_dir=args.data_dir,
             output_dir=str(output_dir / "rolegpt"),
@@ -52,17 +53,14 @@ def main(argv=None):
     results, previous = [baseline], [str(output_dir / "rolegpt" / "results.json")]
     for mode in args.modes:
         run = EvaluateConfig(
-            model_name_or_path=model,
+            client=ClientConfig(model, base_url=args.base_url, chat_template=chat_template, max_new_tokens=32),
             model_label=label,
-            base_url=args.base_url,
-            chat_template=chat_template,
             dataset_name="zh",
             data_dir=args.data_dir,
             roles=["孙悟空", "华妃", "皇帝"],  # the roles with script dialogue, for the few-shot modes
             profiles=screenplays,
             max_samples_per_role=args.max_samples_per_role,
             mode=mode,
-            max_new_tokens=32,
             output_dir=str(output_dir / mode),
             compare_with=list(previous),
         )

@@ -86,7 +86,7 @@ run rolellm train --config "$HERE/recipes/tiny-cpu.yaml" --model_name_or_path "$
 nonempty "$ADAPTER/adapter_config.json" "$ADAPTER/adapter_model.safetensors"
 
 step "4/6 Evaluate the adapter on the folder's test rows (ROUGE-L: CUS, SPE)"
-run rolellm evaluate --model_name_or_path "$ADAPTER" --dataset_name en-instruction --data_dir "$OUT" \
+run rolellm evaluate --model "$ADAPTER" --dataset_name en-instruction --data_dir "$OUT" \
     --profiles "$CARD" --max_new_tokens 16 --output_dir "$REPORT" --overwrite_output_dir
 nonempty "$REPORT/results.json"
 

@@ -78,6 +78,8 @@ _EXPORTS = {
     "length_controlled_win_rate": "rolellm.evaluation.judge.length_control",
     "EvaluateConfig": "rolellm.evaluation.benchmark.config",
     "run_benchmark": "rolellm.evaluation.benchmark.runner",
+    "DialogueConfig": "rolellm.evaluation.multiturn.run",
+    "run_dialogue_eval": "rolellm.evaluation.multiturn.run",
     "score_predictions": "rolellm.evaluation.benchmark.scoring",
     "write_report": "rolellm.evaluation.benchmark.report",
     "update_model_card": "rolellm.evaluation.benchmark.report",

@@ -3,6 +3,7 @@
 
 import copy
 import json
+import logging
 import subprocess
 import sys
 
@@ -86,14 +87,15 @@ def mini(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cli_lora(tmp_path_factory, tiny_model_path, mini):
-    """`rolellm train` with LoRA on the tiny model and the mini release's `zh` config, saving checkpoint-2."""
+    """`rolellm train` with LoRA on the tiny model and the mini release's `zh` config, saving checkpoint-2; with
+    `--keep_think` (the ChatML template has no think blocks: the same tokens, a recorded setting)."""
     out = tmp_path_factory.mktemp("cli") / "lora"
     code = cli.main([
         "train", "--model_name_or_path", str(tiny_model_path), "--data_dir", str(mini), "--dataset_configs", "zh",
         "--output_dir", str(out), "--use_peft", "--lora_r", "8", "--lora_target_modules", "q_proj", "v_proj",
         "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "2", "--use_cpu", "--bf16", "false",
         "--report_to", "none", "--activation_checkpointing", "false", "--per_device_train_batch_size", "2",
-        "--disable_tqdm", "true", "--learning_rate", "0.01",
+        "--disable_tqdm", "true", "--learning_rate", "0.01", "--keep_think", "true",
     ])  # fmt: skip
     assert code == 0
     return out
@@ -125,6 +127,23 @@ def test_every_checkpoint_holds_tokenizer_template_profiles_and_card(cli_lora, n
     assert load_profiles(folder / "role_profiles.jsonl") == profiles
     card = (folder / "README.md").read_text()
     assert "configs `zh` (8 rows)" in card and "optimizer step(s)" in card
+
+
+def test_a_checkpoint_records_its_inference_settings_and_the_local_client_uses_them(cli_lora, caplog):
+    from rolellm.clients.config import ClientConfig, make_client
+    from rolellm.scripts.chat import load_client
+
+    recorded = json.loads((cli_lora / "rolellm_inference.json").read_text())
+    assert recorded == {"keep_think": True, "chat_template_family": "rolellm-chatml"}
+    assert json.loads((cli_lora / "checkpoint-2" / "rolellm_inference.json").read_text()) == recorded
+    client = make_client(ClientConfig(str(cli_lora), device="cpu", progress=False))  # keep_think not set
+    assert client.keep_think is True
+    assert load_client(ClientConfig(str(cli_lora), device="cpu")).keep_think is True  # rolellm chat's loading
+    with caplog.at_level(logging.INFO, logger="rolellm.clients.config"):
+        overridden = make_client(ClientConfig(str(cli_lora), keep_think=False, device="cpu", progress=False))
+    assert overridden.keep_think is False
+    [line] = [r.getMessage() for r in caplog.records if "overrides" in r.getMessage()]
+    assert line == f"keep_think=False overrides the keep_think=True {cli_lora} was trained with"
 
 
 def test_resized_adapter_saves_the_new_embedding_rows(resized_lora):
@@ -256,7 +275,13 @@ def test_a_full_checkpoint_exports_without_its_trainer_state(tmp_path, tiny_mode
     assert cli.main(["export", str(checkpoint), "--merge", "--output_dir", str(tmp_path / "full")]) == 0
     assert f"to {tmp_path / 'full'} (a model)" in capsys.readouterr().out
     names = {path.name for path in (tmp_path / "full").iterdir()}
-    assert {"model.safetensors", "role_profiles.jsonl", "chat_template.jinja", "README.md"} <= names
+    assert {
+        "model.safetensors",
+        "role_profiles.jsonl",
+        "chat_template.jinja",
+        "rolellm_inference.json",
+        "README.md",
+    } <= names
     assert not names & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin"}
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "full")
     for name, parameter in trainer.model.named_parameters():

@@ -1,10 +1,12 @@
 """`ClientConfig` + `make_client`: the one way every command builds its chat client."""
 
+from dataclasses import fields
+
 import pytest
 
 from rolellm.clients import ClientConfig, LocalChatClient, OpenAIChatClient, make_client
+from rolellm.clients.config import derive_client, endpoint_options
 from rolellm.evaluation.benchmark.config import EvaluateConfig
-from rolellm.scripts.generate import GenerateArguments
 from rolellm.testing.server import ChatCompletionsServer
 
 
@@ -34,23 +36,54 @@ def test_a_local_backend_with_an_endpoint_is_refused():
 
 
 def test_every_command_describes_its_clients_with_the_one_config(tmp_path):
-    generate = GenerateArguments(output_dir=str(tmp_path), model="m", profiles="p", base_url="http://h/v1")
-    assert generate.client_config() == ClientConfig(
+    from rolellm.scripts import dialogue, evaluate, generate
+
+    parsed = generate.make_parser().parse_args(
+        ["rolegpt", "--output_dir", str(tmp_path), "--model", "m", "--profiles", "p", "--base_url", "http://h/v1",
+         "--instructions", "i.jsonl"]
+    )  # fmt: skip
+    client, job = generate.dataclasses_from(parsed, generate.SUBCOMMANDS["rolegpt"][0])[:2]
+    assert generate.client_config(client, job) == ClientConfig(
         "m", backend="openai", base_url="http://h/v1", cache_path=str(tmp_path / "cache.sqlite")
     )
-    evaluate = EvaluateConfig(model_name_or_path="m", output_dir=str(tmp_path), judge_model="judge",
-                              judge_base_url="http://j/v1", judge_max_concurrency=2, max_concurrency=5)  # fmt: skip
-    assert evaluate.client_config().backend == "local" and evaluate.client_config().max_new_tokens == 256
-    assert evaluate.judge_client_config() == ClientConfig(
+    evaluate_config = evaluate.evaluate_config(evaluate.make_parser().parse_args(
+        ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--judge_model", "judge", "--judge_base_url",
+         "http://j/v1", "--judge_max_concurrency", "2", "--max_concurrency", "5"]
+    ))  # fmt: skip
+    assert evaluate_config.client.backend == "local" and evaluate_config.client.max_new_tokens == 256
+    assert evaluate_config.judge == ClientConfig(
         "judge", base_url="http://j/v1", max_concurrency=2, cache_path=str(tmp_path / "judge_cache.sqlite")
     )
+    dialogue_config = dialogue.dialogue_config(dialogue.make_parser().parse_args(
+        ["--profiles", "p", "--model", "m", "--base_url", "http://m/v1", "--user_model", "u", "--judge_model", "a",
+         "b", "--judge_base_url", "http://j/v1", "--output_dir", str(tmp_path)]
+    ))  # fmt: skip
+    cache = str(tmp_path / "cache.sqlite")
+    assert dialogue_config.user == ClientConfig("u", base_url="http://m/v1", cache_path=cache)  # the model's endpoint
+    assert dialogue_config.judges == [ClientConfig(n, base_url="http://j/v1", cache_path=cache) for n in "ab"]
+
+
+def test_a_derived_endpoint_inherits_from_the_main_client_by_one_rule(tiny_model_path, monkeypatch):
+    served = ClientConfig("m", base_url="http://m/v1", max_retries=2, chat_template="chatml", keep_think=True)
+    judge = derive_client(served, "judge", {"judge_model": "j", "judge_max_retries": 1})
+    assert (judge.backend, judge.base_url, judge.max_retries, judge.keep_think) == ("openai", "http://m/v1", 1, None)
+    local = derive_client(ClientConfig(str(tiny_model_path)), "user", {"user_model": "u"})
+    assert (local.backend, local.base_url) == ("openai", None)  # OpenAIChatClient then reads $OPENAI_BASE_URL
+    folder = derive_client(served, "user", {"user_model": str(tiny_model_path), "user_base_url": None})
+    assert (folder.backend, folder.base_url) == ("local", None)
+    with pytest.raises(ValueError, match="--baseline_base_url needs --baseline_model"):
+        derive_client(served, "baseline", {"baseline_model": None, "baseline_base_url": "http://b/v1"})
+    options = endpoint_options("judge", many=True)
+    assert [f.name for f in fields(options)][:2] == ["judge_model", "judge_base_url"]
+    assert options(judge_model=["a", "b"]).judge_model == ["a", "b"]
 
 
 def test_keep_think_reaches_the_local_client_from_evaluate(tiny_model_path, tmp_path):
     """A model trained with `keep_think=True` is evaluated with the prompts it was trained on."""
-    config = EvaluateConfig(str(tiny_model_path), str(tmp_path), chat_template="chatml", keep_think=True)
-    assert config.client_config().keep_think is True
-    client = make_client(config.client_config())
-    assert isinstance(client, LocalChatClient) and client.keep_think is True
-    default = EvaluateConfig(str(tiny_model_path), str(tmp_path), chat_template="chatml")
-    assert make_client(default.client_config()).keep_think is False
+    client = ClientConfig(str(tiny_model_path), chat_template="chatml", keep_think=True)
+    config = EvaluateConfig(str(tmp_path), client)
+    assert config.client.keep_think is True
+    local = make_client(config.client)
+    assert isinstance(local, LocalChatClient) and local.keep_think is True
+    default = EvaluateConfig(str(tmp_path), ClientConfig(str(tiny_model_path), chat_template="chatml"))
+    assert make_client(default.client).keep_think is False

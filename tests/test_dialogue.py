@@ -81,7 +81,8 @@ def responder(body):
 def cli_args(profiles, scenarios, model, base_url, output_dir, judges=("judge-a", "judge-b")):
     argv = ["--profiles", str(profiles), "--scenarios", str(scenarios), "--model", str(model),
             "--chat_template", "chatml", "--max_new_tokens", "12", "--user_model", "user-sim",
-            "--base_url", base_url, "--num_turns", "4", "--output_dir", str(output_dir)]  # fmt: skip
+            "--user_base_url", base_url, "--judge_base_url", base_url, "--num_turns", "4",
+            "--output_dir", str(output_dir)]  # fmt: skip
     return argv + (["--judge_model", *judges] if judges else [])
 
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from rolellm.clients.config import ClientConfig
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.scripts import cli
 
@@ -22,7 +23,7 @@ def test_recipe_and_flags_give_the_api_result(rolebench_dir, tmp_path, capsys):
     assert saved["config"]["roles"] == ["李白", "华妃"] and set(saved["per_role"]) == {"李白", "华妃"}
     api = run_benchmark(
         EvaluateConfig(
-            model_name_or_path="rolegpt", dataset_name="zh-role_specific", data_dir=str(rolebench_dir),
+            client=ClientConfig("rolegpt"), dataset_name="zh-role_specific", data_dir=str(rolebench_dir),
             roles=["李白", "华妃"], output_dir=str(tmp_path / "api"),
         )
     )  # fmt: skip
@@ -44,3 +45,6 @@ def test_bad_input_is_refused(tmp_path, capsys):
         == 2
     )
     assert "drop base_url" in capsys.readouterr().err
+    recipe.write_text("model_name_or_path: m\nmodel: n\noutput_dir: out\n", encoding="utf-8")
+    assert cli.main(["evaluate", "--config", str(recipe)]) == 2  # one field under its two names
+    assert "recipe.yaml: model and model_name_or_path are the same field: keep one" in capsys.readouterr().err

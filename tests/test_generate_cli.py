@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rolellm.clients.config import ClientConfig
 from rolellm.scripts.cli import main
 from rolellm.scripts.generate import GenerateArguments
 from rolellm.scripts.recipe import read_recipe
@@ -27,10 +28,10 @@ def test_recipe_with_unknown_key_or_api_key_is_an_error(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model: gpt-4\nnum_sample: 6\n")
     with pytest.raises(ValueError, match=r"bad.yaml: unknown keys \['num_sample'\]"):
-        read_recipe(path, (GenerateArguments,))
+        read_recipe(path, (ClientConfig, GenerateArguments))
     path.write_text("api_key: sk-123\n")
     with pytest.raises(ValueError, match="never put an API key in a recipe"):
-        read_recipe(path, (GenerateArguments,))
+        read_recipe(path, (ClientConfig, GenerateArguments))
 
 
 def _rolegpt_answer(body):
@@ -100,7 +101,7 @@ def test_recipe_files_are_valid_yaml():
 @pytest.mark.slow
 def test_cli_profile_with_local_backend(screenplay_dir, tiny_model_path, tmp_path):
     code = main(
-        ["generate", "profile", "--profiles", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
+        ["generate", "describe", "--profiles", str(screenplay_dir / "profile_xiyou"), "--output_dir", str(tmp_path),
          "--backend", "local", "--model", str(tiny_model_path), "--chat_template", "chatml",
          "--max_dialogue_tokens", "300", "--max_tokens", "8"]
     )  # fmt: skip

@@ -34,7 +34,7 @@ def generate_job(tmp_path):
     instructions = tmp_path / "instructions.jsonl"
     instructions.write_text(json.dumps({"instruction": "Where is the rum?"}) + "\n", encoding="utf-8")
     return [
-        "generate", "rolegpt", "--profiles_dir", str(tmp_path / "release"), "--instructions", str(instructions),
+        "generate", "rolegpt", "--profiles", str(tmp_path / "release"), "--instructions", str(instructions),
         "--prompt_mode", "zero_shot", "--num_samples", "2", "--output_dir", str(tmp_path / "out"),
         "--model", "test-model", "--max_retries", "1",
     ]  # fmt: skip

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from fixtures.mini_release import write_mini_release
 
+from rolellm.clients.config import ClientConfig
 from rolellm.roles.profile import role_key
 from rolellm.scripts.cli import main
 from rolellm.testing.server import ChatCompletionsServer
@@ -157,7 +158,7 @@ def test_recipes_take_a_string_or_a_list_and_flags_replace_them(release, tmp_pat
     from rolellm.scripts.recipe import dataclasses_from
 
     recipe = tmp_path / "recipe.yaml"
-    base = ["generate", "profile", "--config", str(recipe), "--model", "m", "--output_dir", "o"]
+    base = ["generate", "describe", "--config", str(recipe), "--model", "m", "--output_dir", "o"]
     parser = make_parser()
     recipe.write_text(f"profiles: {CARD}\n")
     [args] = dataclasses_from(parser.parse_args(base[1:]), [GenerateArguments])
@@ -170,19 +171,22 @@ def test_recipes_take_a_string_or_a_list_and_flags_replace_them(release, tmp_pat
     assert args.profiles == ["a", "b", "c"]
 
 
-def test_the_old_flags_are_deprecated_aliases(release, tmp_path):
+def test_the_never_released_aliases_are_gone(release, tmp_path, capsys):
+    """`profiles_dir`, `profiles_path` and `generate profile` were dropped before a release: `--profiles` and
+    `generate describe` are the only spellings."""
     from rolellm.evaluation.benchmark.config import EvaluateConfig
     from rolellm.scripts.generate import GenerateArguments
     from rolellm.training import RoCITConfig
 
-    with pytest.warns(FutureWarning, match=r"profiles_dir \(--profiles_dir\) is deprecated"):
-        args = GenerateArguments(output_dir="o", model="m", profiles_dir=str(CARD))
-    assert args.profiles == [str(CARD)]
-    with pytest.warns(FutureWarning, match="use profiles"):
-        config = EvaluateConfig("m", "o", profiles=[str(CARD)], profiles_dir=[str(SCREENPLAY)])
-    assert config.profiles == [str(CARD), str(SCREENPLAY)]
-    with pytest.warns(FutureWarning, match=r"profiles_path \(--profiles_path\) is deprecated"):
-        training = RoCITConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, profiles_path=str(release))
-    assert training.profiles == [str(release)]
+    with pytest.raises(TypeError, match="profiles_dir"):
+        GenerateArguments(output_dir="o", profiles_dir=str(CARD))
+    with pytest.raises(TypeError, match="profiles_dir"):
+        EvaluateConfig("o", ClientConfig("m"), profiles=[str(CARD)], profiles_dir=[str(SCREENPLAY)])
+    with pytest.raises(TypeError, match="profiles_path"):
+        RoCITConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, profiles_path=str(release))
+    with pytest.raises(SystemExit):
+        main(["generate", "profile", "--profiles", str(CARD), "--model", "m", "--output_dir", "o"])
+    assert "invalid choice: 'profile'" in capsys.readouterr().err
+    assert EvaluateConfig("o", ClientConfig("m"), profiles=str(CARD)).profiles == [str(CARD)]
     with pytest.raises(ValueError, match="required: --profiles"):
-        GenerateArguments(output_dir="o", model="m")
+        GenerateArguments(output_dir="o")

@@ -6,6 +6,7 @@ import os
 import pytest
 import rouge
 
+from rolellm.clients.config import ClientConfig
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
@@ -27,7 +28,7 @@ def _released(path):
 def test_rolegpt_baseline_reproduces_the_paper_spe(rolebench_dir, tmp_path):
     english = run_benchmark(
         EvaluateConfig(
-            model_name_or_path="rolegpt",
+            client=ClientConfig("rolegpt"),
             dataset_name="en-instruction-role_specific",
             data_dir=str(rolebench_dir),
             output_dir=str(tmp_path / "en"),
@@ -35,7 +36,7 @@ def test_rolegpt_baseline_reproduces_the_paper_spe(rolebench_dir, tmp_path):
     )
     chinese = run_benchmark(
         EvaluateConfig(
-            model_name_or_path="rolegpt",
+            client=ClientConfig("rolegpt"),
             dataset_name="zh",
             data_dir=str(rolebench_dir),
             output_dir=str(tmp_path / "zh"),
@@ -127,8 +128,7 @@ def test_run_on_endpoint_scores_and_resumes(lang, rolebench_dir, english_data_di
 
     with ChatCompletionsServer(_first_reference_responder(answers)) as server:
         config = EvaluateConfig(
-            model_name_or_path="served-model",
-            base_url=server.base_url,
+            client=ClientConfig("served-model", base_url=server.base_url),
             dataset_name=name,
             data_dir=str(data_dir),
             roles=roles,
@@ -167,8 +167,8 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     data_dir, name = (rolebench_dir, "zh") if lang == "zh" else (english_data_dir, "en-instruction-role_specific")
     roles = ["张飞"] if lang == "zh" else ["Jack Sparrow"]
     config = EvaluateConfig(
-        model_name_or_path=str(tiny_model_path), dataset_name=name, data_dir=str(data_dir), roles=roles,
-        max_samples_per_role=2, chat_template="chatml", max_new_tokens=12, batch_size=4, mode="zero-shot",
+        client=ClientConfig(str(tiny_model_path), chat_template="chatml", max_new_tokens=12, batch_size=4),
+        dataset_name=name, data_dir=str(data_dir), roles=roles, max_samples_per_role=2, mode="zero-shot",
         output_dir=str(tmp_path / "run"),
     )  # fmt: skip
     results = run_benchmark(config)
@@ -201,8 +201,8 @@ def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path)
 
     with ChatCompletionsServer(lambda body: marker + "！") as model, ChatCompletionsServer(judge) as judge_server:
         config = EvaluateConfig(
-            model_name_or_path="served-model", base_url=model.base_url, dataset_name="zh", data_dir=str(rolebench_dir),
-            roles=["孙悟空"], max_samples_per_role=2, judge_model="judge", judge_base_url=judge_server.base_url,
+            client=ClientConfig("served-model", base_url=model.base_url), dataset_name="zh", data_dir=str(rolebench_dir),
+            roles=["孙悟空"], max_samples_per_role=2, judge=ClientConfig("judge", base_url=judge_server.base_url),
             output_dir=str(tmp_path),
         )  # fmt: skip
         results = run_benchmark(config)
@@ -217,4 +217,4 @@ def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path)
     assert "| served-model | system | " in (tmp_path / "results.md").read_text(encoding="utf-8")
     assert (tmp_path / "results.md").read_text(encoding="utf-8").split("\n")[4].endswith("| 100.00 |")
     with pytest.raises(ValueError, match="drop judge_model"):
-        EvaluateConfig(model_name_or_path="rolegpt", output_dir="o", judge_model="judge")
+        EvaluateConfig(client=ClientConfig("rolegpt"), output_dir="o", judge=ClientConfig("judge", backend="openai"))

@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from rolellm.clients.config import ClientConfig
 from rolellm.data import read_rolebench_jsonl
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
 from rolellm.roles.profile import role_key
@@ -23,7 +24,7 @@ def zh_rows(rolebench_dir):
 @pytest.fixture(scope="module")
 def zh_profiles(rolebench_dir, shared_data_dir):
     config = EvaluateConfig(
-        model_name_or_path="m",
+        client=ClientConfig("m"),
         output_dir="unused",
         data_dir=str(rolebench_dir),
         profiles=[str(shared_data_dir / "roleglm-screenplay/profile_xiyou")],
@@ -107,11 +108,9 @@ def _answer(body):
 
 def test_generation_on_server_resumes_without_resending(zh_rows, zh_profiles, rolebench_dir, tmp_path):
     rows = _select(zh_rows, 2)
-    config = EvaluateConfig(
-        model_name_or_path="served-model", base_url=None, output_dir=str(tmp_path / "run"), save_every=7
-    )
     with ChatCompletionsServer(_answer) as server:
-        config.base_url = server.base_url
+        client = ClientConfig("served-model", base_url=server.base_url)
+        config = EvaluateConfig(client=client, output_dir=str(tmp_path / "run"), save_every=7)
         predictions = generate_predictions(rows, zh_profiles, config)
         assert predictions == ["答：" + r["question"].strip()[:10] for r in rows]  # questions are sent stripped
         assert len(server.requests) == len(rows) == 20
@@ -151,7 +150,7 @@ def test_failed_generations_are_none_and_retried_on_rerun(zh_rows, zh_profiles, 
         return Fault("server_error") if hit else _answer(body)
 
     with ChatCompletionsServer(flaky) as server:
-        config = EvaluateConfig(model_name_or_path="m", base_url=server.base_url, output_dir=str(tmp_path))
+        config = EvaluateConfig(client=ClientConfig("m", base_url=server.base_url), output_dir=str(tmp_path))
         from rolellm.clients.openai_compatible import OpenAIChatClient
 
         client = OpenAIChatClient("m", base_url=server.base_url, max_retries=1, initial_backoff=0.01, progress=False)
@@ -166,8 +165,8 @@ def test_missing_profile_and_dialogue_are_clear_errors(zh_rows, zh_profiles, tmp
     rows = _select(zh_rows, 1)
     with pytest.raises(ValueError, match=r"no profile for roles \['张飞'\]"):
         profiles = {k: v for k, v in zh_profiles.items() if k != role_key("张飞")}
-        generate_predictions(rows, profiles, EvaluateConfig(model_name_or_path="m", output_dir=str(tmp_path)))
-    config = EvaluateConfig(model_name_or_path="m", output_dir=str(tmp_path / "b"), mode="few-shot-dialogue")
+        generate_predictions(rows, profiles, EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path)))
+    config = EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path / "b"), mode="few-shot-dialogue")
     li_bai = [r for r in rows if r["role"] == "李白"]
     with pytest.raises(ValueError, match="needs script dialogue of '李白'"):
         generate_predictions(li_bai, zh_profiles, config, client=object())
@@ -176,9 +175,8 @@ def test_missing_profile_and_dialogue_are_clear_errors(zh_rows, zh_profiles, tmp
 def test_generation_with_tiny_local_model_resumes_without_the_model(zh_rows, zh_profiles, tiny_model_path, tmp_path):
     model = shutil.copytree(tiny_model_path, tmp_path / "model")
     rows = _select(zh_rows, 1)[:4]
-    config = EvaluateConfig(
-        model_name_or_path=str(model), output_dir=str(tmp_path / "run"), chat_template="chatml", max_new_tokens=6
-    )
+    client = ClientConfig(str(model), chat_template="chatml", max_new_tokens=6)
+    config = EvaluateConfig(client=client, output_dir=str(tmp_path / "run"))
     predictions = generate_predictions(rows, zh_profiles, config)
     assert len(predictions) == 4 and all(isinstance(p, str) for p in predictions)
     shutil.rmtree(model)  # everything is answered: a re-run must not even load the model

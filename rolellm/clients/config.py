@@ -1,7 +1,9 @@
 """One description of a chat client, `ClientConfig`, and one way to build it, `make_client`.
 
-Every command that talks to a model (`rolellm generate`, the answers and the judge of `rolellm evaluate`) describes
-its client as a `ClientConfig` and builds it here, so an option means the same everywhere.
+Every command that talks to a model (`rolellm generate`, `evaluate`, `dialogue`, `chat`) takes `ClientConfig` itself
+as one of its parser's dataclasses and builds the client here, so an option means the same everywhere; the other
+endpoints of a run (a judge, a baseline, a user simulator) are derived from it by `derive_client`, from the
+prefixed flags of `endpoint_options`.
 
 >>> from rolellm.testing.server import ChatCompletionsServer
 >>> with ChatCompletionsServer(lambda body: "Aye") as server:
@@ -11,8 +13,10 @@ its client as a `ClientConfig` and builds it here, so an option means the same e
 ('OpenAIChatClient', 'Aye')
 """
 
+import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
+from pathlib import Path
 from typing import Literal
 
 from rolellm.clients.base import ChatClient
@@ -21,19 +25,30 @@ from rolellm.clients.base import ChatClient
 logger = logging.getLogger(__name__)
 
 
+# the settings a checkpoint records for inference (`rolellm.training.checkpoint`), read by `make_client`
+INFERENCE_FILE = "rolellm_inference.json"
+ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role template `rolellm train` installs
+# the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
+ENDPOINT_FIELDS = ("model", "base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries")
+
+
 @dataclass
 class ClientConfig:
-    """Which model answers, where, and how hard to push it.
+    """Which model answers, where, and how hard to push it: the one client description of every command that talks
+    to a model (`rolellm generate`, `evaluate`, `dialogue`, `chat`), whose flags are these fields.
 
     API keys are never part of the config (it ends up in logs and run files): an endpoint's key is read from
-    `OPENAI_API_KEY`.
+    `OPENAI_API_KEY`. The other endpoints of a run (a judge, a baseline, a user simulator) are derived from this
+    one with `endpoint_options` and `derive_client`.
 
     > Parameters that control the model
 
     Args:
-        model (`str`): the endpoint's model name, or the local model's folder / Hub id.
+        model (`str`): the endpoint's model name, or the local model's folder / Hub id (`--model`, also
+            `--model_name_or_path`).
         backend (`Literal["openai", "local"]`, *optional*): an OpenAI-compatible endpoint, or a `transformers` model
-            run in-process; defaults to `"openai"` when `base_url` is set, else `"local"`.
+            run in-process; defaults to `"openai"` when `base_url` is set, else `"local"` (so an endpoint without
+            `base_url`, OpenAI itself or `$OPENAI_BASE_URL`, needs `backend="openai"`).
         base_url (`str`, *optional*): the endpoint (`http://localhost:8000/v1`); defaults to `$OPENAI_BASE_URL`,
             else OpenAI.
 
@@ -47,20 +62,28 @@ class ClientConfig:
     > Parameters that control local models
 
         batch_size (`int`, *optional*, defaults to 8): prompts per `generate()` call.
-        max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request that sets none.
+        max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request (the commands send it as
+            every request's `max_tokens`).
         chat_template (`str`, *optional*): a Jinja chat template or `"chatml"` for a tokenizer without one.
-        keep_think (`bool`, *optional*, defaults to `False`): keep a thinking template's own think blocks and prefill
-            (`encode_chat`); set it for a model trained with `RoCITConfig(keep_think=True)`.
+        keep_think (`bool`, *optional*): keep a thinking template's own think blocks and prefill (`encode_chat`);
+            defaults to what the checkpoint recorded (`rolellm_inference.json`, written by `rolellm train`), else
+            `False`.
         dtype (`str`, *optional*): the `dtype` to load the weights in (`"bfloat16"`, ...).
         device (`str`, *optional*): where to run (`"cuda"`, `"cpu"`); defaults to the first GPU when there is one.
 
     > Parameters that control bookkeeping
 
-        cache_path (`str`, *optional*): the SQLite answer cache; `None` disables it.
+        cache_path (`str`, *optional*): the SQLite answer cache; `None` disables it (the commands default it to a
+            file in their `output_dir`).
         progress (`bool`, *optional*, defaults to `True`): show a progress bar.
     """
 
-    model: str = field(metadata={"help": "Endpoint model name, or the local model's folder / Hub id."})
+    model: str = field(
+        metadata={
+            "help": "Endpoint model name, or the local model's folder / Hub id.",
+            "aliases": ["--model_name_or_path"],
+        }
+    )
     backend: Literal["openai", "local"] | None = field(
         default=None, metadata={"help": "openai (an endpoint) or local (transformers); default: openai with base_url."}
     )
@@ -70,9 +93,18 @@ class ClientConfig:
     timeout: float = field(default=120.0, metadata={"help": "Endpoints: seconds before a request is retried."})
     max_retries: int = field(default=6, metadata={"help": "Endpoints: retries before a request counts as failed."})
     batch_size: int = field(default=8, metadata={"help": "Local models: prompts per forward pass."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Local models: answer budget of a request."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Answer budget of a request, in tokens."})
     chat_template: str | None = field(default=None, metadata={"help": "Local models: chat template or 'chatml'."})
-    keep_think: bool = field(default=False, metadata={"help": "Local models: keep the template's think blocks."})
+    keep_think: bool | None = field(
+        default=None,
+        # `--keep_think` alone is `True`, as for the other flags of a bool (`HfArgumentParser` does it only for a
+        # default that is not `None`)
+        metadata={
+            "help": "Local models: keep the template's think blocks (default: the checkpoint's, else no).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
     cache_path: str | None = field(default=None, metadata={"help": "SQLite answer cache."})
@@ -85,8 +117,108 @@ class ClientConfig:
             raise ValueError(f"backend='local' runs the model in-process: drop base_url={self.base_url!r}")
 
 
+def endpoint_options(prefix: str, names=ENDPOINT_FIELDS, many: bool = False, model_help: str | None = None) -> type:
+    """A dataclass of the optional `{prefix}_{name}` fields of another endpoint of a run (a judge, a baseline, a
+    user simulator), built from `ClientConfig`'s own fields and help: a command adds it to its parser, and
+    `derive_client` turns it into that endpoint's `ClientConfig`. Every field defaults to `None`, "inherit".
+
+    Args:
+        prefix (`str`): `"judge"` gives `--judge_model`, `--judge_base_url`, ...
+        names (`tuple[str]`, *optional*): the `ClientConfig` fields to offer (`model` always); defaults to the
+            model, the endpoint and its request limits (`ENDPOINT_FIELDS`).
+        many (`bool`, *optional*, defaults to `False`): `{prefix}_model` is a list (several judges).
+        model_help (`str`, *optional*): the help of `{prefix}_model`.
+
+    >>> JudgeOptions = endpoint_options("judge", ("model", "base_url"))
+    >>> JudgeOptions(judge_model="gpt-4o")
+    JudgeOptions(judge_model='gpt-4o', judge_base_url=None)
+    """
+    own = {f.name: f for f in fields(ClientConfig)}
+    options = []
+    for name in dict.fromkeys(("model", *names)):
+        kind = own[name].type if name != "model" else (list[str] if many else str)
+        help_text = model_help if name == "model" and model_help else own[name].metadata["help"]
+        options.append((f"{prefix}_{name}", kind | None, field(default=None, metadata={"help": help_text})))
+    return make_dataclass(f"{prefix.title().replace('_', '')}Options", options)
+
+
+def derive_client(base: ClientConfig, prefix: str, values, model: str | None = None, cache_path: str | None = None):
+    """The `ClientConfig` of another endpoint of a run, from its `{prefix}_*` options (`endpoint_options`) and the
+    run's main client `base`; `None` when no `{prefix}_model` is set.
+
+    One rule decides where the endpoint is: a `{prefix}_model` that is an existing folder runs locally; any other
+    name is asked at `{prefix}_base_url`, else at `base.base_url` when the main client is an endpoint, else at
+    `$OPENAI_BASE_URL` (else OpenAI). The other options are the prefixed ones when set, else `base`'s, except
+    `keep_think` (another model's own: from its checkpoint) and `cache_path` (`cache_path`: each endpoint keeps its
+    own cache file).
+
+    Args:
+        base (`ClientConfig`): the run's main client.
+        prefix (`str`): the options' prefix (`"judge"`).
+        values: the options, an instance of `endpoint_options(prefix)` or a mapping of its fields.
+        model (`str`, *optional*): the model, for one of several (`endpoint_options(..., many=True)`).
+        cache_path (`str`, *optional*): the endpoint's answer cache.
+
+    >>> main = ClientConfig("rolellama", base_url="http://localhost:8000/v1", max_concurrency=4)
+    >>> judge = derive_client(main, "judge", {"judge_model": "gpt-4o"}, cache_path="runs/judge_cache.sqlite")
+    >>> judge.model, judge.backend, judge.base_url, judge.max_concurrency, judge.cache_path
+    ('gpt-4o', 'openai', 'http://localhost:8000/v1', 4, 'runs/judge_cache.sqlite')
+    >>> derive_client(ClientConfig("./rolellama"), "judge", {"judge_model": "gpt-4o"}).base_url is None
+    True
+    >>> derive_client(main, "baseline", {"baseline_model": None}) is None
+    True
+    """
+    values = {
+        k.removeprefix(f"{prefix}_"): v for k, v in (values if isinstance(values, dict) else vars(values)).items()
+    }
+    model = model if model is not None else values.get("model")
+    if model is None:
+        given = [f"--{prefix}_{name}" for name, value in values.items() if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} needs --{prefix}_model, the model that endpoint serves")
+        return None
+    inherited = {f.name: getattr(base, f.name) for f in fields(ClientConfig) if f.init}
+    settings = {**inherited, **{k: v for k, v in values.items() if v is not None and k in inherited}}
+    settings.update(model=model, keep_think=None, cache_path=cache_path)
+    if Path(model).is_dir():
+        settings.update(backend="local", base_url=None)
+    else:
+        own_url = values.get("base_url")
+        settings.update(backend="openai", base_url=own_url or (base.base_url if base.backend == "openai" else None))
+    return ClientConfig(**settings)
+
+
+def read_inference_settings(model: str) -> dict:
+    """The inference settings a checkpoint folder recorded (`rolellm_inference.json`: `keep_think`,
+    `chat_template_family`); `{}` for a Hub id or a folder without the file."""
+    path = Path(model) / INFERENCE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error}); write it again or delete it") from None
+
+
+def resolve_keep_think(config: ClientConfig, log: bool = True) -> bool:
+    """`config.keep_think`, else what the local checkpoint recorded, else `False`; with `log`, a setting that
+    overrides the recorded one is logged in one line."""
+    recorded = read_inference_settings(config.model).get("keep_think") if config.backend == "local" else None
+    if config.keep_think is None:
+        return bool(recorded)
+    if log and recorded is not None and recorded != config.keep_think:
+        logger.warning(
+            "keep_think=%s overrides the keep_think=%s %s was trained with", config.keep_think, recorded, config.model
+        )
+    return config.keep_think
+
+
 def make_client(config: ClientConfig) -> ChatClient:
-    """The chat client `config` describes: `OpenAIChatClient` for an endpoint, `LocalChatClient` for a local model."""
+    """The chat client `config` describes: `OpenAIChatClient` for an endpoint, `LocalChatClient` for a local model.
+
+    A local checkpoint's recorded inference settings (`rolellm_inference.json`) apply where `config` leaves them
+    unset (`keep_think`); an explicit setting that differs is logged.
+    """
     if config.backend == "openai":
         from rolellm.clients.openai_compatible import OpenAIChatClient
 
@@ -104,13 +236,20 @@ def make_client(config: ClientConfig) -> ChatClient:
 
     from rolellm.clients.local import LocalChatClient
 
+    family = read_inference_settings(config.model).get("chat_template_family")
+    if config.chat_template is not None and family is not None:
+        chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"
+        if chosen != family:
+            logger.warning(
+                "chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model
+            )
     device = config.device or ("cuda" if torch.cuda.is_available() else None)
     return LocalChatClient(
         config.model,
         batch_size=config.batch_size,
         max_new_tokens=config.max_new_tokens,
         chat_template=config.chat_template,
-        keep_think=config.keep_think,
+        keep_think=resolve_keep_think(config),
         device=device,
         dtype=config.dtype,
         cache_path=config.cache_path,

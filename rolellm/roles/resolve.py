@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import json
 import re
-import warnings
 from collections.abc import Iterable
 from dataclasses import field
 from pathlib import Path
@@ -102,22 +101,6 @@ def as_sources(value, name: str = "profiles") -> list[str]:
     if not isinstance(items, (list, tuple)) or not all(isinstance(item, (str, Path)) for item in items):
         raise ValueError(f"{name} must be a path or a list of paths to profile sources, got {value!r}")
     return [str(item) for item in items]
-
-
-def merge_deprecated_sources(profiles, **deprecated) -> list[str] | None:
-    """`profiles` with the sources of deprecated fields (`profiles_dir=`, `profiles_path=`) added, each with a
-    `FutureWarning`; `None` when there is none."""
-    sources = as_sources(profiles)
-    for name, value in deprecated.items():
-        if value:
-            warnings.warn(
-                f"{name} (--{name}) is deprecated and will be removed: use profiles (--profiles), which reads the "
-                "same sources and more",
-                FutureWarning,
-                stacklevel=3,
-            )
-            sources += as_sources(value, name)
-    return sources or None
 
 
 def load_profiles(

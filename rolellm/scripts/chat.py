@@ -25,11 +25,13 @@ import contextlib
 import re
 import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from rolellm.clients.config import ClientConfig
 from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field
+from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -52,26 +54,21 @@ class ChatArguments:
     The role profiles come from `--profiles` (repeatable; any source `rolellm.roles.load_profiles` reads), with
     `--roles` and `--lang`; without `--profiles`, from the model folder.
 
-    > Parameters that control the model
-
-    Args:
-        model (`str`): a model folder or Hub id run in-process with transformers, or the endpoint's model name with
-            `base_url`.
-        base_url (`str`, *optional*): an OpenAI-compatible endpoint (key: `OPENAI_API_KEY`, none needed locally).
-        chat_template (`str`, *optional*): chat template of a local tokenizer without one (`"chatml"` or Jinja).
-        dtype (`str`, *optional*), device (`str`, *optional*): how a local model is loaded.
-        timeout (`float`, *optional*, defaults to 120.0): seconds an endpoint may take to start answering.
+    The model is `ClientConfig` (`--model`, `--base_url`, `--chat_template`, `--dtype`, `--device`, `--timeout`,
+    `--max_new_tokens`, ...): a model folder or Hub id runs in-process with transformers, an endpoint's model name
+    needs `--base_url` (key: `OPENAI_API_KEY`, none needed locally).
 
     > Parameters that control the conversation
 
+    Args:
         role (`str`, *optional*): the role to talk to; defaults to the only role of the profiles.
         profiles (`list[str]`, *optional*): role profile sources (`--profiles`, repeatable); defaults to the
             profiles saved in the model folder.
         roles (`list[str]`, *optional*), lang (`str`, *optional*): only these roles, in this language.
         system_template (`str`, *optional*): a Jinja file replacing the paper's system instruction.
-        max_new_tokens (`int`, *optional*, defaults to 256), temperature (`float`, *optional*, defaults to 0.7),
-            top_p (`float`, *optional*, defaults to 1.0), seed (`int`, *optional*, defaults to 0): sampling;
-            `--temperature 0` decodes greedily.
+        temperature (`float`, *optional*, defaults to 0.7), top_p (`float`, *optional*, defaults to 1.0), seed
+            (`int`, *optional*, defaults to 0): sampling; `--temperature 0` decodes greedily (the answer budget is
+            `--max_new_tokens`).
 
     > Parameters that control the UI
 
@@ -79,18 +76,11 @@ class ChatArguments:
         port (`int`, *optional*): the UI's port on 127.0.0.1; defaults to a free one (printed).
     """
 
-    model: str = field(metadata={"help": "Model folder or Hub id (local), or the endpoint's model name."})
     role: str | None = field(default=None, metadata={"help": "The role to talk to (default: the only one)."})
-    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (key: OPENAI_API_KEY)."})
-    chat_template: str | None = field(default=None, metadata={"help": "Local models: chat template or 'chatml'."})
-    dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
-    device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
-    timeout: float = field(default=120.0, metadata={"help": "Endpoints: seconds before a request fails."})
     system_template: str | None = field(default=None, metadata={"help": "Jinja file replacing the system text."})
     profiles: list[str] | None = profiles_field(help=f"{PROFILES_HELP} Default: the model folder's own profiles.")
     roles: list[str] | None = field(default=None, metadata={"help": "Only these roles of the profiles."})
     lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
-    max_new_tokens: int = field(default=256, metadata={"help": "The budget of one answer."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature; 0 decodes greedily."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
@@ -100,41 +90,35 @@ class ChatArguments:
 
 def make_parser(subparsers=None):
     description = "Talk to a role: terminal chat with streaming, one answer per line on stdin, or a Gradio UI."
-    return make_command_parser("chat", [ChatArguments], description, subparsers)
+    return make_command_parser("chat", [ClientConfig, ChatArguments], description, subparsers)
 
 
-def read_profiles(config: ChatArguments) -> dict:
+def read_profiles(config: ChatArguments, client: ClientConfig) -> dict:
     """The profiles to chat with: `config.profiles`, else the ones saved in the model folder."""
     from rolellm.roles.resolve import load_profiles
 
     roles, lang = config.roles, config.lang
     if config.profiles:
         return load_profiles(as_sources(config.profiles), lang=lang, roles=roles)
-    if config.base_url is not None or not Path(config.model).is_dir():
-        raise ValueError(f"--model {config.model} is not a folder holding role profiles: pass --profiles SRC")
+    if client.backend != "local" or not Path(client.model).is_dir():
+        raise ValueError(f"--model {client.model} is not a folder holding role profiles: pass --profiles SRC")
     try:
-        return load_profiles(config.model, lang=lang, roles=roles)
+        return load_profiles(client.model, lang=lang, roles=roles)
     except ValueError as error:  # the reader's own message is kept as the cause (shown with --debug)
-        raise ValueError(f"the model folder {config.model} holds no role profiles: pass --profiles SRC") from error
+        raise ValueError(f"the model folder {client.model} holds no role profiles: pass --profiles SRC") from error
 
 
-def load_client(config: ChatArguments):
-    """The chat client of `config`: an endpoint with `base_url`, else the model loaded in-process."""
-    from rolellm.clients.config import ClientConfig, make_client
+def load_client(config: ClientConfig):
+    """The chat client of `config` (no progress bars): an endpoint, or the model loaded in-process."""
+    from rolellm.clients.config import make_client
 
-    if config.base_url is not None:
-        return make_client(
-            ClientConfig(config.model, base_url=config.base_url, timeout=config.timeout, progress=False)
-        )
+    if config.backend == "openai":
+        return make_client(replace(config, progress=False))
     path = Path(config.model).expanduser()
     if not path.exists() and (config.model.startswith((".", "/", "~")) or config.model.count("/") > 1):
         raise FileNotFoundError(f"--model {config.model}: no such model folder")
-    local = ClientConfig(
-        str(path) if path.exists() else config.model, backend="local", max_new_tokens=config.max_new_tokens,
-        chat_template=config.chat_template, dtype=config.dtype, device=config.device, progress=False,
-    )  # fmt: skip
     try:
-        return make_client(local)
+        return make_client(replace(config, model=str(path) if path.exists() else config.model, progress=False))
     except OSError as error:
         first = str(error).strip().splitlines()[0]
         raise ValueError(
@@ -251,8 +235,9 @@ def main(args=None):
     from rolellm.clients.chat_session import ChatSession
     from rolellm.roles.resolve import select_roles
 
-    [config] = dataclasses_from(args, [ChatArguments])
-    profiles = read_profiles(config)
+    setup_logging()
+    client, config = dataclasses_from(args, [ClientConfig, ChatArguments])
+    profiles = read_profiles(config, client)
     if config.role is None and len(profiles) > 1 and not config.ui:
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))
@@ -263,8 +248,8 @@ def main(args=None):
         transformers_logging.disable_progress_bar()
     template = Path(config.system_template).read_text(encoding="utf-8") if config.system_template else None
     session = ChatSession(
-        load_client(config), profiles, role, lang=args.lang, system_template=template,
-        max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p, seed=config.seed,
+        load_client(client), profiles, role, lang=args.lang, system_template=template,
+        max_new_tokens=client.max_new_tokens, temperature=config.temperature, top_p=config.top_p, seed=config.seed,
     )  # fmt: skip
     if config.ui:
         from rolellm.scripts.chat_ui import build_chat_ui

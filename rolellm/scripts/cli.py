@@ -6,6 +6,7 @@ shape of `trl/scripts/*.py`. Scripts are imported only when their command runs, 
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
@@ -33,6 +34,14 @@ COMMANDS = {
     "chat": ("rolellm.scripts.chat", "Talk to a role: terminal chat, one answer per line on stdin, or a Gradio UI."),
     "env": ("rolellm.scripts.env", "Print the versions of rolellm and the libraries it runs on."),
 }
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """The logging of every command: `LEVEL name: message` lines on stderr (what a run will send, resumptions,
+    failures, settings that override a checkpoint's), without the HTTP clients' line per request."""
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=level)
+    for noisy in ("httpx", "httpx2", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def make_parser():

@@ -2,17 +2,17 @@
 
 ```bash
 # the release's RoleGPT answers as a "model" (no generation): the paper's RoleGPT rows
-rolellm evaluate --model_name_or_path rolegpt --dataset_name zh --data_dir RoleBench --output_dir runs/rolegpt-zh
+rolellm evaluate --model rolegpt --dataset_name zh --data_dir RoleBench --output_dir runs/rolegpt-zh
 
 # a local model (folder or Hub id), greedy, with the role system instruction
-rolellm evaluate --model_name_or_path ./rolellama --dataset_name en-instruction --data_dir RoleBench \
+rolellm evaluate --model ./rolellama --dataset_name en-instruction --data_dir RoleBench \
     --mode system --output_dir runs/rolellama --compare_with runs/rolegpt-en/results.json
 
 # an OpenAI-compatible endpoint (a vLLM server), with a YAML recipe
 rolellm evaluate --config examples/recipes/evaluate_vllm.yaml
 
 # judged against another run's answers (its output_dir) instead of RoleGPT's: raw and length-controlled win rate
-rolellm evaluate --model_name_or_path ./rolellama --dataset_name zh --data_dir RoleBench --output_dir runs/rolellama \
+rolellm evaluate --model ./rolellama --dataset_name zh --data_dir RoleBench --output_dir runs/rolellama \
     --judge_model gpt-4o --baseline runs/qwen-zh
 # ... or against a model answering the same rows now
 rolellm evaluate ... --judge_model gpt-4o --baseline_model Qwen/Qwen2.5-7B-Instruct \
@@ -26,17 +26,36 @@ Command-line flags override the values of `--config`.
 """
 
 import json
-import logging
 import sys
 
-from rolellm.evaluation.benchmark.runner import EvaluateConfig
+from rolellm.clients.config import ClientConfig, derive_client, endpoint_options
+from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
+JudgeOptions = endpoint_options("judge", model_help="Judge model for the win rate vs the baseline.")
+BaselineOptions = endpoint_options(
+    "baseline", model_help="Model answering as the baseline (local folder, Hub id, or served name)."
+)
+DATACLASSES = [ClientConfig, EvaluateConfig, JudgeOptions, BaselineOptions]
+
+
 def make_parser(subparsers=None):
     description = "Answer a RoleBench config with a model (or score RoleGPT's answers), score RAW/CUS/SPE, report."
-    return make_command_parser("evaluate", EvaluateConfig, description, subparsers)
+    return make_command_parser("evaluate", DATACLASSES, description, subparsers)
+
+
+def evaluate_config(args) -> EvaluateConfig:
+    """The `EvaluateConfig` of parsed flags: the model's client from the `ClientConfig` flags, the judge and the
+    baseline model derived from it with their `--judge_*` and `--baseline_*` flags."""
+    client, judge, baseline = dataclasses_from(args, [ClientConfig, JudgeOptions, BaselineOptions])
+    [config] = dataclasses_from(
+        args, [EvaluateConfig], client=client, judge=derive_client(client, "judge", judge),
+        baseline_client=derive_client(client, "baseline", baseline),
+    )  # fmt: skip
+    return config
 
 
 def format_win_rate(judged: dict) -> str:
@@ -64,12 +83,8 @@ def main(args=None):
     from rolellm.evaluation.benchmark.report import format_table
     from rolellm.evaluation.benchmark.runner import run_benchmark
 
-    # the runner logs what it will send (requests, estimated tokens), resumptions and failures
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    for noisy in ("httpx", "httpx2", "openai"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-    [config] = dataclasses_from(args, [EvaluateConfig])
+    setup_logging()  # the runner logs what it will send (requests, estimated tokens), resumptions and failures
+    config = evaluate_config(args)
     results = run_benchmark(config)
     print(format_table([results]))
     if "win_rate" in results:

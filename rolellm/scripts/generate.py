@@ -12,7 +12,7 @@ rolellm generate context-instruct --profiles ../shared/data/roleglm-screenplay/p
 rolellm generate context-instruct --profiles my_card.png --profiles script.txt --roles "Ada Quill" "Moss" \
     --model gpt-4o-mini --output_dir runs/ci-mine
 
-# descriptions and catchphrases for profiles from their dialogue (`profile` is another name of `describe`)
+# descriptions and catchphrases for profiles from their dialogue
 rolellm generate describe --config examples/recipes/generate_profile.yaml
 ```
 
@@ -28,7 +28,7 @@ recipes. Command-line flags override the values of `--config`.
 import argparse
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -37,7 +37,8 @@ from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.job import FAILURES_NAME
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
-from rolellm.roles.resolve import PROFILES_HELP, merge_deprecated_sources, profiles_field
+from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field
+from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.exit_codes import EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
 
@@ -53,7 +54,6 @@ class GenerateArguments:
             repeatable): a release folder, a `profiles-{lang}/` folder, a screenplay folder (`desc.json` +
             `{script}-{role}.jsonl`), a `desc.json`, a Character Card or a folder of cards, a screenplay file (with
             `roles`).
-        profiles_dir (`str`, *optional*): deprecated alias of `profiles`.
         lang (`Literal["en", "zh"]`, *optional*): the profiles' language (default: every language of a release
             folder; guessed from the text of screenplays and cards).
         roles (`list[str]`, *optional*): only these roles, spelled as in the profiles or not (`Dr. Frank N Furter`
@@ -61,20 +61,12 @@ class GenerateArguments:
         output_dir (`str`): the release folder the data and profiles are added to (`generation_config.json`,
             `generation_stats.json` and `failures.jsonl` go to its `generation/<job>/`).
 
-    > Parameters that control the chat client
+    The chat client is `ClientConfig`, whose flags every `rolellm generate` command takes (`--model`, `--backend`,
+    `--base_url`, `--max_concurrency`, ...); its answers are cached in `<output_dir>/cache.sqlite` unless
+    `--cache_path` is given.
 
-    Args:
-        backend (`Literal["openai", "local"]`, *optional*, defaults to `"openai"`): an OpenAI-compatible endpoint, or
-            a `transformers` model run in-process.
-        model (`str`): the endpoint's model name, or the local model's folder / Hub id.
-        base_url (`str`, *optional*): the endpoint (`http://localhost:8000/v1`); defaults to `$OPENAI_BASE_URL`.
-        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once (endpoint).
-        requests_per_minute (`int`, *optional*): request rate limit (endpoint).
-        timeout (`float`, *optional*, defaults to 120.0): seconds before a request is retried (endpoint).
-        max_retries (`int`, *optional*, defaults to 6): retries of a request before it counts as failed (endpoint).
-        batch_size (`int`, *optional*, defaults to 8): prompts per batch (local).
-        chat_template (`str`, *optional*): a chat template for a local model without one (`"chatml"`).
-        cache_path (`str`, *optional*): the answer cache, defaults to `<output_dir>/cache.sqlite`.
+    > Parameters that control the run
+
         allow_partial (`bool`, *optional*, defaults to `False`): exit 0 although some requests failed (they are
             listed in `<output_dir>/generation/<job>/failures.jsonl` either way; without it the exit code is 1).
         dry_run (`bool`, *optional*, defaults to `False`): print how many requests the run would send (and how many
@@ -82,22 +74,9 @@ class GenerateArguments:
     """
 
     output_dir: str = field(metadata={"help": "Release folder the data and profiles are added to."})
-    model: str = field(metadata={"help": "Endpoint model name, or the local model's folder / Hub id."})
     profiles: list[str] | None = profiles_field()
-    profiles_dir: str | None = field(default=None, metadata={"help": "Deprecated: use --profiles."})
     lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
     roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
-    backend: Literal["openai", "local"] = field(default="openai", metadata={"help": "Where answers come from."})
-    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL."})
-    max_concurrency: int = field(default=16, metadata={"help": "Requests in flight at once (endpoint)."})
-    requests_per_minute: int | None = field(default=None, metadata={"help": "Request rate limit (endpoint)."})
-    timeout: float = field(default=120.0, metadata={"help": "Seconds before a request is retried (endpoint)."})
-    max_retries: int = field(default=6, metadata={"help": "Retries of a request before it counts as failed."})
-    batch_size: int = field(default=8, metadata={"help": "Prompts per batch (local)."})
-    chat_template: str | None = field(default=None, metadata={"help": "Chat template for a local model ('chatml')."})
-    cache_path: str | None = field(
-        default=None, metadata={"help": "Answer cache (default <output_dir>/cache.sqlite)."}
-    )
     allow_partial: bool = field(
         default=False, metadata={"help": "Exit 0 when some requests failed (they are listed in failures.jsonl)."}
     )
@@ -106,19 +85,16 @@ class GenerateArguments:
     )
 
     def __post_init__(self):
-        self.profiles = merge_deprecated_sources(self.profiles, profiles_dir=self.profiles_dir)
-        self.profiles_dir = None
+        self.profiles = as_sources(self.profiles)
         if not self.profiles:
             raise ValueError(f"the following argument is required: --profiles ({PROFILES_HELP})")
 
-    def client_config(self) -> ClientConfig:
-        """The chat client these arguments describe."""
-        return ClientConfig(
-            self.model, backend=self.backend, base_url=self.base_url, max_concurrency=self.max_concurrency,
-            requests_per_minute=self.requests_per_minute, timeout=self.timeout, max_retries=self.max_retries,
-            batch_size=self.batch_size,
-            chat_template=self.chat_template, cache_path=self.cache_path or str(Path(self.output_dir) / "cache.sqlite"),
-        )  # fmt: skip
+
+def client_config(client: ClientConfig, job: GenerateArguments) -> ClientConfig:
+    """`client`, caching its answers in `<output_dir>/cache.sqlite` unless it names its own `cache_path`."""
+    if client.cache_path is not None:
+        return client
+    return replace(client, cache_path=str(Path(job.output_dir) / "cache.sqlite"))
 
 
 @dataclass
@@ -142,11 +118,19 @@ class InstructionArguments:
 
 
 SUBCOMMANDS = {
-    "rolegpt": ((GenerateArguments, InstructionArguments, RoleGPTConfig), "RoleGPT answers to general instructions."),
-    "context-instruct": ((GenerateArguments, ContextInstructConfig), "Context-Instruct role-specific items."),
-    "describe": ((GenerateArguments, ProfileDescriptionConfig), "Role descriptions and catchphrases from dialogue."),
+    "rolegpt": (
+        (ClientConfig, GenerateArguments, InstructionArguments, RoleGPTConfig),
+        "RoleGPT answers to general instructions.",
+    ),
+    "context-instruct": (
+        (ClientConfig, GenerateArguments, ContextInstructConfig),
+        "Context-Instruct role-specific items.",
+    ),
+    "describe": (
+        (ClientConfig, GenerateArguments, ProfileDescriptionConfig),
+        "Role descriptions and catchphrases from dialogue.",
+    ),
 }
-ALIASES = {"describe": ["profile"]}
 
 
 def make_parser(subparsers=None):
@@ -159,9 +143,7 @@ def make_parser(subparsers=None):
         dest="generator", metavar="<generator>", required=True, parser_class=recipe_parser_class()
     )
     for name, (dataclass_types, help_text) in SUBCOMMANDS.items():
-        sub = commands.add_parser(
-            name, aliases=ALIASES.get(name, []), dataclass_types=dataclass_types, help=help_text, description=help_text
-        )
+        sub = commands.add_parser(name, dataclass_types=dataclass_types, help=help_text, description=help_text)
         sub.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
     return parser
 
@@ -212,16 +194,17 @@ def describe_folder(folder) -> str:
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
-    generator_name = next(name for name in SUBCOMMANDS if args.generator in (name, *ALIASES.get(name, [])))
+    setup_logging()
+    generator_name = args.generator
     dataclass_types, _ = SUBCOMMANDS[generator_name]
     built = dataclasses_from(args, dataclass_types)
-    job, config = built[0], built[-1]
-    profiles, client = read_profiles(job), make_client(job.client_config())
+    job, config = built[1], built[-1]
+    profiles, client = read_profiles(job), make_client(client_config(built[0], job))
     if generator_name == "rolegpt":
         from rolellm.generation.rolegpt import RoleGPT
 
         generator = RoleGPT(config)
-        inputs = (profiles, read_instructions(built[1], [p.name for p in profiles]))
+        inputs = (profiles, read_instructions(built[2], [p.name for p in profiles]))
     elif generator_name == "context-instruct":
         from rolellm.generation.context_instruct import ContextInstruct
 

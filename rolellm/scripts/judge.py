@@ -61,28 +61,11 @@ def format_agreement(result: dict, level: float = 0.95) -> str:
     return "\n".join(lines)
 
 
-def rewrite_reports(folder: Path) -> list[Path]:
-    """Write again the reports of a results folder (a `rolellm dialogue` and/or `rolellm evaluate` output)."""
-    from rolellm.evaluation.benchmark.report import write_report
-    from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME
-    from rolellm.evaluation.multiturn.report import write_dialogue_report
-
-    written = []
-    if (folder / TRANSCRIPTS_NAME).is_file():
-        written.append(write_dialogue_report(folder)["html"])
-    if (folder / "results.json").is_file():
-        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-        if "per_role" in results:  # a full run_benchmark result, not only verdicts
-            compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
-            others = [json.loads(path.read_text(encoding="utf-8")) for path in compared if path.is_file()]
-            written.append(write_report([*others, results], folder)["html"])
-    return written
-
-
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
     from rolellm.evaluation.multiturn.agreement import compare_with_humans, read_human_labels, read_judge_results
+    from rolellm.evaluation.multiturn.report import rewrite_reports
 
     prog = "rolellm judge agreement"
     if args.num_bootstrap < 1 or not 0 < args.confidence_level < 1:

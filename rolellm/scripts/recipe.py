@@ -2,16 +2,20 @@
 override them, and `dataclasses_from` turns the parsed namespace into the command's dataclasses.
 
 >>> import tempfile
->>> from rolellm.evaluation.benchmark.runner import EvaluateConfig
+>>> from rolellm.clients.config import ClientConfig
+>>> from rolellm.evaluation.benchmark.config import EvaluateConfig
 >>> path = tempfile.mkdtemp() + "/recipe.yaml"
 >>> _ = open(path, "w").write("model_name_or_path: rolegpt\\noutput_dir: runs/rolegpt\\n")
->>> parser = recipe_parser_class()(EvaluateConfig)
+>>> parser = recipe_parser_class()([ClientConfig, EvaluateConfig])
 >>> args = parser.parse_args(["--config", path, "--output_dir", "runs/other"])
->>> args.model_name_or_path, args.output_dir
+>>> args.model, args.output_dir
 ('rolegpt', 'runs/other')
 """
 
+import dataclasses
 import sys
+import types
+import typing
 from dataclasses import fields
 
 import yaml
@@ -32,22 +36,37 @@ def read_recipe(path: str, dataclass_types) -> dict:
         raise ValueError(f"{path}: a recipe must be a YAML mapping of fields, got {type(recipe).__name__}")
     if "api_key" in recipe:
         raise ValueError(f"{path}: never put an API key in a recipe; set OPENAI_API_KEY")
-    known = {f.name for cls in dataclass_types for f in fields(cls)}
-    unknown = sorted(set(recipe) - known)
+    flags = [f for cls in dataclass_types for f in fields(cls) if is_flag(f)]
+    names = {alias.removeprefix("--"): f.name for f in flags for alias in f.metadata.get("aliases", [])}
+    names.update({f.name: f.name for f in flags})
+    unknown = sorted(set(recipe) - set(names))
     if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown}; this command's fields are {sorted(known)}")
-    return recipe
+        raise ValueError(f"{path}: unknown keys {unknown}; this command's fields are {sorted(names)}")
+    given = {}
+    for key, value in recipe.items():
+        if names[key] in given:
+            raise ValueError(f"{path}: {key} and {given[names[key]][0]} are the same field: keep one")
+        given[names[key]] = (key, value)
+    return {name: value for name, (_, value) in given.items()}
 
 
-def dataclasses_from(namespace, dataclass_types) -> tuple:
-    """One instance of each of `dataclass_types` from a parsed namespace (each takes the fields it declares).
+def is_flag(field) -> bool:
+    """Whether the recipe parser makes a flag of a dataclass field: not when its metadata says `"flag": False` or
+    its value is a dataclass (`EvaluateConfig.client`: the script assembles it from flags of its own)."""
+    kinds = typing.get_args(field.type) if isinstance(field.type, types.UnionType) else (field.type,)
+    return field.init and field.metadata.get("flag", True) and not any(dataclasses.is_dataclass(k) for k in kinds)
+
+
+def dataclasses_from(namespace, dataclass_types, **values) -> tuple:
+    """One instance of each of `dataclass_types` from a parsed namespace (each takes the fields it declares), with
+    `values` for the fields that are no flags (`is_flag`), such as `EvaluateConfig(client=...)`.
 
     >>> from argparse import Namespace
     >>> from rolellm.clients.config import ClientConfig
     >>> dataclasses_from(Namespace(model="m", base_url="http://h/v1", other=1), [ClientConfig])[0].backend
     'openai'
     """
-    values = vars(namespace)
+    values = {**vars(namespace), **values}
     return tuple(
         cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values}) for cls in dataclass_types
     )
@@ -100,6 +119,11 @@ def recipe_parser_class():
     from transformers import HfArgumentParser
 
     class RecipeParser(HfArgumentParser):
+        @staticmethod
+        def _parse_dataclass_field(parser, field):
+            if is_flag(field):
+                HfArgumentParser._parse_dataclass_field(parser, field)
+
         def parse_known_args(self, args=None, namespace=None):
             args = list(sys.argv[1:] if args is None else args)
             if "--config" in args:

@@ -9,11 +9,15 @@ Every folder `RoCITTrainer` saves (the final `output_dir` and each intermediate 
 | `generation_config.json` | the token ids that end generation, the template's end of turn included | `generate` |
 | `role_profiles.jsonl` | the profiles of the roles trained on, one `RoleProfile.to_dict()` per line | `rolellm.load_profiles(folder)` |
 | `system_template.jinja` | the custom system text template, when the run used one | `build_chat_messages(..., system_template=...)` |
+| `rolellm_inference.json` | the inference settings trained with: `keep_think` and `chat_template_family` (`"rolellm-chatml"`, the role template `rolellm train` installs, or `"model"`, the base model's own) | `make_client` (`rolellm chat`, `evaluate`, `dialogue`) |
 | `README.md` | the model card (`rolellm.training.card`) | the Hub |
 """
 
+import json
 from pathlib import Path
 
+from rolellm.clients.config import INFERENCE_FILE, ROLE_TEMPLATE_FAMILY
+from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.roles.profile import RoleProfile, role_key
 from rolellm.roles.resolve import PROFILES_FILE, write_profiles_jsonl
 
@@ -34,7 +38,23 @@ def trained_profiles(profiles: dict[str, RoleProfile] | None, role_stats: dict) 
     return {name: profile for name, profile in profiles.items() if role_key(name) in roles} or dict(profiles)
 
 
-def save_role_files(folder, profiles, system_template, tokenizer, generation_config=None, card=None) -> Path:
+def inference_settings(tokenizer, keep_think: bool) -> dict:
+    """What a checkpoint records for inference (`rolellm_inference.json`), read by `make_client`.
+
+    >>> from rolellm.testing.models import train_tiny_tokenizer
+    >>> from rolellm.encoding.chat_template import set_role_chat_template
+    >>> tokenizer = train_tiny_tokenizer()
+    >>> _ = set_role_chat_template(tokenizer)
+    >>> inference_settings(tokenizer, keep_think=True)
+    {'keep_think': True, 'chat_template_family': 'rolellm-chatml'}
+    """
+    family = ROLE_TEMPLATE_FAMILY if tokenizer.chat_template == ROLE_CHAT_TEMPLATE else "model"
+    return {"keep_think": keep_think, "chat_template_family": family}
+
+
+def save_role_files(
+    folder, profiles, system_template, tokenizer, generation_config=None, card=None, inference=None
+) -> Path:
     """Write the role files of a checkpoint (see the module docstring) into `folder`; returns the folder.
 
     Args:
@@ -45,6 +65,7 @@ def save_role_files(folder, profiles, system_template, tokenizer, generation_con
             own saving did not write it.
         generation_config (`GenerationConfig`, *optional*): saved for adapters, whose base model does not carry it.
         card (`huggingface_hub.ModelCard`, *optional*): saved as `README.md`.
+        inference (`dict`, *optional*): `inference_settings(...)`, saved as `rolellm_inference.json`.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -58,4 +79,6 @@ def save_role_files(folder, profiles, system_template, tokenizer, generation_con
         (folder / CHAT_TEMPLATE_FILE).write_text(tokenizer.chat_template, encoding="utf-8")
     if card is not None:
         card.save(folder / "README.md")
+    if inference is not None:
+        (folder / INFERENCE_FILE).write_text(json.dumps(inference, indent=2) + "\n", encoding="utf-8")
     return folder

@@ -5,7 +5,7 @@ from typing import Literal
 
 from trl import SFTConfig
 
-from rolellm.roles.resolve import merge_deprecated_sources, profiles_field
+from rolellm.roles.resolve import as_sources, profiles_field
 
 
 @dataclass
@@ -20,8 +20,6 @@ class RoCITConfig(SFTConfig):
             Where the role profiles come from when the trainer is not given `profiles=` (`--profiles`, repeatable):
             any sources `rolellm.roles.load_profiles` reads, e.g. a RoleBench release folder, a `desc.json`, a
             screenplay folder, Character Cards (JSON, PNG or a folder of them).
-        profiles_path (`str`, *optional*):
-            Deprecated alias of `profiles`.
         reference (`str`, *optional*, defaults to `"first"`):
             Which reference answer of a row's `generated` to train on: `"first"`, `"random"` (one per row, drawn with
             `seed`) or `"all"` (one sample per reference).
@@ -36,7 +34,8 @@ class RoCITConfig(SFTConfig):
         keep_think (`bool`, *optional*, defaults to `False`):
             Keep a thinking template's think blocks (Qwen3's empty `<think></think>` before answers, DeepSeek-R1's
             prefilled `<think>`). By default answers are trained, and generated, without them
-            (see `rolellm.encode_chat`).
+            (see `rolellm.encode_chat`). The checkpoint records it (`rolellm_inference.json`), so `rolellm chat`,
+            `evaluate` and `dialogue` generate the same way unless `--keep_think` says otherwise.
         log_subset_losses (`bool`, *optional*, defaults to `True`):
             Log the train and eval loss of `general` and `role_specific` samples separately (`loss_general`,
             `loss_role_specific`, `eval_loss_general`, ...).
@@ -82,7 +81,6 @@ class RoCITConfig(SFTConfig):
         help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "
         "desc.json, a screenplay folder, Character Cards (.json, .png) or a folder of cards."
     )
-    profiles_path: str | None = field(default=None, metadata={"help": "Deprecated: use --profiles."})
     reference: Literal["first", "random", "all"] = field(
         default="first",
         metadata={"help": "Reference answer(s) to train on: 'first', 'random' (seeded) or 'all' (one sample each)."},
@@ -123,8 +121,7 @@ class RoCITConfig(SFTConfig):
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True
         super().__post_init__()
-        self.profiles = merge_deprecated_sources(self.profiles, profiles_path=self.profiles_path)
-        self.profiles_path = None
+        self.profiles = as_sources(self.profiles) or None
         if self.role_specific_fraction is not None and not 0.0 <= self.role_specific_fraction <= 1.0:
             raise ValueError(
                 f"role_specific_fraction={self.role_specific_fraction} is not a fraction: use a value in [0, 1], "

@@ -19,7 +19,7 @@ from rolellm.clients.loading import ADAPTER_CONFIG, is_adapter_checkpoint, load_
 # what `Trainer._save_checkpoint` adds to resume a run: not part of the model
 TRAINER_STATE = re.compile(r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|"
                            r"training_args\.bin|global_step\d+|latest|zero_to_fp32\.py)$")  # fmt: skip
-ROLE_FILES = ("role_profiles.jsonl", "system_template.jinja", "chat_template.jinja")
+ROLE_FILES = ("role_profiles.jsonl", "system_template.jinja", "chat_template.jinja", "rolellm_inference.json")
 
 
 class BaseModelNotFound(OSError):

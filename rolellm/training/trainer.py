@@ -13,8 +13,8 @@ What it adds to `SFTTrainer`, each at one override point:
   and `role_specific` samples separately.
 - `create_model_card`: a card stating the roles, the data, the chat template, the packing, quantization and adapter.
 - `_save` (every checkpoint, intermediate and final): beside the weights and the tokenizer, the files that make the
-  folder work on its own (`rolellm.training.checkpoint`): `chat_template.jinja`, `role_profiles.jsonl` (read by
-  `rolellm.load_profiles`), a custom `system_template.jinja`, an adapter's `generation_config.json`, the model card.
+  folder work on its own (`rolellm.training.checkpoint`): `chat_template.jinja`, `rolellm_inference.json` (the
+  `keep_think` and template family trained with), `role_profiles.jsonl` (read by `rolellm.load_profiles`), a custom `system_template.jinja`, an adapter's `generation_config.json`, the model card.
 
 With `prefix_sharing=True` (the default) the same override points pack samples of one role into rows sharing one
 copy of the role's system prompt (`rolellm.training.packing`), collate them with `DataCollatorForPrefixSharing`, and
@@ -41,7 +41,7 @@ from rolellm.encoding.encode import encode_chat_turns
 from rolellm.roles.resolve import load_profiles
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
-from rolellm.training.checkpoint import save_role_files, trained_profiles
+from rolellm.training.checkpoint import inference_settings, save_role_files, trained_profiles
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, mix_subsets, rolebench_to_conversations
 from rolellm.training.packing import (
@@ -415,7 +415,8 @@ class RoCITTrainer(SFTTrainer):
         generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
         profiles = trained_profiles(self.profiles, self.role_stats)
         card = self.build_model_card(model_name=Path(self.args.output_dir).name)
-        save_role_files(folder, profiles, self._system_template, self._tokenizer, generation_config, card)
+        inference = inference_settings(self._tokenizer, self.args.keep_think)
+        save_role_files(folder, profiles, self._system_template, self._tokenizer, generation_config, card, inference)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir` (see `build_model_card`)."""

@@ -2,7 +2,7 @@
 
 A model is a local folder or Hub id (`LocalChatClient`: transformers, batched with left padding and length sorting),
 an OpenAI-compatible endpoint such as a vLLM server (`OpenAIChatClient`: concurrent requests), or the RoleGPT
-baseline answers of the release (`model_name_or_path="rolegpt"`: nothing is generated). Generations are appended to
+baseline answers of the release (the model `"rolegpt"`: nothing is generated). Generations are appended to
 `<output_dir>/generations.jsonl` as they finish, beside `run_config.json`, so a run that stops resumes where it was
 and never sends a request twice.
 
@@ -15,11 +15,12 @@ and never sends a request twice.
 import json
 import logging
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
-from rolellm.evaluation.benchmark.config import GENERATION_FIELDS, ROLEGPT, EvaluateConfig
+from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
@@ -75,7 +76,7 @@ class GenerationLog:
         self.path = self.folder / "generations.jsonl"
         self.rows = rows
         self.folder.mkdir(parents=True, exist_ok=True)
-        run_config = {name: getattr(config, name) for name in GENERATION_FIELDS}
+        run_config = config.generation_settings()
         config_path = self.folder / "run_config.json"
         if config_path.exists():
             previous = json.loads(config_path.read_text(encoding="utf-8"))
@@ -143,7 +144,7 @@ def build_requests(rows: list[dict], indices: list[int], profiles: dict, config:
     from rolellm.roles.retrieval import DialogueRetriever
 
     retrievers = {}
-    params = {"max_tokens": config.max_new_tokens, "temperature": config.temperature}
+    params = {"max_tokens": config.client.max_new_tokens, "temperature": config.temperature}
     requests = []
     for index in indices:
         row = rows[index]
@@ -188,9 +189,9 @@ def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfi
         pending = [i for i in range(len(rows)) if i not in log.answers]
         requests = build_requests(rows, pending, profiles, config) if pending else []
         if requests:
-            client = client if client is not None else make_client(config.client_config())
+            client = client if client is not None else make_client(config.client)
             check_endpoints(client)
-            estimate = client.estimate(requests, max_tokens=config.max_new_tokens)
+            estimate = client.estimate(requests, max_tokens=config.client.max_new_tokens)
             logger.info("%d of %d rows to answer: %s", len(pending), len(rows), estimate)
         for start in range(0, len(requests), config.save_every):
             done = len(rows) - len(pending) + start
@@ -235,9 +236,9 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
 
 def baseline_predictions(config: EvaluateConfig, rows, dataset, profiles) -> tuple[list[str | None], str]:
     """The baseline's answer to each row (`None` where a `baseline_model` generation failed) and its label."""
-    if config.baseline_model is not None:
+    if config.baseline_client is not None:
         baseline_config = config.baseline_config()
-        logger.info("Baseline %s answers into %s", config.baseline_model, baseline_config.output_dir)
+        logger.info("Baseline %s answers into %s", config.baseline_client.model, baseline_config.output_dir)
         return generate_predictions(rows, profiles, baseline_config), config.baseline_label
     if config.baseline.lower() == ROLEGPT:
         return rolegpt_predictions(rows, dataset["rolegpt_baseline"]), config.baseline_label
@@ -250,7 +251,7 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
 
     Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
     re-run sends nothing already judged. A failed generation is judged as an empty answer; a failed baseline
-    generation makes its sample `failed`. `client` is the judge (default: the one `config.judge_client_config()`
+    generation makes its sample `failed`. `client` is the judge (default: the one `config.judge`
     describes).
 
     Returns:
@@ -261,7 +262,7 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
     from rolellm.roles.card_prompts import role_description
     from rolellm.roles.profile import role_key
 
-    client = client if client is not None else make_client(config.judge_client_config())
+    client = client if client is not None else make_client(config.judge)
     descriptions = {row["role"]: role_description(profiles[role_key(row["role"])]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
     result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
@@ -283,14 +284,14 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     Returns:
         `dict`: the content of `results.json`: `model`, `dataset_name`, `split`, `mode`, `lang`, `metrics` (`CUS`,
         `RAW`, `SPE`, `avg`, `win_rate`), `unavailable`, `counts`, `per_role`, `per_type`, `win_rate` (the judge's
-        full result, when `judge_model` is set) and `config`.
+        full result, when `config.judge` is set) and `config`.
     """
     from rolellm.data import load_rolebench
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
 
-    judged = config.judge_model is not None
+    judged = config.judge is not None
     needs_rolegpt = config.is_rolegpt_baseline or (
-        judged and config.baseline_model is None and config.baseline.lower() == ROLEGPT
+        judged and config.baseline_client is None and config.baseline.lower() == ROLEGPT
     )
     splits = [config.split, "rolegpt_baseline"] if needs_rolegpt else [config.split]
     dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
@@ -300,10 +301,10 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     lang = rows[0]["lang"]
     profiles = read_profiles(config, lang) if judged or not config.is_rolegpt_baseline else {}
     baseline, baseline_label, judge = None, None, None
-    if judged and config.baseline_model is None:  # read before anything is sent: a row without one stops the run
+    if judged and config.baseline_client is None:  # read before anything is sent: a row without one stops the run
         baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
     if judged:  # the judge is checked before any answer is generated, the baseline model's included
-        judge = make_client(config.judge_client_config())
+        judge = make_client(config.judge)
         check_endpoints(judge)
         if baseline is None:
             baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
@@ -320,7 +321,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     raw_path = find_raw_targets(config, lang)
     scores = score_predictions(rows, predictions, read_raw_targets(raw_path) if raw_path else None)
     scores["metrics"]["win_rate"] = None
-    if config.judge_model is None:
+    if config.judge is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
     else:
         verdicts = judge_against_baseline(config, rows, predictions, baseline, profiles, client=judge)
@@ -336,7 +337,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         "mode": mode,
         "lang": lang,
         **scores,
-        "config": dict(vars(config)),
+        "config": asdict(config),
     }
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,177 @@
+"""`DialogueConfig` and `run_dialogue_eval`: the multi-turn evaluation of `rolellm dialogue` as a library call, beside
+`run_benchmark(EvaluateConfig)`.
+
+A simulated user (`user`) talks with the evaluated model (`client`) for each scenario's turns; rubric judges
+(`judges`) score the conversations; the report is written. Every client is a `ClientConfig`, answers are cached in
+`<output_dir>/cache.sqlite` unless a client sets its own `cache_path`, and every turn is saved as it is played: a
+run that stops, even killed, goes on where it was when started again.
+
+>>> import tempfile
+>>> from rolellm.clients.config import ClientConfig
+>>> from rolellm.roles.profile import RoleProfile
+>>> from rolellm.roles.release import write_release_profiles
+>>> from rolellm.testing.server import ChatCompletionsServer
+>>> folder = tempfile.mkdtemp()
+>>> _ = write_release_profiles({"Po": RoleProfile("Po", "en", "A kung fu panda.")}, folder)
+>>> scenarios = folder + "/scenarios.yaml"
+>>> _ = open(scenarios, "w").write("- role: Po\\n  situation: Dinner.\\n  user_persona: A cook.\\n"
+...                                "  opening_line: Noodles?\\n  num_turns: 1\\n")
+>>> with ChatCompletionsServer(lambda body: "Skadoosh!") as server:
+...     config = DialogueConfig(
+...         profiles=[folder], output_dir=folder + "/run", scenarios=scenarios,
+...         client=ClientConfig("po-model", base_url=server.base_url, progress=False),
+...         user=ClientConfig("user-sim", base_url=server.base_url, progress=False),
+...     )
+...     result = run_dialogue_eval(config)
+>>> result["played"], result["transcripts"][0]["turns"][0]["assistant"]
+(1, 'Skadoosh!')
+"""
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from rolellm.clients.config import ClientConfig, check_endpoints, make_client
+from rolellm.roles.resolve import as_sources, profiles_field
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DialogueConfig:
+    """What `run_dialogue_eval` and `rolellm dialogue` read, who talks, who judges, and where they write.
+
+    The clients are values (`ClientConfig`): `rolellm dialogue` builds `client` from its `ClientConfig` flags
+    (`--model`, `--base_url`, `--max_new_tokens`, ...) and derives `user` and `judges` from the `--user_*` and
+    `--judge_*` flags (`rolellm.clients.config.derive_client`).
+
+    > Parameters that control the roles and scenarios
+
+    Args:
+        profiles (`list[str]`): one or more profile sources `rolellm.roles.load_profiles` reads (`--profiles`,
+            repeatable: release folder, screenplay folder or file, `desc.json`, Character Card or folder of cards).
+        roles (`list[str]`, *optional*): only these roles (spelled as in the profiles or not); required for a
+            screenplay file.
+        lang (`Literal["en", "zh"]`, *optional*): the profiles' language.
+        scenarios (`str`, *optional*): a YAML or JSONL scenario file; default: card scenarios, else generated.
+        num_scenarios (`int`, *optional*, defaults to 2): scenarios the user model writes per role without a file.
+        num_turns (`int`, *optional*): turns of every conversation (default: each scenario's `num_turns`).
+
+    > Parameters that control the models
+
+        client (`ClientConfig`): the evaluated model; its `max_new_tokens` is the role's answer budget.
+        user (`ClientConfig`): the user simulator (and scenario writer).
+        judges (`list[ClientConfig]`, *optional*): rubric judges; none: transcripts only.
+        temperature (`float`, *optional*, defaults to 0.0), seed (`int`, *optional*, defaults to 0): the role's and
+            the simulator's sampling (greedy by default).
+
+    > Parameters that control the output
+
+        output_dir (`str`): where scenarios, turns, transcripts, scores and the report go; the clients' answers are
+            cached in its `cache.sqlite` unless they set their own `cache_path`.
+        allow_partial (`bool`, *optional*, defaults to `False`): `rolellm dialogue` exits 0 although some requests
+            failed.
+    """
+
+    profiles: list[str] = profiles_field(required=True)
+    output_dir: str = field(metadata={"help": "Where scenarios, turns, transcripts and scores go."})
+    client: ClientConfig = field(metadata={"help": "The evaluated model (from the ClientConfig flags)."})
+    user: ClientConfig = field(metadata={"help": "The user simulator (--user_* flags)."})
+    judges: list[ClientConfig] = field(
+        default_factory=list, metadata={"help": "Rubric judges (--judge_* flags).", "flag": False}
+    )
+    roles: list[str] | None = field(default=None, metadata={"help": "Only these roles."})
+    lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
+    scenarios: str | None = field(default=None, metadata={"help": "YAML/JSONL scenarios (default: cards, generated)."})
+    num_scenarios: int = field(default=2, metadata={"help": "Scenarios generated per role without --scenarios."})
+    num_turns: int | None = field(default=None, metadata={"help": "Turns per conversation (default: the scenario's)."})
+    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of the role and the user."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    allow_partial: bool = field(default=False, metadata={"help": "Exit 0 although some requests failed."})
+
+    def __post_init__(self):
+        self.profiles = as_sources(self.profiles)
+        if self.num_turns is not None and self.num_turns < 1:
+            raise ValueError(f"--num_turns must be at least 1, got {self.num_turns}")
+        if self.num_scenarios < 1:
+            raise ValueError(f"--num_scenarios must be at least 1, got {self.num_scenarios}")
+        cache = str(Path(self.output_dir) / "cache.sqlite")  # one cache for all: its keys hold the model's name
+        self.client, self.user = _with_cache(self.client, cache), _with_cache(self.user, cache)
+        self.judges = [_with_cache(judge, cache) for judge in self.judges]
+
+
+def _with_cache(client: ClientConfig, path: str) -> ClientConfig:
+    return replace(client, cache_path=path) if client.cache_path is None else client
+
+
+def read_run_scenarios(config: DialogueConfig, profiles: dict, user_client) -> list:
+    """The run's scenarios: the file, else card scenarios and generated ones (a role the user model wrote none for is
+    logged); `num_turns` applied."""
+    from rolellm.evaluation.multiturn.dialogue import generate_scenarios, read_scenarios, scenarios_from_card
+    from rolellm.roles.profile import role_key
+
+    if config.scenarios:
+        keys = {role_key(name) for name in profiles}
+        scenarios = [s for s in read_scenarios(config.scenarios) if role_key(s.role) in keys or not config.roles]
+    else:
+        scenarios = [s for profile in profiles.values() for s in scenarios_from_card(profile)]
+        carded = {s.role for s in scenarios}
+        rest = [profile for name, profile in profiles.items() if name not in carded]
+        if rest:
+            generated, failures = generate_scenarios(rest, user_client, config.num_scenarios, seed=config.seed)
+            for role, error in failures.items():
+                logger.warning("no scenario for %s: %s", role, error)
+            scenarios += generated
+    for scenario in scenarios:
+        scenario.num_turns = config.num_turns or scenario.num_turns
+    return scenarios
+
+
+def run_dialogue_eval(config: DialogueConfig) -> dict:
+    """Play the scenarios of `config` between its user simulator and its model, score them with its judges and write
+    the report into `config.output_dir`.
+
+    Every endpoint is checked before the first turn (`check_endpoints`: an `EndpointError` stops the run); a run
+    where no turn could be played writes no scores and no report.
+
+    Returns:
+        `dict`: `transcripts` (one dict per conversation, `error` set where it stopped early), `played` (turns),
+        `scores` (the judges' `scores.json`, `None` without judges), `failures` (conversations stopped early plus
+        judge answers that failed) and `report` (the written report's paths, `None` when nothing was played).
+    """
+    from rolellm.evaluation.multiturn.dialogue import run_dialogues
+    from rolellm.evaluation.multiturn.report import write_dialogue_report
+    from rolellm.evaluation.multiturn.rubric import judge_transcripts
+    from rolellm.roles.resolve import load_profiles
+
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    profiles = load_profiles(config.profiles, lang=config.lang, roles=config.roles)
+    user_client, model_client = make_client(config.user), make_client(config.client)
+    judges = [make_client(judge) for judge in config.judges]
+    check_endpoints(user_client, model_client, *judges)  # every endpoint answers before the first turn is played
+    scenarios = read_run_scenarios(config, profiles, user_client)
+    if not scenarios:
+        raise ValueError("no scenario to play: give --scenarios, Character Cards with a scenario, or a user model")
+    (output_dir / "scenarios.jsonl").write_text(
+        "".join(json.dumps(asdict(s), ensure_ascii=False) + "\n" for s in scenarios), encoding="utf-8"
+    )
+    transcripts = run_dialogues(
+        scenarios, profiles, model_client, user_client, output_dir, max_tokens=config.client.max_new_tokens,
+        temperature=config.temperature, user_temperature=config.temperature, seed=config.seed,
+    )  # fmt: skip
+    played = sum(len(t["turns"]) for t in transcripts)
+    result = {"transcripts": transcripts, "played": played, "scores": None, "report": None}
+    result["failures"] = sum(1 for t in transcripts if t["error"])
+    if played == 0:
+        return result
+    if judges:
+        scores = judge_transcripts(transcripts, profiles, judges, seed=config.seed)
+        (output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        result["scores"] = scores
+        result["failures"] += scores["failures"]["count"]
+    result["report"] = write_dialogue_report(output_dir)
+    return result
