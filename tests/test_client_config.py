@@ -2,7 +2,9 @@
 
 import pytest
 
-from rolellm.clients import ClientConfig, LocalChatClient, OpenAIChatClient, make_client
+from rolellm.clients.config import ClientConfig, make_client
+from rolellm.clients.local import LocalChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.scripts.generate import GenerateArguments
 from rolellm.testing.server import ChatCompletionsServer

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from fixtures.mini_release import write_mini_release
 
-from rolellm.data import load_rolebench, read_rolebench_jsonl
-from rolellm.data.builder import read_rolebench_table
+from rolellm.data.builder import load_rolebench, read_rolebench_table
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.evaluation.multiturn.agreement import read_human_labels
 from rolellm.evaluation.multiturn.dialogue import read_scenarios
 from rolellm.roles.character_card import read_character_card

@@ -1,5 +1,8 @@
+import ast
+import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import rolellm
 from rolellm.scripts import cli
@@ -10,6 +13,57 @@ def test_import_is_lazy():
     code = "import sys, rolellm; print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_import_loads_only_the_root_module():
+    # `import rolellm` runs the root `__init__` alone: no stage, no third-party library beyond the standard library.
+    code = "import sys; before = set(sys.modules); import rolellm; print(sorted(set(sys.modules) - before))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)  # noqa: S307  (our own print of a list of module names)
+    assert [name for name in loaded if name.startswith("rolellm")] == ["rolellm"]
+    heavy = ("torch", "transformers", "trl", "datasets", "numpy", "yaml", "openai", "huggingface_hub")
+    assert [name for name in loaded if name.split(".")[0] in heavy] == []
+
+
+PACKAGE = Path(rolellm.__file__).parent
+
+
+def test_subpackage_inits_are_docstrings_only():
+    # each public name has one import path besides `rolellm.X`: its defining module; no package re-exports names
+    wrong = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        if init.parent == PACKAGE:
+            continue
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        docstring = (
+            body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
+        )
+        if not docstring or body[1:]:
+            wrong.append(str(init.relative_to(PACKAGE.parent)))
+    assert wrong == []
+
+
+def defined_names(module: str) -> set[str]:
+    """Names a module defines itself at top level (functions, classes, assignments), not the ones it imports."""
+    spec = importlib.util.find_spec(module)
+    names = set()
+    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_every_export_is_defined_in_the_module_it_names():
+    wrong = [f"{name} -> {module}" for name, module in rolellm._EXPORTS.items() if name not in defined_names(module)]
+    assert wrong == []
+    for name, module in rolellm._EXPORTS.items():
+        value = getattr(importlib.import_module(module), name)
+        assert getattr(rolellm, name) is value, name
+        if hasattr(value, "__module__"):
+            assert value.__module__ == module, name
 
 
 def test_public_api_resolves():

@@ -173,7 +173,7 @@ def test_recipes_take_a_string_or_a_list_and_flags_replace_them(release, tmp_pat
 def test_the_old_flags_are_deprecated_aliases(release, tmp_path):
     from rolellm.evaluation.benchmark.config import EvaluateConfig
     from rolellm.scripts.generate import GenerateArguments
-    from rolellm.training import RoCITConfig
+    from rolellm.training.config import RoCITConfig
 
     with pytest.warns(FutureWarning, match=r"profiles_dir \(--profiles_dir\) is deprecated"):
         args = GenerateArguments(output_dir="o", model="m", profiles_dir=str(CARD))

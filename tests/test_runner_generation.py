@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from rolellm.data import read_rolebench_jsonl
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
 from rolellm.roles.profile import role_key
 from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction

@@ -34,7 +34,7 @@ def _raw_targets(lang: str, data_dir: str | None) -> dict[str, str]:
     if data_dir is None:
         from huggingface_hub import hf_hub_download
 
-        from rolellm.data.layout import HUB_REPO_ID
+        from rolellm.data.release import HUB_REPO_ID
 
         return read_raw_targets(hf_hub_download(HUB_REPO_ID, relative, repo_type="dataset"))
     path = Path(data_dir) / relative

@@ -49,7 +49,7 @@ class GenerateArguments:
     > Parameters that control the input and output
 
     Args:
-        profiles (`list[str]`): one or more profile sources `rolellm.roles.load_profiles` reads (`--profiles`,
+        profiles (`list[str]`): one or more profile sources `rolellm.load_profiles` reads (`--profiles`,
             repeatable): a release folder, a `profiles-{lang}/` folder, a screenplay folder (`desc.json` +
             `{script}-{role}.jsonl`), a `desc.json`, a Character Card or a folder of cards, a screenplay file (with
             `roles`).

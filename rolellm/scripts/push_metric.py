@@ -18,9 +18,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rolellm.metrics import METRICS_DIR
+from rolellm import metrics
 
 
+METRICS_DIR = Path(metrics.__file__).parent  # one folder per `evaluate` module
 METRICS = sorted(path.name for path in METRICS_DIR.iterdir() if (path / f"{path.name}.py").is_file())
 
 APP = """\

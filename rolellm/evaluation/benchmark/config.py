@@ -44,7 +44,7 @@ class EvaluateConfig:
         roles (`list[str]`, *optional*): only these roles.
         max_samples_per_role (`int`, *optional*): only the first rows of each role and subset (quick runs).
         profiles (`list[str]`, *optional*): profile sources (`--profiles`, repeatable; any source
-            `rolellm.roles.load_profiles` reads: a release or screenplay folder, a `desc.json`, a screenplay file with
+            `rolellm.load_profiles` reads: a release or screenplay folder, a `desc.json`, a screenplay file with
             `roles`, Character Cards) read after the release's profiles in `data_dir`: they add roles, and script
             dialogue for the few-shot modes.
         profiles_dir (`list[str]`, *optional*): deprecated alias of `profiles`.
