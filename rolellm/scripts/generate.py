@@ -25,7 +25,6 @@ started again sends no answered request twice. API keys come only from `OPENAI_A
 recipes. Command-line flags override the values of `--config`.
 """
 
-import argparse
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
 from rolellm.roles.resolve import PROFILES_HELP, merge_deprecated_sources, profiles_field
 from rolellm.scripts.exit_codes import EXIT_PARTIAL
-from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
+from rolellm.scripts.recipe import dataclasses_from, make_command_group, make_command_parser
 
 
 @dataclass
@@ -151,18 +150,9 @@ ALIASES = {"describe": ["profile"]}
 
 def make_parser(subparsers=None):
     description = "Generate RoleBench-style data from role profiles with an LLM."
-    if subparsers is not None:
-        parser = subparsers.add_parser("generate", help=description, description=description)
-    else:
-        parser = argparse.ArgumentParser(prog="rolellm generate", description=description)
-    commands = parser.add_subparsers(
-        dest="generator", metavar="<generator>", required=True, parser_class=recipe_parser_class()
-    )
+    parser, commands = make_command_group("generate", description, subparsers, "generator", "<generator>")
     for name, (dataclass_types, help_text) in SUBCOMMANDS.items():
-        sub = commands.add_parser(
-            name, aliases=ALIASES.get(name, []), dataclass_types=dataclass_types, help=help_text, description=help_text
-        )
-        sub.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
+        make_command_parser(name, dataclass_types, help_text, commands, aliases=ALIASES.get(name, ()))
     return parser
 
 
