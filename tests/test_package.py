@@ -119,3 +119,68 @@ def test_env_command_prints_versions(capsys):
     out = capsys.readouterr().out
     assert f"- rolellm: {rolellm.__version__}" in out
     assert "- transformers: 5." in out
+
+
+def command_parsers(parser) -> list:
+    """The parsers that read a command's fields: its sub-commands' parsers, or the parser itself."""
+    import argparse
+
+    groups = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return [sub for group in groups for sub in dict.fromkeys(group.choices.values())] or [parser]
+
+
+def test_every_command_parses_through_the_recipe_parser():
+    from rolellm.scripts.recipe import recipe_parser_class
+
+    recipe_parser = recipe_parser_class()
+    for name, (module, _) in cli.COMMANDS.items():
+        for parser in command_parsers(importlib.import_module(module).make_parser()):
+            assert type(parser).__name__ == recipe_parser.__name__, parser.prog
+            assert "--config" in parser._option_string_actions, parser.prog
+            assert parser.dataclass_types, parser.prog
+
+
+def test_every_field_flag_has_its_dashed_alias():
+    # HfArgumentParser adds `--max-new-tokens` next to `--max_new_tokens` for every field with an underscore
+    for name, (module, _) in cli.COMMANDS.items():
+        for parser in command_parsers(importlib.import_module(module).make_parser()):
+            flags = set(parser._option_string_actions)
+            underscored = [flag for flag in flags if flag.startswith("--") and "_" in flag]
+            assert [flag for flag in underscored if flag.replace("_", "-") not in flags] == [], parser.prog
+
+
+def test_dashed_and_underscored_flags_parse_alike(tmp_path):
+    from rolellm.scripts import data, evaluate, export, judge
+
+    parse = evaluate.make_parser().parse_args
+    base = ["--model_name_or_path", "m", "--output_dir", "o"]
+    assert (
+        parse([*base, "--max-new-tokens", "7"]).max_new_tokens
+        == parse([*base, "--max_new_tokens", "7"]).max_new_tokens
+        == 7
+    )
+    args = data.make_parser().parse_args(["stats", "--data-dir", "d", "--zh-tokenizer", "chars", "--repo-id", "r/x"])
+    assert (args.data_dir, args.zh_tokenizer, args.repo_id) == ("d", "chars", "r/x")
+    args = judge.make_parser().parse_args(["agreement", "--human", "h", "--results", "r", "--num-bootstrap", "5"])
+    assert args.num_bootstrap == 5
+    args = export.make_parser().parse_args(["ckpt", "--output-dir", "out", "--push-to-hub", "me/x", "--merge"])
+    assert (args.checkpoint, args.output_dir, args.push_to_hub, args.merge) == ("ckpt", "out", "me/x", True)
+
+
+def test_subcommand_recipes_are_strict(tmp_path):
+    from rolellm.scripts import data, export
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("data_dir: RoleBench\nzh_tokenizer: chars\n")
+    args = data.make_parser().parse_args(["stats", "--config", str(recipe)])
+    assert (args.data_dir, args.zh_tokenizer) == ("RoleBench", "chars")
+    recipe.write_text("data_dir: RoleBench\nzh_tokenizr: chars\n")
+    try:
+        data.make_parser().parse_args(["stats", "--config", str(recipe)])
+    except ValueError as error:
+        assert "zh_tokenizr" in str(error)
+    else:
+        raise AssertionError("expected an unknown-key error")
+    recipe.write_text("checkpoint: runs/ckpt\noutput_dir: out\n")  # a positional argument set by the recipe
+    args = export.make_parser().parse_args(["--config", str(recipe), "--merge"])
+    assert (args.checkpoint, args.output_dir, args.merge) == ("runs/ckpt", "out", True)
