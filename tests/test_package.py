@@ -133,7 +133,7 @@ def test_every_command_parses_through_the_recipe_parser():
     from rolellm.scripts.recipe import recipe_parser_class
 
     recipe_parser = recipe_parser_class()
-    for name, (module, _) in cli.COMMANDS.items():
+    for module, _ in cli.COMMANDS.values():
         for parser in command_parsers(importlib.import_module(module).make_parser()):
             assert type(parser).__name__ == recipe_parser.__name__, parser.prog
             assert "--config" in parser._option_string_actions, parser.prog
@@ -142,7 +142,7 @@ def test_every_command_parses_through_the_recipe_parser():
 
 def test_every_field_flag_has_its_dashed_alias():
     # HfArgumentParser adds `--max-new-tokens` next to `--max_new_tokens` for every field with an underscore
-    for name, (module, _) in cli.COMMANDS.items():
+    for module, _ in cli.COMMANDS.values():
         for parser in command_parsers(importlib.import_module(module).make_parser()):
             flags = set(parser._option_string_actions)
             underscored = [flag for flag in flags if flag.startswith("--") and "_" in flag]

@@ -65,7 +65,7 @@ def test_every_mode_builds_the_documented_messages(zh_profiles):
     by_mode = {m: build_role_messages(profile, question, m, examples=groups) for m in PROMPTING_MODES}
 
     assert by_mode["system"] == [{"role": "system", "content": instruction}, {"role": "user", "content": question}]
-    assert by_mode["zero-shot"] == [{"role": "user", "content": instruction + "\n\n" + question}]
+    assert by_mode["no-system"] == [{"role": "user", "content": instruction + "\n\n" + question}]
     assert by_mode["few-shot-dialogue"] == [
         {"role": "system", "content": instruction},
         *dialogue_to_messages(groups, "孙悟空"),
@@ -91,7 +91,8 @@ def test_every_mode_builds_the_documented_messages(zh_profiles):
 
 def test_rolegpt_and_the_runner_share_the_builder(zh_profiles):
     """RoleGPT's paper modes are prompting modes of the one builder: the same messages from both stages."""
-    from rolellm.generation.rolegpt import PROMPTING_MODE, RoleGPT, RoleGPTConfig
+    from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig
+    from rolellm.roles.prompts import PAPER_MODE_NAMES as PROMPTING_MODE
 
     profile = zh_profiles[role_key("孙悟空")]
     question = "孙悟空，你为什么大闹天宫？"
@@ -137,8 +138,8 @@ def test_generation_on_server_resumes_without_resending(zh_rows, zh_profiles, ro
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert sorted(r["index"] for r in records) == list(range(20))
 
-    other = EvaluateConfig(**{**vars(config), "mode": "zero-shot"})
-    with pytest.raises(ValueError, match="mode: 'system' there, 'zero-shot' now"):
+    other = EvaluateConfig(**{**vars(config), "mode": "no-system"})
+    with pytest.raises(ValueError, match="mode: 'system' there, 'no-system' now"):
         generate_predictions(rows, zh_profiles, other)
 
 

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from rolellm.clients.config import ClientConfig
-from rolellm.roles.prompts import PromptingMode
+from rolellm.roles.prompts import prompting_mode, prompting_mode_field
 from rolellm.roles.resolve import merge_deprecated_sources, profiles_field
 
 
@@ -53,7 +53,8 @@ class EvaluateConfig:
 
     > Parameters that control generation
 
-        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.roles.prompts.build_role_messages`).
+        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.roles.prompts.build_role_messages`),
+            or the paper's name of one (`zero_shot`, `few_shot`, `dialogue`).
         num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved by the few-shot modes.
         system_template (`str`, *optional*): Jinja source replacing the paper's system instruction.
         max_new_tokens (`int`, *optional*, defaults to 256): the longest answer.
@@ -113,7 +114,7 @@ class EvaluateConfig:
     profiles: list[str] | None = profiles_field()
     profiles_dir: list[str] | None = field(default=None, metadata={"help": "Deprecated: use --profiles."})
     raw_targets_file: str | None = field(default=None, metadata={"help": "instructions-general.jsonl (RAW)."})
-    mode: PromptingMode = field(default="system", metadata={"help": "Prompting mode."})
+    mode: str = prompting_mode_field("system", "Prompting mode (or the paper's name of one).")
     num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved by the few-shot modes."})
     system_template: str | None = field(default=None, metadata={"help": "Jinja source replacing the instruction."})
     max_new_tokens: int = field(default=256, metadata={"help": "Longest answer, in tokens."})
@@ -149,6 +150,7 @@ class EvaluateConfig:
     )
 
     def __post_init__(self):
+        self.mode = prompting_mode(self.mode)
         self.profiles = merge_deprecated_sources(self.profiles, profiles_dir=self.profiles_dir)
         self.profiles_dir = None
         if self.is_rolegpt_baseline and self.base_url is not None:
