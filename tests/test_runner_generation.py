@@ -191,3 +191,31 @@ def test_roles_are_selected_however_they_are_spelled():
     assert select_rows(rows, roles=["Dr. Frank N Furter"]) == rows[:1]
     with pytest.raises(ValueError, match=r"roles=\['Shifu'\] are not in the dataset"):
         select_rows(rows, roles=["Shifu"])
+
+
+def test_the_paper_names_are_aliases_of_the_registry_modes(tmp_path):
+    from rolellm.generation.rolegpt import RoleGPTConfig
+    from rolellm.roles.prompts import PAPER_MODE_NAMES, PROMPTING_MODE_TABLE, prompting_mode
+    from rolellm.scripts import evaluate, generate
+
+    assert PAPER_MODE_NAMES == {"zero_shot": "system", "few_shot": "few-shot", "dialogue": "few-shot-dialogue"}
+    assert set(PROMPTING_MODE_TABLE) == set(PROMPTING_MODES)
+    for spelling, mode in [("zero-shot", "system"), ("Few_Shot", "few-shot"), ("few_shot_dialogue", "few-shot-dialogue"),
+                           ("no_system", "no-system"), ("dialogue", "few-shot-dialogue")]:  # fmt: skip
+        assert prompting_mode(spelling) == mode
+        assert RoleGPTConfig(prompt_mode=spelling).prompt_mode == mode
+        assert EvaluateConfig(model_name_or_path="m", output_dir="o", mode=spelling).mode == mode
+    assert RoleGPTConfig().prompt_mode == "few-shot-dialogue" and EvaluateConfig("m", output_dir="o").mode == "system"
+    with pytest.raises(ValueError, match=r"prompt_mode='two_shot' is not a prompting mode; choose one of system, "):
+        RoleGPTConfig(prompt_mode="two_shot")
+
+    # a flag and a recipe take every spelling; the configs built from them hold the registry's name
+    parser = evaluate.make_parser()
+    args = parser.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--mode", "zero_shot"])
+    assert EvaluateConfig(**{k: v for k, v in vars(args).items() if k != "config"}).mode == "system"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("output_dir: o\nmodel: m\ninstructions: i.jsonl\nprompt_mode: few_shot\n")
+    args = generate.make_parser().parse_args(["rolegpt", "--config", str(recipe), "--profiles", "p"])
+    assert args.prompt_mode == "few_shot"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--mode", "three_shot"])
