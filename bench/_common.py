@@ -13,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import datasets  # noqa: E402
 
-from rolellm.data import read_rolebench_jsonl  # noqa: E402
+from rolellm.data.readers import read_rolebench_jsonl  # noqa: E402
 from rolellm.testing.data import find_rolebench_data  # noqa: E402
 
 

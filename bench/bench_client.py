@@ -70,7 +70,8 @@ def openai_gather(base_url: str, n: int, concurrency: int) -> float:
 
 
 def rolellm_client(base_url: str, n: int, concurrency: int, cache: bool, offset: int, backend=None) -> float:
-    from rolellm.clients import ChatRequest, OpenAIChatClient
+    from rolellm.clients.base import ChatRequest
+    from rolellm.clients.openai_compatible import OpenAIChatClient
 
     with tempfile.TemporaryDirectory() as folder:
         client = OpenAIChatClient(

@@ -42,8 +42,8 @@ def best_of(fn, repeats=REPEATS):
 def main():
     import datasets
 
-    from rolellm.data import export_rolebench, load_rolebench
-    from rolellm.data.hub import release_configs
+    from rolellm.data.builder import load_rolebench
+    from rolellm.data.hub import export_rolebench, release_configs
     from rolellm.data.layout import CONFIG_NAMES, available_splits, config_files, get_spec
     from rolellm.testing.data import find_rolebench_data
 

@@ -36,10 +36,12 @@ from transformers.utils import logging as hf_logging
 from trl import SFTConfig, SFTTrainer
 
 from rolellm.encoding.chat_template import set_role_chat_template
-from rolellm.roles import load_profiles
+from rolellm.roles.resolve import load_profiles
 from rolellm.testing.models import build_tiny_llama, train_tiny_tokenizer
-from rolellm.training import RoCITConfig, RoCITTrainer, rolebench_to_conversations
 from rolellm.training import attention as rolellm_attention
+from rolellm.training.config import RoCITConfig
+from rolellm.training.data import rolebench_to_conversations
+from rolellm.training.trainer import RoCITTrainer
 
 
 # Llama shapes: about 7M and about 50M parameters with the tokenizer trained here (untied input and output embeddings)

@@ -11,7 +11,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from rolellm.clients import ChatRequest, LocalChatClient, OpenAIChatClient
+from rolellm.clients.base import ChatRequest
+from rolellm.clients.local import LocalChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.testing.models import build_tiny_llama
 from rolellm.testing.server import ChatCompletionsServer, Fault
 

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rolellm.clients import OpenAIChatClient
 from rolellm.clients.chat_session import ChatSession
-from rolellm.roles import load_profiles
+from rolellm.clients.openai_compatible import OpenAIChatClient
+from rolellm.roles.resolve import load_profiles
 from rolellm.scripts.chat import free_port
 from rolellm.scripts.chat_ui import build_chat_ui
 from rolellm.testing.data import find_rolebench_data

@@ -66,7 +66,7 @@ def print_answers(title: str, answers: list[dict]):
 def main():
     import datasets
 
-    from rolellm.data import load_rolebench
+    from rolellm.data.builder import load_rolebench
 
     with tempfile.TemporaryDirectory() as folder:
         print("1. Building a tiny local model (byte-level BPE tokenizer + 2-layer Llama)...")

@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 from rolellm import RoleProfile
-from rolellm.clients import LocalChatClient, OpenAIChatClient
+from rolellm.clients.local import LocalChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.multiturn.dialogue import read_scenarios, run_dialogues
 from rolellm.evaluation.multiturn.rubric import judge_transcripts
 from rolellm.scripts import dialogue as dialogue_script

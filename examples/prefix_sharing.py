@@ -68,13 +68,13 @@ def pack_real_data():
     """Pack the Chinese RoleBench train rows (tiny tokenizer) and print the saving, when the data is present."""
     import datasets
 
-    from rolellm.data import read_rolebench_jsonl
+    from rolellm.data.readers import read_rolebench_jsonl
     from rolellm.encoding.chat_template import set_role_chat_template
     from rolellm.encoding.encode import encode_chat
-    from rolellm.roles import load_profiles
+    from rolellm.roles.resolve import load_profiles
     from rolellm.testing.data import find_rolebench_data
     from rolellm.testing.models import train_tiny_tokenizer
-    from rolellm.training import rolebench_to_conversations
+    from rolellm.training.data import rolebench_to_conversations
     from rolellm.training.packing import pack_with_shared_prefix
 
     data = find_rolebench_data()

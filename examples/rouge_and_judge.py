@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from rolellm import judge_win_rate, read_release_profiles, rouge_l, rouge_l_scores
-from rolellm.clients import OpenAIChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.testing.data import find_rolebench_data
 from rolellm.testing.server import ChatCompletionsServer
 

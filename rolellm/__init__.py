@@ -41,8 +41,8 @@ _EXPORTS = {
     "write_character_card": "rolellm.roles.character_card",
     "profile_from_card": "rolellm.roles.character_card",
     "card_from_profile": "rolellm.roles.character_card",
-    "ChatRequest": "rolellm.clients.openai_compatible",
-    "ChatResult": "rolellm.clients.openai_compatible",
+    "ChatRequest": "rolellm.clients.base",
+    "ChatResult": "rolellm.clients.base",
     "OpenAIChatClient": "rolellm.clients.openai_compatible",
     "EndpointError": "rolellm.clients.base",
     "ClientConfig": "rolellm.clients.config",
@@ -95,7 +95,7 @@ _EXPORTS = {
     "parse_rubric": "rolellm.evaluation.multiturn.rubric",
     "read_human_labels": "rolellm.evaluation.multiturn.agreement",
     "compare_with_humans": "rolellm.evaluation.multiturn.agreement",
-    "lm_eval_tasks_dir": "rolellm.lm_eval_tasks",
+    "lm_eval_tasks_dir": "rolellm.lm_eval_tasks.folder",
 }
 
 __all__ = ["__version__", *_EXPORTS]

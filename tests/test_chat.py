@@ -13,8 +13,8 @@ import pytest
 from rolellm.clients.chat_session import ChatSession
 from rolellm.clients.local import CHATML_TEMPLATE
 from rolellm.clients.openai_compatible import OpenAIChatClient
-from rolellm.roles import RoleProfile
 from rolellm.roles.character_card import profile_from_card
+from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_chat_messages
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts import cli

@@ -250,7 +250,8 @@ def test_trainer_trains_each_turn_of_a_history_rerendering_template_on_its_own_r
     import datasets
     from transformers import AutoTokenizer
 
-    from rolellm.training import RoCITConfig, RoCITTrainer
+    from rolellm.training.config import RoCITConfig
+    from rolellm.training.trainer import RoCITTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     tokenizer.chat_template = MISTRAL_LAST_USER

@@ -19,7 +19,7 @@ from rolellm import load_profiles
 from rolellm.clients.local import LocalChatClient
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.scripts import cli
-from rolellm.training import RoCITTrainer
+from rolellm.training.trainer import RoCITTrainer
 
 
 GENERATE = """

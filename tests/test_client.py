@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rolellm.clients import ChatRequest, EndpointError, OpenAIChatClient, RateLimiter
-from rolellm.clients.base import REASK_SEED_STRIDE
+from rolellm.clients.base import REASK_SEED_STRIDE, ChatRequest, EndpointError
+from rolellm.clients.budget import RateLimiter
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.testing.server import ChatCompletionsServer, Fault
 
 

@@ -4,8 +4,9 @@ from dataclasses import fields
 
 import pytest
 
-from rolellm.clients import ClientConfig, LocalChatClient, OpenAIChatClient, make_client
-from rolellm.clients.config import derive_client, endpoint_options
+from rolellm.clients.config import ClientConfig, derive_client, endpoint_options, make_client
+from rolellm.clients.local import LocalChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.testing.server import ChatCompletionsServer
 

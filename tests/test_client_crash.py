@@ -15,7 +15,8 @@ from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
 
 JOB = """
 import json, sys
-from rolellm.clients import ChatRequest, OpenAIChatClient
+from rolellm.clients.base import ChatRequest
+from rolellm.clients.openai_compatible import OpenAIChatClient
 
 base_url, cache_path, output = sys.argv[1:4]
 requests = [ChatRequest([{"role": "user", "content": f"question {i}"}], params={"max_tokens": 20}) for i in range(30)]

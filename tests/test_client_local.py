@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rolellm.clients import ChatRequest, LocalChatClient
-from rolellm.clients.local import CHATML_TEMPLATE
+from rolellm.clients.base import ChatRequest
+from rolellm.clients.local import CHATML_TEMPLATE, LocalChatClient
 
 
 QUESTIONS = [

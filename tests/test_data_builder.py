@@ -5,8 +5,8 @@ import datasets
 import pytest
 from fixtures.mini_release import EXPECTED_ROWS, release_rows, write_mini_release
 
-from rolellm.data import CONFIG_NAMES, MissingFilesError, RoleBench, load_rolebench, load_rolebench_profiles
-from rolellm.data.layout import complete_configs, hub_patterns
+from rolellm.data.builder import RoleBench, load_rolebench, load_rolebench_profiles
+from rolellm.data.layout import CONFIG_NAMES, MissingFilesError, complete_configs, hub_patterns
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.profile import DataFormatError, ProfileFileWarning
 

@@ -6,8 +6,9 @@ import yaml
 from fixtures.folder_hub import FolderHub
 from fixtures.mini_release import EXPECTED_ROWS, write_mini_release
 
-from rolellm.data import CONFIG_NAMES, export_rolebench, load_rolebench, push_rolebench
-from rolellm.data.hub import upload_export
+from rolellm.data.builder import load_rolebench
+from rolellm.data.hub import export_rolebench, push_rolebench, upload_export
+from rolellm.data.layout import CONFIG_NAMES
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.scripts import cli
 

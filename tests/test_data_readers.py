@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from rolellm.data import read_rolebench_jsonl
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.roles.profile import DataFormatError
 
 

@@ -60,7 +60,7 @@ def test_mini_release_stats_and_no_leakage(mini_release):
 
 
 def test_dataset_stats_on_a_loaded_config_match_the_file_stats(mini_release, tmp_path):
-    from rolellm.data import load_rolebench
+    from rolellm.data.builder import load_rolebench
     from rolellm.data.stats import dataset_stats
 
     dataset = load_rolebench("zh", data_dir=mini_release, cache_dir=tmp_path / "cache")

@@ -16,7 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from rolellm.clients import LocalChatClient, OpenAIChatClient
+from rolellm.clients.local import LocalChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.multiturn.dialogue import (
     TRANSCRIPTS_NAME,
     TURNS_NAME,

@@ -69,7 +69,7 @@ def test_cli_rolegpt_from_recipe_against_server(screenplay_dir, shared_data_dir,
         f"{rows[0]['role']}以为此事不难，第1回。",
     ]
     config = json.loads((out / "generation" / "rolegpt" / "generation_config.json").read_text("utf-8"))
-    assert config["config"]["num_samples"] == 3 and config["config"]["prompt_mode"] == "dialogue"
+    assert config["config"]["num_samples"] == 3 and config["config"]["prompt_mode"] == "few-shot-dialogue"
     assert (out / "cache.sqlite").exists()
     assert "'rejected': {}" in capsys.readouterr().out
 

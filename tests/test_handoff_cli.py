@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rolellm.data import load_rolebench
+from rolellm.data.builder import load_rolebench
 from rolellm.generation.job import save_profiles, stable_split
 from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import read_release_profiles

@@ -83,7 +83,7 @@ def test_an_empty_rows_file_is_an_error_naming_it(tmp_path, content):
 
 
 def test_the_builder_passes_a_readers_error_on_unwrapped(tmp_path):
-    from rolellm.data import load_rolebench
+    from rolellm.data.builder import load_rolebench
 
     for split in ("train", "test", "rolegpt_baseline"):
         path = tmp_path / "rolebench-zh" / "general" / f"{split}.jsonl"

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from fixtures.mini_release import write_mini_release
 
-from rolellm.data import load_rolebench, read_rolebench_jsonl
-from rolellm.data.builder import read_rolebench_table
+from rolellm.data.builder import load_rolebench, read_rolebench_table
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.evaluation.multiturn.agreement import read_human_labels
 from rolellm.evaluation.multiturn.dialogue import read_scenarios
 from rolellm.roles.character_card import read_character_card
@@ -411,7 +411,7 @@ CASES = [
      error(r"recipe\.yaml: unknown keys \['learning_rat'\]")),
     ("recipe-api-key", recipe(GOOD_RECIPE + "api_key: sk-123\n"), cli(*EVALUATE),
      error(r"recipe\.yaml: never put an API key in a recipe")),
-    ("recipe-bad-choice", recipe(GOOD_RECIPE + "mode: three_shot\n"), cli(*EVALUATE), error(r"recipe\.yaml: mode: 'three_shot' is not one of \['system', 'zero-shot'")),
+    ("recipe-bad-choice", recipe(GOOD_RECIPE + "mode: three_shot\n"), cli(*EVALUATE), error(r"recipe\.yaml: mode: 'three_shot' is not one of \['system', 'no-system'")),
     ("recipe-bad-int", recipe(GOOD_RECIPE + "max_new_tokens: lots\n"), cli(*EVALUATE),
      error(r"recipe\.yaml: max_new_tokens must be int, got 'lots'")),
     ("recipe-float-for-int", recipe(GOOD_RECIPE + "num_examples: 2.5\n"), cli(*EVALUATE),

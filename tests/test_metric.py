@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from rolellm.evaluation.benchmark.rouge import rouge_l_scores
-from rolellm.metrics import METRICS_DIR
-from rolellm.metrics.rolebench_rouge import RolebenchRouge
+from rolellm.metrics.rolebench_rouge.rolebench_rouge import RolebenchRouge
 from rolellm.scripts import cli
+from rolellm.scripts.push_metric import METRICS_DIR
 
 
 METRIC_DIR = METRICS_DIR / "rolebench_rouge"

@@ -12,8 +12,8 @@ import yaml
 from test_trainer import PROFILES, ROWS, config, lora
 from transformers import AutoTokenizer
 
-from rolellm.training import RoCITTrainer
 from rolellm.training.card import build_model_card
+from rolellm.training.trainer import RoCITTrainer
 
 
 LLAMA2_LIKE = (

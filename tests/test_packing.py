@@ -53,7 +53,7 @@ def tokenize(tokenizer, system, question, answer, role):
 @pytest.fixture(scope="module")
 def chinese_samples(rolebench_dir, tiny_tokenizer):
     """Real Chinese RoleBench rows (general and role-specific, three roles) tokenized with the role instruction."""
-    from rolellm.data import read_rolebench_jsonl
+    from rolellm.data.readers import read_rolebench_jsonl
 
     root = rolebench_dir / "rolebench-zh"
     descriptions = json.loads((rolebench_dir / "profiles-zh" / "desc.json").read_text(encoding="utf-8"))

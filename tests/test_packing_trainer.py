@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from rolellm.roles.resolve import load_profiles
-from rolellm.training import RoCITConfig, RoCITTrainer
+from rolellm.training.config import RoCITConfig
+from rolellm.training.trainer import RoCITTrainer
 
 
 @pytest.fixture(scope="module")
 def chinese_rows(rolebench_dir):
     """A fixed sample of the real Chinese RoleBench train rows: 2 general + 1 role-specific rows of 3 roles."""
-    from rolellm.data import read_rolebench_jsonl
+    from rolellm.data.readers import read_rolebench_jsonl
 
     root = rolebench_dir / "rolebench-zh"
     rows = read_rolebench_jsonl(root / "general" / "train.jsonl", "general", "zh")
@@ -117,7 +118,8 @@ def test_unsupported_attention_falls_back_to_trl_packing(tmp_path, tiny_model_pa
 
 DDP_SCRIPT = """
 import json, sys, datasets, torch
-from rolellm.training import RoCITConfig, RoCITTrainer
+from rolellm.training.config import RoCITConfig
+from rolellm.training.trainer import RoCITTrainer
 from rolellm.roles.resolve import load_profiles
 model_path, rows_path, profiles_path, out = sys.argv[1:5]
 args = RoCITConfig(out, use_cpu=True, bf16=False, activation_checkpointing=False, optim="sgd", learning_rate=0.5,

@@ -8,9 +8,9 @@ import socket
 import pytest
 from fixtures.mini_release import write_mini_release
 
-from rolellm.clients import OpenAIChatClient
 from rolellm.clients.base import EndpointError
 from rolellm.clients.config import check_endpoints
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts.cli import main

@@ -176,7 +176,7 @@ def test_the_never_released_aliases_are_gone(release, tmp_path, capsys):
     `generate describe` are the only spellings."""
     from rolellm.evaluation.benchmark.config import EvaluateConfig
     from rolellm.scripts.generate import GenerateArguments
-    from rolellm.training import RoCITConfig
+    from rolellm.training.config import RoCITConfig
 
     with pytest.raises(TypeError, match="profiles_dir"):
         GenerateArguments(output_dir="o", profiles_dir=str(CARD))

@@ -57,7 +57,7 @@ def test_the_builder_and_the_metric_cite_the_paper_with_it():
     import evaluate
 
     from rolellm.data.builder import RoleBench
-    from rolellm.metrics import METRICS_DIR
+    from rolellm.scripts.push_metric import METRICS_DIR
 
     assert RoleBench(config_name="zh", data_dir=str(ROOT)).info.citation == CITATION
     metric = evaluate.load(str(METRICS_DIR / "rolebench_rouge"))

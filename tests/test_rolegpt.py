@@ -185,7 +185,7 @@ def test_rolegpt_job_against_faulty_server(zhenhuan, tmp_path):
         baseline = read_rolebench_jsonl(general / "rolegpt_baseline.jsonl", "general", "zh")
         assert baseline == result.dataset["rolegpt_baseline"].to_list()
         saved = json.loads((tmp_path / "out" / "generation" / "rolegpt" / "generation_config.json").read_text("utf-8"))
-        assert saved["config"]["prompt_mode"] == "zero_shot" and saved["client"]["model"] == "test-model"
+        assert saved["config"]["prompt_mode"] == "system" and saved["client"]["model"] == "test-model"
         assert "api_key" not in json.dumps(saved)
 
         # a second run on the same cache gives the same rows; it sends again only what did not succeed: the request

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from rolellm.clients import OpenAIChatClient
 from rolellm.clients.base import REASK_REMINDER
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.multiturn.rubric import (
     DIMENSIONS,
     SINGLE_TURN_DIMENSIONS,

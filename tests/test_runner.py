@@ -168,7 +168,7 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     roles = ["张飞"] if lang == "zh" else ["Jack Sparrow"]
     config = EvaluateConfig(
         client=ClientConfig(str(tiny_model_path), chat_template="chatml", max_new_tokens=12, batch_size=4),
-        dataset_name=name, data_dir=str(data_dir), roles=roles, max_samples_per_role=2, mode="zero-shot",
+        dataset_name=name, data_dir=str(data_dir), roles=roles, max_samples_per_role=2, mode="no-system",
         output_dir=str(tmp_path / "run"),
     )  # fmt: skip
     results = run_benchmark(config)
@@ -182,7 +182,7 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     expected = [_paper_rouge_l(r["prediction"], released[r["question"]], lang) if r["prediction"].strip(". ") else 0.0
                 for r in specific]  # fmt: skip
     assert results["metrics"]["SPE"] == pytest.approx(sum(expected) / len(expected), abs=1e-12)
-    assert results["model"] == tiny_model_path.name and results["mode"] == "zero-shot"
+    assert results["model"] == tiny_model_path.name and results["mode"] == "no-system"
 
 
 def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path):

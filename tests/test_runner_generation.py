@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from rolellm.clients.config import ClientConfig
-from rolellm.data import read_rolebench_jsonl
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
 from rolellm.roles.profile import role_key
 from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction
@@ -66,7 +66,7 @@ def test_every_mode_builds_the_documented_messages(zh_profiles):
     by_mode = {m: build_role_messages(profile, question, m, examples=groups) for m in PROMPTING_MODES}
 
     assert by_mode["system"] == [{"role": "system", "content": instruction}, {"role": "user", "content": question}]
-    assert by_mode["zero-shot"] == [{"role": "user", "content": instruction + "\n\n" + question}]
+    assert by_mode["no-system"] == [{"role": "user", "content": instruction + "\n\n" + question}]
     assert by_mode["few-shot-dialogue"] == [
         {"role": "system", "content": instruction},
         *dialogue_to_messages(groups, "孙悟空"),
@@ -92,7 +92,8 @@ def test_every_mode_builds_the_documented_messages(zh_profiles):
 
 def test_rolegpt_and_the_runner_share_the_builder(zh_profiles):
     """RoleGPT's paper modes are prompting modes of the one builder: the same messages from both stages."""
-    from rolellm.generation.rolegpt import PROMPTING_MODE, RoleGPT, RoleGPTConfig
+    from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig
+    from rolellm.roles.prompts import PAPER_MODE_NAMES as PROMPTING_MODE
 
     profile = zh_profiles[role_key("孙悟空")]
     question = "孙悟空，你为什么大闹天宫？"
@@ -136,8 +137,8 @@ def test_generation_on_server_resumes_without_resending(zh_rows, zh_profiles, ro
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert sorted(r["index"] for r in records) == list(range(20))
 
-    other = EvaluateConfig(**{**vars(config), "mode": "zero-shot"})
-    with pytest.raises(ValueError, match="mode: 'system' there, 'zero-shot' now"):
+    other = EvaluateConfig(**{**vars(config), "mode": "no-system"})
+    with pytest.raises(ValueError, match="mode: 'system' there, 'no-system' now"):
         generate_predictions(rows, zh_profiles, other)
 
 
@@ -188,3 +189,31 @@ def test_roles_are_selected_however_they_are_spelled():
     assert select_rows(rows, roles=["Dr. Frank N Furter"]) == rows[:1]
     with pytest.raises(ValueError, match=r"roles=\['Shifu'\] are not in the dataset"):
         select_rows(rows, roles=["Shifu"])
+
+
+def test_the_paper_names_are_aliases_of_the_registry_modes(tmp_path):
+    from rolellm.generation.rolegpt import RoleGPTConfig
+    from rolellm.roles.prompts import PAPER_MODE_NAMES, PROMPTING_MODE_TABLE, prompting_mode
+    from rolellm.scripts import evaluate, generate
+
+    assert PAPER_MODE_NAMES == {"zero_shot": "system", "few_shot": "few-shot", "dialogue": "few-shot-dialogue"}
+    assert set(PROMPTING_MODE_TABLE) == set(PROMPTING_MODES)
+    for spelling, mode in [("zero-shot", "system"), ("Few_Shot", "few-shot"), ("few_shot_dialogue", "few-shot-dialogue"),
+                           ("no_system", "no-system"), ("dialogue", "few-shot-dialogue")]:  # fmt: skip
+        assert prompting_mode(spelling) == mode
+        assert RoleGPTConfig(prompt_mode=spelling).prompt_mode == mode
+        assert EvaluateConfig(model_name_or_path="m", output_dir="o", mode=spelling).mode == mode
+    assert RoleGPTConfig().prompt_mode == "few-shot-dialogue" and EvaluateConfig("m", output_dir="o").mode == "system"
+    with pytest.raises(ValueError, match=r"prompt_mode='two_shot' is not a prompting mode; choose one of system, "):
+        RoleGPTConfig(prompt_mode="two_shot")
+
+    # a flag and a recipe take every spelling; the configs built from them hold the registry's name
+    parser = evaluate.make_parser()
+    args = parser.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--mode", "zero_shot"])
+    assert EvaluateConfig(**{k: v for k, v in vars(args).items() if k != "config"}).mode == "system"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("output_dir: o\nmodel: m\ninstructions: i.jsonl\nprompt_mode: few_shot\n")
+    args = generate.make_parser().parse_args(["rolegpt", "--config", str(recipe), "--profiles", "p"])
+    assert args.prompt_mode == "few_shot"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--mode", "three_shot"])

@@ -8,7 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rolellm import RoleProfile
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.encoding.encode import encode_chat
-from rolellm.training import RoCITConfig, RoCITTrainer
+from rolellm.training.config import RoCITConfig
+from rolellm.training.trainer import RoCITTrainer
 
 
 PROFILES = {

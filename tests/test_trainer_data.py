@@ -4,9 +4,9 @@ import datasets
 import pytest
 
 from rolellm import build_system_instruction
-from rolellm.data import read_rolebench_jsonl
+from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.roles.resolve import load_profiles
-from rolellm.training import mix_subsets, rolebench_to_conversations
+from rolellm.training.data import mix_subsets, rolebench_to_conversations
 
 
 @pytest.fixture(scope="module")

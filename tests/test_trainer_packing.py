@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rolellm import RoleProfile, to_role_messages
 from rolellm.encoding.chat_template import set_role_chat_template
 from rolellm.encoding.encode import encode_chat
-from rolellm.training import RoCITConfig, RoCITTrainer
-from rolellm.training.trainer import check_no_cross_sample_attention
+from rolellm.training.config import RoCITConfig
+from rolellm.training.trainer import RoCITTrainer, check_no_cross_sample_attention
 
 
 PROFILES = {

@@ -1,38 +1,11 @@
-"""Chat clients with one interface, `generate(requests, parse=None) -> list[ChatResult]`: `OpenAIChatClient` for
-any OpenAI-compatible endpoint, `LocalChatClient` for a `transformers` model in-process. Both share an on-disk cache
-(a re-run costs nothing, a crash loses nothing), usage totals and a progress bar.
+"""Chat clients with one interface, `generate(requests, parse=None) -> list[ChatResult]`. Modules:
 
-`LocalChatClient` loads torch and transformers on first use, so importing this package stays light.
+- `base`: `ChatClient`, `ChatRequest`, `ChatResult`, `Usage`, `EndpointError`;
+- `openai_compatible`: `OpenAIChatClient` for any OpenAI-compatible endpoint;
+- `local`: `LocalChatClient` for a `transformers` model in-process (loads torch and transformers), with `loading`;
+- `config`: `ClientConfig` and `make_client`;
+- `cache`, `budget`: the on-disk cache (a re-run costs nothing, a crash loses nothing), rate limits and estimates;
+- `chat_session`: `ChatSession` and `stream_answer` for `rolellm chat`.
+
+Import names from their modules (`from rolellm.clients.openai_compatible import OpenAIChatClient`) or from `rolellm`.
 """
-
-import importlib
-
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage
-from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens
-from rolellm.clients.cache import ChatCache, request_key
-from rolellm.clients.config import ClientConfig, make_client
-from rolellm.clients.openai_compatible import OpenAIChatClient
-
-
-__all__ = [
-    "ChatCache",
-    "ChatClient",
-    "ChatRequest",
-    "ChatResult",
-    "ClientConfig",
-    "EndpointError",
-    "LocalChatClient",
-    "OpenAIChatClient",
-    "RateLimiter",
-    "RunEstimate",
-    "Usage",
-    "estimate_tokens",
-    "make_client",
-    "request_key",
-]
-
-
-def __getattr__(name):
-    if name == "LocalChatClient":
-        return importlib.import_module("rolellm.clients.local").LocalChatClient
-    raise AttributeError(f"module 'rolellm.clients' has no attribute {name!r}")

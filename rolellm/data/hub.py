@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from rolellm.data.builder import load_rolebench
 from rolellm.data.card import build_card
-from rolellm.data.layout import CONFIG_NAMES, HUB_REPO_ID, available_splits, get_spec
+from rolellm.data.layout import CONFIG_NAMES, available_splits, get_spec
+from rolellm.data.release import HUB_REPO_ID
 
 
 def release_configs(data_dir: str | Path, configs: list[str] | None = None, **load_kwargs) -> dict:

@@ -1,18 +1,7 @@
-"""Role conversations as tokens: the role chat template, the injection-safe encoder with assistant masks, and the
-check of a model's own chat template."""
+"""Role conversations as tokens. Modules:
 
-from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, has_generation_markers, set_role_chat_template
-from rolellm.encoding.check import TemplateCheck, TemplateReport, check_chat_template
-from rolellm.encoding.encode import encode_chat, encode_chat_turns
-
-
-__all__ = [
-    "ROLE_CHAT_TEMPLATE",
-    "TemplateCheck",
-    "TemplateReport",
-    "check_chat_template",
-    "encode_chat",
-    "encode_chat_turns",
-    "has_generation_markers",
-    "set_role_chat_template",
-]
+- `chat_template`: the role chat template and `set_role_chat_template`;
+- `encode`: the injection-safe encoder with assistant masks (`encode_chat`, `encode_chat_turns`);
+- `check`: the check of a model's own chat template (`check_chat_template`, `TemplateReport`);
+- `layout`: where a chat template puts the system text and the turns.
+"""

@@ -17,7 +17,6 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import datasets
 
@@ -39,7 +38,7 @@ from rolellm.generation.job import (
     stable_split,
 )
 from rolellm.roles.profile import RoleProfile
-from rolellm.roles.prompts import build_role_messages
+from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages, prompting_mode, prompting_mode_field
 from rolellm.roles.retrieval import DialogueRetriever
 
 
@@ -50,10 +49,11 @@ class RoleGPTConfig:
     > Parameters that control the prompt
 
     Args:
-        prompt_mode (`Literal["dialogue", "few_shot", "zero_shot"]`, *optional*, defaults to `"dialogue"`):
-            `"dialogue"` renders the retrieved dialogues as real user/assistant turns (the paper's *dialogue
-            engineering*), `"few_shot"` pastes them into the one user message (*few-shot prompt engineering*),
-            `"zero_shot"` uses the system instruction alone.
+        prompt_mode (`str`, *optional*, defaults to `"few-shot-dialogue"`): a prompting mode of
+            `rolellm.roles.prompts.PROMPTING_MODE_TABLE`, or the paper's name of one: `"few-shot-dialogue"`
+            (`"dialogue"`) renders the retrieved dialogues as real user/assistant turns (the paper's *dialogue
+            engineering*), `"few-shot"` (`"few_shot"`) pastes them into the one user message (*few-shot prompt
+            engineering*), `"system"` (`"zero_shot"`) uses the system instruction alone.
         num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved per question (BM25 top-k).
         max_group_lines (`int`, *optional*, defaults to 6): longer dialogue groups are never retrieved.
         include_reference (`bool`, *optional*, defaults to `False`): put the instruction's raw reference answer
@@ -84,8 +84,8 @@ class RoleGPTConfig:
         split_seed (`int`, *optional*, defaults to 0): salts that hash (another seed, another split).
     """
 
-    prompt_mode: Literal["dialogue", "few_shot", "zero_shot"] = field(
-        default="dialogue", metadata={"help": "How retrieved dialogues enter the prompt."}
+    prompt_mode: str = prompting_mode_field(
+        "few-shot-dialogue", "How retrieved dialogues enter the prompt (a prompting mode or the paper's name of one)."
     )
     num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved per question (BM25 top-k)."})
     max_group_lines: int = field(default=6, metadata={"help": "Dialogue groups longer than this are never retrieved."})
@@ -109,18 +109,15 @@ class RoleGPTConfig:
     split_seed: int = field(default=0, metadata={"help": "Salt of the hash that splits pairs into train and test."})
 
     def __post_init__(self):
+        self.prompt_mode = prompting_mode(self.prompt_mode, "prompt_mode")
         check_test_fraction(self.test_fraction)
         if not 0 <= self.num_baseline < self.num_samples:
             raise ValueError(
                 f"num_baseline={self.num_baseline} must be at least 0 and below num_samples={self.num_samples}, "
                 "so that at least one sample becomes a reference"
             )
-        if self.prompt_mode != "zero_shot" and self.num_examples < 1:
-            raise ValueError(f"num_examples={self.num_examples}: use prompt_mode='zero_shot' for no examples")
-
-
-# RoleGPT's prompt modes (the paper's names) as prompting modes of `build_role_messages`
-PROMPTING_MODE = {"zero_shot": "system", "few_shot": "few-shot", "dialogue": "few-shot-dialogue"}
+        if self.prompt_mode in EXAMPLE_MODES and self.num_examples < 1:
+            raise ValueError(f"num_examples={self.num_examples}: use prompt_mode='system' for no examples")
 
 
 def address_question(question: str, role: str, lang: str) -> str:
@@ -177,12 +174,13 @@ class RoleGPT(GenerationJob):
             role=profile.name,
         )
         examples = (
-            None
-            if config.prompt_mode == "zero_shot"
-            else self.retriever(profile).retrieve(question, k=config.num_examples)
+            self.retriever(profile).retrieve(question, k=config.num_examples)
+            if config.prompt_mode in EXAMPLE_MODES
+            else None
         )
-        mode = PROMPTING_MODE[config.prompt_mode]
-        return build_role_messages(profile, final, mode, examples, system_template=config.system_template)
+        return build_role_messages(
+            profile, final, config.prompt_mode, examples, system_template=config.system_template
+        )
 
     def parse(self, text: str, role: str | list[str] | None = None) -> str:
         """The answer without a leading `{role}:` (for the role, or any of the roles, given) and without quotes

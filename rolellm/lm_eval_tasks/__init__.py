@@ -6,14 +6,5 @@ lm_eval --model hf --model_args pretrained=./rolellama --tasks rolebench_zh --ap
     --metadata '{"data_dir": "RoleBench"}' --log_samples --output_path runs/harness
 ```
 
->>> sorted(path.name for path in Path(lm_eval_tasks_dir()).glob("rolebench_zh*.yaml"))
-['rolebench_zh.yaml', 'rolebench_zh_cus.yaml', 'rolebench_zh_raw.yaml', 'rolebench_zh_spe.yaml']
+The folder is `rolellm.lm_eval_tasks_dir()` (defined in `folder`); the tasks load documents and score through `utils`.
 """
-
-from pathlib import Path
-
-
-def lm_eval_tasks_dir() -> str:
-    """The folder of rolellm's lm-evaluation-harness tasks, for `lm_eval --include_path` or
-    `lm_eval.tasks.TaskManager(include_path=...)`."""
-    return str(Path(__file__).parent)

@@ -20,7 +20,7 @@ from rolellm.data.builder import load_rolebench, load_rolebench_profiles
 from rolellm.evaluation.benchmark.rouge import rouge_l_scores
 from rolellm.evaluation.benchmark.scoring import read_raw_targets
 from rolellm.roles.profile import role_key
-from rolellm.roles.prompts import build_system_instruction
+from rolellm.roles.prompts import build_role_messages
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
@@ -34,7 +34,7 @@ def _raw_targets(lang: str, data_dir: str | None) -> dict[str, str]:
     if data_dir is None:
         from huggingface_hub import hf_hub_download
 
-        from rolellm.data.layout import HUB_REPO_ID
+        from rolellm.data.release import HUB_REPO_ID
 
         return read_raw_targets(hf_hub_download(HUB_REPO_ID, relative, repo_type="dataset"))
     path = Path(data_dir) / relative
@@ -74,8 +74,9 @@ def load_docs(config: str, subset: str, targets: str = "generated", data_dir: st
         question = row["question"].strip()  # the English release starts every question with a space
         if raw is not None and question not in raw:
             continue
-        if row["role"] not in systems:
-            systems[row["role"]] = build_system_instruction(profiles[role_key(row["role"])], lang=lang)
+        if row["role"] not in systems:  # lm-eval's `description` is the system turn: the `system` prompting mode
+            system, _ = build_role_messages(profiles[role_key(row["role"])], question, "system", lang=lang)
+            systems[row["role"]] = system["content"]
         references = [raw[question]] if raw is not None else list(row["generated"])
         docs.append({"role": row["role"], "question": question, "references": references, "lang": lang,
                      "system": systems[row["role"]]})  # fmt: skip

@@ -2,8 +2,9 @@
 
 - `build_system_instruction` renders the RoleGPT/RoCIT system instruction of the paper (English or Chinese, verbatim)
   from a `RoleProfile`; a user-supplied Jinja template can replace it.
-- `build_role_messages` puts a question to a model playing a role, in every prompting mode: the one builder of
-  RoleGPT's requests and of the benchmark runner's.
+- `PROMPTING_MODE_TABLE` is the one registry of prompting modes (where the instruction and the script examples go,
+  the paper's names as aliases, read by `prompting_mode`); `build_role_messages` puts a question to a model playing
+  a role in each of them: the one builder of RoleGPT's requests, the benchmark runner's and the lm-eval tasks'.
 - `to_role_messages` turns one RoleBench row into `messages` (system, user, assistant) samples.
 - `build_chat_messages` and `role_greeting` assemble a multi-turn chat with a role (`rolellm chat`, the multi-turn
   evaluation).
@@ -16,6 +17,7 @@
 """
 
 import random
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
@@ -31,10 +33,105 @@ PROMPTS_DIR = Path(__file__).parent.parent / "prompts"
 # the environment of every rolellm prompt, packaged or user-supplied: a missing variable is an error
 JINJA_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
-# How a question is put to a model playing a role; see `build_role_messages`.
-PromptingMode = Literal["system", "zero-shot", "few-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"]
+
+@dataclass(frozen=True)
+class PromptingModeInfo:
+    """One way of putting a question to a model playing a role: where the role's instruction goes and where the
+    script dialogue shown as examples goes (`None`: no examples). A row of `PROMPTING_MODE_TABLE`."""
+
+    name: str
+    instruction: Literal["system", "user"]  # a system turn, or the top of the one user turn
+    examples: Literal["user", "turns", "system"] | None  # pasted before the question, real turns, in the instruction
+    paper_name: str | None  # the RoleLLM paper's (and RoleGPT's `prompt_mode`) name of it, accepted as an alias
+    description: str
+
+
+# The one registry of prompting modes, read by RoleGPT (`prompt_mode`), `rolellm evaluate` (`mode`), the multi-turn
+# evaluation and `rolellm chat` (`system`, through `build_chat_messages`) and the lm-eval tasks (`system`).
+PROMPTING_MODE_TABLE = {
+    mode.name: mode
+    for mode in (
+        PromptingModeInfo("system", "system", None, "zero_shot",
+                          "the role's system instruction as a system turn, then the question (how RoCIT trains)"),
+        PromptingModeInfo("no-system", "user", None, None,
+                          "one user turn: the instruction, a blank line, the question (templates without a system "
+                          "role)"),
+        PromptingModeInfo("few-shot", "system", "user", "few_shot",
+                          "the system turn, then one user turn: the examples pasted as script lines before the "
+                          "question (the paper's few-shot prompt engineering)"),
+        PromptingModeInfo("few-shot-prompt", "user", "user", None,
+                          "as few-shot, with the instruction at the top of the one user turn instead of a system "
+                          "turn"),
+        PromptingModeInfo("few-shot-dialogue", "system", "turns", "dialogue",
+                          "the system turn, the examples as real user/assistant turns, the question (the paper's "
+                          "dialogue engineering)"),
+        PromptingModeInfo("retrieval", "system", "system", None,
+                          "the paper's -script baseline: the examples inside the system instruction, then the "
+                          "question"),
+    )
+}  # fmt: skip
+PromptingMode = Literal["system", "no-system", "few-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval"]
 PROMPTING_MODES = get_args(PromptingMode)
-EXAMPLE_MODES = ("few-shot", "few-shot-prompt", "few-shot-dialogue", "retrieval")  # the modes that show script lines
+EXAMPLE_MODES = tuple(name for name, mode in PROMPTING_MODE_TABLE.items() if mode.examples)  # modes showing script
+PAPER_MODE_NAMES = {mode.paper_name: name for name, mode in PROMPTING_MODE_TABLE.items() if mode.paper_name}
+
+
+def _spelling(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+_BY_SPELLING = {_spelling(name): name for name in (*PROMPTING_MODES, *PAPER_MODE_NAMES)}
+_BY_SPELLING.update({_spelling(paper): name for paper, name in PAPER_MODE_NAMES.items()})
+
+
+class _ModeNames(tuple):
+    """The names a flag or recipe takes: iterating gives the modes and the paper's names (what `--help` and errors
+    list), `in` accepts every spelling `prompting_mode` reads (what argparse and the recipe check ask)."""
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and _spelling(name) in _BY_SPELLING
+
+
+PROMPTING_MODE_NAMES = _ModeNames((*PROMPTING_MODES, *PAPER_MODE_NAMES))
+
+
+def prompting_mode(name: str, argument: str = "mode") -> PromptingMode:
+    """The prompting mode called `name`: a mode of `PROMPTING_MODE_TABLE` or the paper's name of one, spelled with
+    dashes or underscores, in any case. Configs normalise their mode fields with it.
+
+    Raises:
+        `ValueError`: `name` is no mode; the message names `argument` and lists the modes.
+
+    >>> prompting_mode("zero_shot"), prompting_mode("dialogue"), prompting_mode("Few_Shot"), prompting_mode("no_system")
+    ('system', 'few-shot-dialogue', 'few-shot', 'no-system')
+    >>> prompting_mode("two_shot", "prompt_mode")
+    Traceback (most recent call last):
+    ...
+    ValueError: prompt_mode='two_shot' is not a prompting mode; choose one of system, no-system, few-shot, ...
+    """
+    if isinstance(name, str) and _spelling(name) in _BY_SPELLING:
+        return _BY_SPELLING[_spelling(name)]
+    papers = ", ".join(f"{paper} ({mode})" for paper, mode in PAPER_MODE_NAMES.items())
+    raise ValueError(
+        f"{argument}={name!r} is not a prompting mode; choose one of {', '.join(PROMPTING_MODES)}, or the paper's "
+        f"names {papers}"
+    )
+
+
+def prompting_mode_field(default: PromptingMode, help: str):
+    """The prompting-mode field of a config (`RoleGPTConfig.prompt_mode`, `EvaluateConfig.mode`): a `str` whose
+    flag and recipe key take the modes and the paper's names in any spelling (argparse lists them in `--help` and
+    rejects anything else). The config normalises the value with `prompting_mode` in its `__post_init__`.
+
+    >>> from dataclasses import dataclass
+    >>> from transformers import HfArgumentParser
+    >>> @dataclass
+    ... class Arguments:
+    ...     mode: str = prompting_mode_field("system", "How a question is put.")
+    >>> HfArgumentParser(Arguments).parse_args(["--mode", "zero_shot"]).mode
+    'zero_shot'
+    """
+    return field(default=default, metadata={"help": help, "choices": PROMPTING_MODE_NAMES})
 
 
 @cache
@@ -188,21 +285,22 @@ def build_role_messages(
 ) -> list[dict]:
     """The chat messages that put `question` to a model playing `profile`, in one of the prompting modes.
 
-    | mode | messages |
-    |---|---|
-    | `system` | the role's system instruction as a system turn, then the question (how RoCIT trains) |
-    | `zero-shot` | one user turn: the instruction, a blank line, the question (for templates without a system role) |
-    | `few-shot` | the system turn, then one user turn: the `examples` pasted as script lines before the question (the
-      paper's *few-shot prompt engineering*, `rolegpt_few_shot_{lang}.jinja`) |
-    | `few-shot-prompt` | as `few-shot`, with the instruction at the top of the one user turn instead of a system turn |
-    | `few-shot-dialogue` | the system turn, the `examples` as real user/assistant turns, the question (the paper's
-      *dialogue engineering*) |
-    | `retrieval` | the paper's "-script" baseline: the `examples` inside the system instruction, then the question |
+    | mode | paper's name | messages |
+    |---|---|---|
+    | `system` | `zero_shot` | the role's system instruction as a system turn, then the question (how RoCIT trains) |
+    | `no-system` | | one user turn: the instruction, a blank line, the question (for templates without a system role) |
+    | `few-shot` | `few_shot` | the system turn, then one user turn: the `examples` pasted as script lines before the
+      question (the paper's *few-shot prompt engineering*, `rolegpt_few_shot_{lang}.jinja`) |
+    | `few-shot-prompt` | | as `few-shot`, with the instruction at the top of the one user turn instead of a system turn |
+    | `few-shot-dialogue` | `dialogue` | the system turn, the `examples` as real user/assistant turns, the question (the
+      paper's *dialogue engineering*) |
+    | `retrieval` | | the paper's "-script" baseline: the `examples` inside the system instruction, then the question |
 
     Args:
         profile (`RoleProfile`): the role; its description fills the system instruction.
         question (`str`): the final user turn, as it is to be sent.
-        mode (`str`, *optional*, defaults to `"system"`): one of `PROMPTING_MODES` (the table above).
+        mode (`str`, *optional*, defaults to `"system"`): one of `PROMPTING_MODES` (the table above); a config reads
+            the paper's names and other spellings into these with `prompting_mode`.
         examples (`list[list[Utterance]]`, *optional*): script dialogue groups, e.g.
             `DialogueRetriever(profile).retrieve(question, k=3)`; required by the `EXAMPLE_MODES`.
         lang (`str`, *optional*, defaults to `profile.lang`): the language of the instruction and the example header.
@@ -215,38 +313,39 @@ def build_role_messages(
     >>> profile = RoleProfile(name="李白", lang="zh", description="为人爽朗大方，爱好饮酒作诗。")
     >>> [m["role"] for m in build_role_messages(profile, "你最爱喝什么酒？")]
     ['system', 'user']
-    >>> build_role_messages(profile, "你最爱喝什么酒？", mode="zero-shot")[0]["content"][-10:]
+    >>> build_role_messages(profile, "你最爱喝什么酒？", mode="no-system")[0]["content"][-10:]
     '\\n\\n你最爱喝什么酒？'
     """
-    if mode not in PROMPTING_MODES:
-        raise ValueError(f"mode={mode!r} is not a prompting mode; choose one of {', '.join(PROMPTING_MODES)}")
-    if mode in EXAMPLE_MODES and examples is None:
+    if mode not in PROMPTING_MODE_TABLE:
+        raise ValueError(
+            f"mode={mode!r} is not a prompting mode; choose one of {', '.join(PROMPTING_MODES)} (prompting_mode() "
+            "reads the paper's names)"
+        )
+    layout = PROMPTING_MODE_TABLE[mode]
+    if layout.examples and examples is None:
         raise ValueError(
             f"mode={mode!r} shows script dialogue: pass examples=DialogueRetriever(profile).retrieve(...)"
         )
     lang = lang if lang is not None else profile.lang
-    retrieved = examples if mode == "retrieval" else None
     instruction = build_system_instruction(
-        profile, lang=lang, template=system_template, retrieved_dialogue=retrieved, context=[question]
+        profile,
+        lang=lang,
+        template=system_template,
+        retrieved_dialogue=examples if layout.examples == "system" else None,
+        context=[question],
     )
-    if mode in ("system", "retrieval"):
-        return [{"role": "system", "content": instruction}, {"role": "user", "content": question}]
-    if mode == "zero-shot":
-        return [{"role": "user", "content": f"{instruction}\n\n{question}"}]
-    if mode == "few-shot-dialogue":
+    turns = []
+    if layout.examples == "turns":
         from rolellm.roles.retrieval import dialogue_to_messages  # numpy, for BM25: loaded when dialogue is shown
 
-        return [
-            {"role": "system", "content": instruction},
-            *dialogue_to_messages(examples, profile.name),
-            {"role": "user", "content": question},
-        ]
-    pasted = load_prompt(f"rolegpt_few_shot_{'zh' if lang == 'zh' else 'en'}.jinja").render(
-        examples=examples, question=question
-    )
-    if mode == "few-shot":
-        return [{"role": "system", "content": instruction}, {"role": "user", "content": pasted}]
-    return [{"role": "user", "content": f"{instruction}\n\n{pasted}"}]
+        turns = dialogue_to_messages(examples, profile.name)
+    if layout.examples == "user":
+        question = load_prompt(f"rolegpt_few_shot_{'zh' if lang == 'zh' else 'en'}.jinja").render(
+            examples=examples, question=question
+        )
+    if layout.instruction == "user":
+        return [{"role": "user", "content": f"{instruction}\n\n{question}"}]
+    return [{"role": "system", "content": instruction}, *turns, {"role": "user", "content": question}]
 
 
 def role_greeting(profile: RoleProfile) -> str | None:

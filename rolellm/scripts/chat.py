@@ -51,7 +51,7 @@ _LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 class ChatArguments:
     """Who answers, as whom, and how.
 
-    The role profiles come from `--profiles` (repeatable; any source `rolellm.roles.load_profiles` reads), with
+    The role profiles come from `--profiles` (repeatable; any source `rolellm.load_profiles` reads), with
     `--roles` and `--lang`; without `--profiles`, from the model folder.
 
     The model is `ClientConfig` (`--model`, `--base_url`, `--chat_template`, `--dtype`, `--device`, `--timeout`,

@@ -7,13 +7,15 @@
 Without `--data-dir` the release files are fetched from the Hub (`ZenMoore/RoleBench`).
 """
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from rolellm.data.release import HUB_REPO_ID
 from rolellm.scripts.exit_codes import EXIT_PARTIAL, EXIT_USAGE
+from rolellm.scripts.recipe import make_command_group, make_command_parser
 
 
 DESCRIPTION = "RoleBench data: statistics (paper Table 1), leakage checks, export/push in the Hub's no-code layout."
@@ -21,56 +23,87 @@ STATS_COLUMNS = ["part", "split", "subset", "rows", "instructions", "roles", "sc
                  "avg_instruction_words", "avg_response_words"]  # fmt: skip
 
 
+@dataclass
+class ReleaseArguments:
+    """Where every `rolellm data` action reads the RoleBench release.
+
+    Args:
+        data_dir (`str`, *optional*): a folder in the release layout; default: fetch the files from the Hub.
+        repo_id (`str`, *optional*, defaults to `"ZenMoore/RoleBench"`): the Hub dataset read without `data_dir`.
+        revision (`str`, *optional*): the Hub revision read without `data_dir`.
+    """
+
+    data_dir: str | None = field(
+        default=None, metadata={"help": "A folder in the release layout (default: fetch the files from the Hub)."}
+    )
+    repo_id: str = field(default=HUB_REPO_ID, metadata={"help": "The Hub dataset read without --data_dir."})
+    revision: str | None = field(default=None, metadata={"help": "The Hub revision read without --data_dir."})
+
+
+@dataclass
+class StatsArguments(ReleaseArguments):
+    """`rolellm data stats`: the paper's Table 1 for the release files present.
+
+    Args:
+        zh_tokenizer (`Literal["jieba", "chars"]`, *optional*, defaults to `"jieba"`): how Chinese words are counted
+            for the average lengths.
+        json (`bool`, *optional*, defaults to `False`): print JSON lines instead of a table.
+    """
+
+    zh_tokenizer: Literal["jieba", "chars"] = field(
+        default="jieba", metadata={"help": "How Chinese words are counted for the average lengths."}
+    )
+    json: bool = field(default=False, metadata={"help": "Print JSON lines instead of a table."})
+
+
+@dataclass
+class CheckArguments(ReleaseArguments):
+    """`rolellm data check`: exit 1 when a test (role, question) pair or held-out role is in train, or a file repeats
+    or copies rows; the fields are those of `ReleaseArguments`."""
+
+
+@dataclass
+class ExportArguments(ReleaseArguments):
+    """`rolellm data export`: parquet files and a README card per config, in the Hub's no-code layout.
+
+    Args:
+        output_dir (`str`): where to write the no-code Hub layout (the positional argument).
+        configs (`list[str]`, *optional*): only these configs; default: every one present.
+        push_to_hub (`str`, *optional*): also push the export to this dataset repo.
+        private (`bool`, *optional*, defaults to `False`): create the pushed repo as private.
+    """
+
+    output_dir: str = field(
+        default=None, metadata={"positional": True, "help": "Where to write the no-code Hub layout."}
+    )
+    configs: list[str] | None = field(
+        default=None, metadata={"help": "Only these configs (default: every one present)."}
+    )
+    push_to_hub: str | None = field(
+        default=None, metadata={"help": "Also push the export to this repo.", "metavar": "REPO_ID"}
+    )
+    private: bool = field(default=False, metadata={"help": "Create the pushed repo as private."})
+
+
+ACTIONS = {
+    "stats": (StatsArguments, "Print the paper's Table 1 statistics for the files present."),
+    "check": (CheckArguments, "Fail (exit 1) when a test (role, question) pair or held-out role is in train."),
+    "export": (ExportArguments, "Write parquet + README card per config; optionally push to the Hub."),
+}
+
+
 def make_parser(subparsers=None):
-    if subparsers is not None:
-        parser = subparsers.add_parser("data", help=DESCRIPTION, description=DESCRIPTION)
-    else:
-        parser = argparse.ArgumentParser(prog="rolellm data", description=DESCRIPTION)
-    actions = parser.add_subparsers(dest="action", metavar="<action>", required=True)
-
-    def add_common(sub):
-        sub.add_argument("--data_dir", "--data-dir", dest="data_dir", type=Path, default=None,
-                         help="A folder in the release layout (default: fetch the files from the Hub).")  # fmt: skip
-        sub.add_argument(
-            "--repo_id",
-            "--repo-id",
-            dest="repo_id",
-            default=HUB_REPO_ID,
-            help="The Hub dataset read without --data_dir.",
-        )
-        sub.add_argument("--revision", default=None, help="The Hub revision read without --data_dir.")
-
-    stats = actions.add_parser("stats", help="Print the paper's Table 1 statistics for the files present.")
-    add_common(stats)
-    stats.add_argument("--zh_tokenizer", "--zh-tokenizer", dest="zh_tokenizer", choices=["jieba", "chars"],
-                       default="jieba",
-                       help="How Chinese words are counted for the average lengths.")  # fmt: skip
-    stats.add_argument("--json", action="store_true", help="Print JSON lines instead of a table.")
-    check = actions.add_parser(
-        "check", help="Fail (exit 1) when a test (role, question) pair or held-out role is in train."
-    )
-    add_common(check)
-    export = actions.add_parser("export", help="Write parquet + README card per config; optionally push to the Hub.")
-    export.add_argument("output_dir", type=Path, help="Where to write the no-code Hub layout.")
-    add_common(export)
-    export.add_argument("--configs", nargs="+", default=None, help="Only these configs (default: every one present).")
-    export.add_argument(
-        "--push_to_hub",
-        "--push-to-hub",
-        dest="push_to_hub",
-        metavar="REPO_ID",
-        default=None,
-        help="Also push the export to this repo.",
-    )
-    export.add_argument("--private", action="store_true", help="Create the pushed repo as private.")
+    parser, actions = make_command_group("data", DESCRIPTION, subparsers)
+    for name, (dataclass_type, help_text) in ACTIONS.items():
+        make_command_parser(name, [dataclass_type], help_text, actions)
     return parser
 
 
 def resolve_data_dir(args) -> Path:
     if args.data_dir is not None:
-        if not args.data_dir.is_dir():
+        if not Path(args.data_dir).is_dir():
             raise NotADirectoryError(f"--data_dir {args.data_dir} is not a folder")
-        return args.data_dir
+        return Path(args.data_dir)
     from huggingface_hub import snapshot_download
 
     patterns = ["rolebench-zh/*/*.jsonl", "rolebench-eng/*/*/*.jsonl", "profiles-*/*"]

@@ -1,10 +1,11 @@
 """`rolellm env`: print the versions of rolellm and its stack, for bug reports."""
 
-import argparse
 import importlib.metadata
 import platform
+from dataclasses import dataclass
 
 from rolellm import __version__
+from rolellm.scripts.recipe import make_command_parser
 
 
 PACKAGES = [
@@ -13,11 +14,14 @@ PACKAGES = [
 ]  # fmt: skip
 
 
+@dataclass
+class EnvArguments:
+    """`rolellm env` has no fields: it prints what is installed."""
+
+
 def make_parser(subparsers=None):
     description = "Print the versions of rolellm and the libraries it runs on."
-    if subparsers is not None:
-        return subparsers.add_parser("env", help=description, description=description)
-    return argparse.ArgumentParser(prog="rolellm env", description=description)
+    return make_command_parser("env", [EnvArguments], description, subparsers)
 
 
 def collect_versions():

@@ -12,24 +12,43 @@ Without `--merge` an adapter stays an adapter; either way the trainer's resume s
 left behind and the tokenizer, `chat_template.jinja`, `role_profiles.jsonl` and the model card are kept.
 """
 
-import argparse
 import sys
+from dataclasses import dataclass, field
 
 from rolellm.scripts.exit_codes import EXIT_FAILED
+from rolellm.scripts.recipe import make_command_parser
+
+
+@dataclass
+class ExportArguments:
+    """`rolellm export`: which checkpoint becomes which model folder, and where it is pushed.
+
+    Args:
+        checkpoint (`str`): a folder written by `rolellm train` (its `output_dir` or a `checkpoint-N` folder; the
+            positional argument).
+        output_dir (`str`): the folder to write; must not exist or be empty.
+        merge (`bool`, *optional*, defaults to `False`): merge a LoRA/QLoRA adapter into its base model.
+        push_to_hub (`str`, *optional*): upload the folder to this Hub repo.
+        private (`bool`, *optional*, defaults to `False`): create the Hub repo as private.
+    """
+
+    checkpoint: str = field(
+        metadata={
+            "positional": True,
+            "help": "A folder written by rolellm train (output_dir or a checkpoint-N folder).",
+        }
+    )
+    output_dir: str = field(metadata={"help": "The folder to write; must not exist or be empty."})
+    merge: bool = field(default=False, metadata={"help": "Merge a LoRA/QLoRA adapter into its base model."})
+    push_to_hub: str | None = field(
+        default=None, metadata={"help": "Upload the folder to this Hub repo.", "metavar": "REPO"}
+    )
+    private: bool = field(default=False, metadata={"help": "Create the Hub repo as private."})
 
 
 def make_parser(subparsers=None):
     description = "Export a training checkpoint: merge an adapter into a full model, keep profiles and card, push."
-    if subparsers is not None:
-        parser = subparsers.add_parser("export", help=description, description=description)
-    else:
-        parser = argparse.ArgumentParser(prog="rolellm export", description=description)
-    parser.add_argument("checkpoint", help="a folder written by rolellm train (output_dir or a checkpoint-N folder)")
-    parser.add_argument("--output_dir", required=True, help="the folder to write; must not exist or be empty")
-    parser.add_argument("--merge", action="store_true", help="merge a LoRA/QLoRA adapter into its base model")
-    parser.add_argument("--push_to_hub", default=None, metavar="REPO", help="upload the folder to this Hub repo")
-    parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    return parser
+    return make_command_parser("export", [ExportArguments], description, subparsers)
 
 
 def main(args=None, api=None):

@@ -25,7 +25,6 @@ started again sends no answered request twice. API keys come only from `OPENAI_A
 recipes. Command-line flags override the values of `--config`.
 """
 
-import argparse
 import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -40,7 +39,7 @@ from rolellm.generation.rolegpt import RoleGPTConfig
 from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.exit_codes import EXIT_PARTIAL
-from rolellm.scripts.recipe import dataclasses_from, recipe_parser_class
+from rolellm.scripts.recipe import dataclasses_from, make_command_group, make_command_parser
 
 
 @dataclass
@@ -50,7 +49,7 @@ class GenerateArguments:
     > Parameters that control the input and output
 
     Args:
-        profiles (`list[str]`): one or more profile sources `rolellm.roles.load_profiles` reads (`--profiles`,
+        profiles (`list[str]`): one or more profile sources `rolellm.load_profiles` reads (`--profiles`,
             repeatable): a release folder, a `profiles-{lang}/` folder, a screenplay folder (`desc.json` +
             `{script}-{role}.jsonl`), a `desc.json`, a Character Card or a folder of cards, a screenplay file (with
             `roles`).
@@ -135,16 +134,9 @@ SUBCOMMANDS = {
 
 def make_parser(subparsers=None):
     description = "Generate RoleBench-style data from role profiles with an LLM."
-    if subparsers is not None:
-        parser = subparsers.add_parser("generate", help=description, description=description)
-    else:
-        parser = argparse.ArgumentParser(prog="rolellm generate", description=description)
-    commands = parser.add_subparsers(
-        dest="generator", metavar="<generator>", required=True, parser_class=recipe_parser_class()
-    )
+    parser, commands = make_command_group("generate", description, subparsers, "generator", "<generator>")
     for name, (dataclass_types, help_text) in SUBCOMMANDS.items():
-        sub = commands.add_parser(name, dataclass_types=dataclass_types, help=help_text, description=help_text)
-        sub.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
+        make_command_parser(name, dataclass_types, help_text, commands)
     return parser
 
 

@@ -12,31 +12,45 @@ first case the folder's reports (`report.html`, `results.html`) are written agai
 Exit codes: 0 compared, 1 nothing could be compared (no human item id has a judge verdict), 2 a usage or input error.
 """
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rolellm.scripts.exit_codes import EXIT_PARTIAL, EXIT_USAGE
+from rolellm.scripts.recipe import make_command_group, make_command_parser
+
+
+@dataclass
+class AgreementArguments:
+    """`rolellm judge agreement`: a judge's scores and verdicts against human labels.
+
+    Args:
+        human (`str`): JSONL file of human labels (format in `docs/multi-turn.md`).
+        results (`str`): folder with `scores.json` (`rolellm dialogue`) and/or `results.json` (`rolellm evaluate`).
+        output (`str`, *optional*): where to write the agreement JSON; defaults to `<results>/agreement.json`.
+        num_bootstrap (`int`, *optional*, defaults to 1000): bootstrap resamples of the confidence intervals.
+        confidence_level (`float`, *optional*, defaults to 0.95): the level of the confidence intervals.
+        seed (`int`, *optional*, defaults to 0): the bootstrap seed.
+    """
+
+    human: str = field(metadata={"help": "JSONL file of human labels (see docs/multi-turn.md)."})
+    results: str = field(
+        metadata={"help": "Folder with scores.json (rolellm dialogue) and/or results.json (evaluate)."}
+    )
+    output: str | None = field(
+        default=None, metadata={"help": "Where to write the agreement JSON (default: <results>/agreement.json)."}
+    )
+    num_bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples."})
+    confidence_level: float = field(default=0.95, metadata={"help": "Level of the confidence intervals."})
+    seed: int = field(default=0, metadata={"help": "Bootstrap seed."})
 
 
 def make_parser(subparsers=None):
     description = "Check an LLM judge against people: agreement of its scores and verdicts with human labels."
-    if subparsers is not None:
-        parser = subparsers.add_parser("judge", help=description, description=description)
-    else:
-        parser = argparse.ArgumentParser(prog="rolellm judge", description=description)
-    commands = parser.add_subparsers(dest="judge_command", metavar="<command>", required=True)
+    parser, commands = make_command_group("judge", description, subparsers, "judge_command", "<command>")
     help_text = "Spearman/Kendall per dimension and Cohen's kappa of a judge against human labels, with bootstrap CIs."
-    agreement = commands.add_parser("agreement", help=help_text, description=help_text)
-    agreement.add_argument("--human", required=True, help="JSONL file of human labels (see docs/multi-turn.md).")
-    agreement.add_argument(
-        "--results", required=True, help="Folder with scores.json (rolellm dialogue) and/or results.json (evaluate)."
-    )
-    agreement.add_argument("--output", help="Where to write the agreement JSON (default: <results>/agreement.json).")
-    agreement.add_argument("--num_bootstrap", type=int, default=1000, help="Bootstrap resamples (default: 1000).")
-    agreement.add_argument("--confidence_level", type=float, default=0.95, help="CI level (default: 0.95).")
-    agreement.add_argument("--seed", type=int, default=0, help="Bootstrap seed (default: 0).")
+    make_command_parser("agreement", [AgreementArguments], help_text, commands)
     return parser
 
 

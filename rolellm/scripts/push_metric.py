@@ -13,14 +13,17 @@ The Space holds the module script, its metric card (`README.md`, whose YAML head
 ['README.md', 'app.py', 'requirements.txt', 'rolebench_rouge.py']
 """
 
-import argparse
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from rolellm.metrics import METRICS_DIR
+from rolellm import metrics
+from rolellm.scripts.recipe import make_command_parser
 
 
+METRICS_DIR = Path(metrics.__file__).parent  # one folder per `evaluate` module
 METRICS = sorted(path.name for path in METRICS_DIR.iterdir() if (path / f"{path.name}.py").is_file())
 
 APP = """\
@@ -35,22 +38,39 @@ launch_gradio_widget(module)
 """
 
 
+@dataclass
+class PushMetricArguments:
+    """`rolellm push-metric`: which `evaluate` module goes to which Space.
+
+    Args:
+        metric (`str`, *optional*, defaults to `"rolebench_rouge"`): the module to publish (a folder of
+            `rolellm/metrics/`).
+        repo_id (`str`, *optional*): the Space to create or update, e.g. `<user>/rolebench_rouge`.
+        output_dir (`str`, *optional*): also (or only, without `repo_id`) write the Space here.
+        requirement (`str`, *optional*, defaults to `"rolellm"`): how the Space installs rolellm (a pip requirement,
+            e.g. `git+https://github.com/<user>/rolellm`).
+        private (`bool`, *optional*, defaults to `False`): create the Space as private.
+    """
+
+    metric: Literal[tuple(METRICS)] = field(default="rolebench_rouge", metadata={"help": "The module to publish."})
+    repo_id: str | None = field(
+        default=None, metadata={"help": "The Space to create or update, e.g. `<user>/rolebench_rouge`."}
+    )
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Also (or only, without --repo_id) write the Space here."}
+    )
+    requirement: str = field(
+        default="rolellm",
+        metadata={
+            "help": "How the Space installs rolellm (a pip requirement, e.g. `git+https://github.com/<user>/rolellm`)."
+        },
+    )
+    private: bool = field(default=False, metadata={"help": "Create the Space as private."})
+
+
 def make_parser(subparsers=None):
     description = "Push a rolellm `evaluate` module (metric card, script, Gradio app) to the Hub as a Space."
-    if subparsers is not None:
-        parser = subparsers.add_parser("push-metric", help=description, description=description)
-    else:
-        parser = argparse.ArgumentParser(prog="rolellm push-metric", description=description)
-    parser.add_argument("--metric", default="rolebench_rouge", choices=METRICS, help="the module to publish")
-    parser.add_argument("--repo_id", default=None, help="the Space to create or update, e.g. `<user>/rolebench_rouge`")
-    parser.add_argument("--output_dir", default=None, help="also (or only, without --repo_id) write the Space here")
-    parser.add_argument(
-        "--requirement",
-        default="rolellm",
-        help="how the Space installs rolellm (a pip requirement, e.g. `git+https://github.com/<user>/rolellm`)",
-    )
-    parser.add_argument("--private", action="store_true", help="create the Space as private")
-    return parser
+    return make_command_parser("push-metric", [PushMetricArguments], description, subparsers)
 
 
 def build_space(metric: str, output_dir: str | Path, requirement: str = "rolellm") -> Path:

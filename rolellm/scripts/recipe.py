@@ -12,6 +12,7 @@ override them, and `dataclasses_from` turns the parsed namespace into the comman
 ('rolegpt', 'runs/other')
 """
 
+import argparse
 import dataclasses
 import sys
 import types
@@ -72,19 +73,42 @@ def dataclasses_from(namespace, dataclass_types, **values) -> tuple:
     )
 
 
-def make_command_parser(name: str, dataclass_types, description: str, subparsers=None):
+def make_command_parser(name: str, dataclass_types, description: str, subparsers=None, aliases=()):
     """The parser of `rolellm {name}` over `dataclass_types`, with `--config recipe.yaml`.
 
-    With `subparsers` (made with `parser_class=recipe_parser_class()`) it is added as the sub-command `name`.
+    With `subparsers` (made with `parser_class=recipe_parser_class()`, e.g. by `make_command_group`) it is added as
+    the sub-command `name`, also called by its `aliases`.
     """
     if subparsers is not None:
         parser = subparsers.add_parser(
-            name, help=description, description=description, dataclass_types=dataclass_types
+            name, aliases=list(aliases), help=description, description=description, dataclass_types=dataclass_types
         )
     else:
         parser = recipe_parser_class()(dataclass_types, prog=f"rolellm {name}", description=description)
     parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
     return parser
+
+
+def make_command_group(name: str, description: str, subparsers=None, dest: str = "action", metavar: str = "<action>"):
+    """The parser of `rolellm {name} <action>` and its sub-commands, whose parsers are recipe parsers: add each with
+    `make_command_parser(action, dataclass_types, help, actions)`. Returns `(parser, actions)`.
+
+    >>> from dataclasses import dataclass, field
+    >>> @dataclass
+    ... class StatsArguments:
+    ...     data_dir: str = field(default=None, metadata={"help": "A release folder."})
+    >>> parser, actions = make_command_group("data", "RoleBench data.")
+    >>> _ = make_command_parser("stats", [StatsArguments], "Statistics.", actions)
+    >>> args = parser.parse_args(["stats", "--data-dir", "RoleBench"])
+    >>> args.action, args.data_dir
+    ('stats', 'RoleBench')
+    """
+    if subparsers is not None:
+        parser = subparsers.add_parser(name, help=description, description=description)
+    else:
+        parser = argparse.ArgumentParser(prog=f"rolellm {name}", description=description)
+    actions = parser.add_subparsers(dest=dest, metavar=metavar, required=True, parser_class=recipe_parser_class())
+    return parser, actions
 
 
 def check_recipe_values(path: str, recipe: dict, actions) -> None:
@@ -114,6 +138,10 @@ def recipe_parser_class():
     """`HfArgumentParser` that reads `--config recipe.yaml` first (like `trl.TrlParser`, but `parse_args` returns a
     namespace and the recipe is checked by `read_recipe`); flags given on the command line override the recipe.
 
+    Every field is a flag spelled with underscores or dashes (`--max_new_tokens`, `--max-new-tokens`: `HfArgumentParser`
+    adds the dashed alias itself); a field with `metadata={"positional": True}` is a positional argument instead
+    (`rolellm export CHECKPOINT`), which a recipe may also set.
+
     Built on call, so that importing a script does not import `transformers`.
     """
     from transformers import HfArgumentParser
@@ -121,8 +149,12 @@ def recipe_parser_class():
     class RecipeParser(HfArgumentParser):
         @staticmethod
         def _parse_dataclass_field(parser, field):
-            if is_flag(field):
-                HfArgumentParser._parse_dataclass_field(parser, field)
+            if not is_flag(field):
+                return None
+            metadata = dict(field.metadata)
+            if not metadata.pop("positional", False):
+                return HfArgumentParser._parse_dataclass_field(parser, field)
+            parser.add_argument(field.name, type=str, **metadata)
 
         def parse_known_args(self, args=None, namespace=None):
             args = list(sys.argv[1:] if args is None else args)

@@ -12,25 +12,45 @@ Exit codes: 0 supported, 2 the tokenizer could not be loaded, has no chat templa
 3 the template is not supported (the failed check is printed as one line).
 """
 
-import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from rolellm.scripts.recipe import make_command_group, make_command_parser
+
+
+DESCRIPTION = "Check a model's chat template: exact assistant masks, system text, injection safety."
+
+
+@dataclass
+class TemplateCheckArguments:
+    """`rolellm template check`: the tokenizer whose chat template is checked.
+
+    Args:
+        model (`str`): a Hub model id or a local folder with tokenizer files (the positional argument).
+        chat_template (`str`, *optional*): a Jinja file to check instead of the tokenizer's own template.
+        keep_think (`bool`, *optional*, defaults to `False`): check with the template's think blocks kept.
+        trust_remote_code (`bool`, *optional*, defaults to `False`): allow the tokenizer's own code.
+    """
+
+    model: str = field(
+        metadata={
+            "positional": True,
+            "metavar": "MODEL_OR_DIR",
+            "help": "A Hub model id or a local folder with tokenizer files.",
+        }
+    )
+    chat_template: str | None = field(
+        default=None, metadata={"help": "A Jinja file to check instead of the tokenizer's own template."}
+    )
+    keep_think: bool = field(default=False, metadata={"help": "Check with the template's think blocks kept."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow the tokenizer's own code."})
 
 
 def make_parser(subparsers=None):
-    description = "Check a model's chat template: exact assistant masks, system text, injection safety."
-    if subparsers is not None:
-        parser = subparsers.add_parser("template", help=description, description=description)
-    else:
-        parser = argparse.ArgumentParser(prog="rolellm template", description=description)
-    commands = parser.add_subparsers(dest="template_command", metavar="<command>", required=True)
-    check = commands.add_parser("check", help=description, description=description)
-    check.add_argument("model", metavar="MODEL_OR_DIR", help="A Hub model id or a local folder with tokenizer files.")
-    check.add_argument("--chat_template", help="A Jinja file to check instead of the tokenizer's own template.")
-    check.add_argument("--keep_think", action="store_true", help="Check with the template's think blocks kept.")
-    check.add_argument("--trust_remote_code", action="store_true", help="Allow the tokenizer's own code.")
+    parser, commands = make_command_group("template", DESCRIPTION, subparsers, "template_command", "<command>")
+    make_command_parser("check", [TemplateCheckArguments], DESCRIPTION, commands)
     return parser
 
 

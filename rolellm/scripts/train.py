@@ -63,7 +63,7 @@ def load_rows(script_args, split, counts: dict | None = None):
     """The rows of `split` of every config in `dataset_configs`, concatenated; `counts` gets config -> rows."""
     import datasets
 
-    from rolellm.data import load_rolebench
+    from rolellm.data.builder import load_rolebench
     from rolellm.roles.profile import role_key
 
     parts = []
@@ -90,7 +90,7 @@ def load_rows(script_args, split, counts: dict | None = None):
 
 
 def load_profiles_for(script_args, training_args):
-    from rolellm.data import load_rolebench_profiles
+    from rolellm.data.builder import load_rolebench_profiles
     from rolellm.roles.resolve import load_profiles
 
     if training_args.profiles:
@@ -107,7 +107,7 @@ def train(script_args, training_args, model_args):
 
     from rolellm.clients.loading import is_adapter_checkpoint
     from rolellm.data.release import HUB_REPO_ID
-    from rolellm.training import RoCITTrainer
+    from rolellm.training.trainer import RoCITTrainer
 
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
@@ -156,7 +156,7 @@ def main(args):
     """The `rolellm train` entry point: `args` is the namespace of `make_parser().parse_args()`."""
     from trl import ModelConfig
 
-    from rolellm.training import RoCITConfig
+    from rolellm.training.config import RoCITConfig
 
     train(*dataclasses_from(args, (RoleBenchArguments, RoCITConfig, ModelConfig)))
 
@@ -167,7 +167,7 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None):
     dataclasses, `parse_args` the namespace `main` takes."""
     from trl import ModelConfig
 
-    from rolellm.training import RoCITConfig
+    from rolellm.training.config import RoCITConfig
 
     description = "Train with RoCIT on RoleBench rows and role profiles (LoRA, QLoRA, full)."
     return make_command_parser("train", (RoleBenchArguments, RoCITConfig, ModelConfig), description, subparsers)

@@ -1,24 +1,11 @@
-"""RoCIT training: `RoCITConfig`, `RoCITTrainer`, the RoleBench-to-chat conversion and the model card.
+"""RoCIT training. Modules:
 
-Names are imported on first use, so importing a submodule (`rolellm.training.packing`) does not pull in trl.
+- `config`: `RoCITConfig` (a `trl.SFTConfig`);
+- `trainer`: `RoCITTrainer` (a `trl.SFTTrainer`) and `DataCollatorForRoleLM`;
+- `data`: the RoleBench-to-chat conversion (`rolebench_to_conversations`, `mix_subsets`);
+- `packing`, `attention`: prefix-shared packing and its attention;
+- `card`, `checkpoint`, `export`: the model card, checkpoints and adapter merging.
+
+Importing a module loads only what it needs (`rolellm.training.packing` does not pull in trl). Import names from
+their modules (`from rolellm.training.config import RoCITConfig`) or from `rolellm`.
 """
-
-import importlib
-
-
-_EXPORTS = {
-    "RoCITConfig": "rolellm.training.config",
-    "RoCITTrainer": "rolellm.training.trainer",
-    "DataCollatorForRoleLM": "rolellm.training.trainer",
-    "mix_subsets": "rolellm.training.data",
-    "rolebench_to_conversations": "rolellm.training.data",
-    "build_model_card": "rolellm.training.card",
-}
-
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'rolellm.training' has no attribute {name!r}")

@@ -18,7 +18,7 @@ class RoCITConfig(SFTConfig):
 
         profiles (`list[str]`, *optional*):
             Where the role profiles come from when the trainer is not given `profiles=` (`--profiles`, repeatable):
-            any sources `rolellm.roles.load_profiles` reads, e.g. a RoleBench release folder, a `desc.json`, a
+            any sources `rolellm.load_profiles` reads, e.g. a RoleBench release folder, a `desc.json`, a
             screenplay folder, Character Cards (JSON, PNG or a folder of them).
         reference (`str`, *optional*, defaults to `"first"`):
             Which reference answer of a row's `generated` to train on: `"first"`, `"random"` (one per row, drawn with

@@ -96,7 +96,7 @@ class RoCITTrainer(SFTTrainer):
         model (`str` or `PreTrainedModel`): the model or its name/path, as for `SFTTrainer`.
         args (`RoCITConfig`, *optional*): training configuration; defaults to `RoCITConfig("<model>-RoCIT")`.
         train_dataset (`datasets.Dataset`): RoleBench rows (`role`, `question`, `generated`, `subset`, `lang`: the
-            output of `rolellm.data.load_rolebench` or a Hub copy) or ready `messages` samples.
+            output of `rolellm.load_rolebench` or a Hub copy) or ready `messages` samples.
         eval_dataset (`datasets.Dataset` or `dict[str, datasets.Dataset]`, *optional*): rows or samples to evaluate on
             (no mixing, same reference choice).
         processing_class (`PreTrainedTokenizerBase`, *optional*): the tokenizer; loaded from the model when omitted. A

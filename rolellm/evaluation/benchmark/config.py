@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from rolellm.clients.config import ClientConfig, resolve_keep_think
-from rolellm.roles.prompts import PromptingMode
+from rolellm.roles.prompts import prompting_mode, prompting_mode_field
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
@@ -51,7 +51,7 @@ class EvaluateConfig:
         roles (`list[str]`, *optional*): only these roles.
         max_samples_per_role (`int`, *optional*): only the first rows of each role and subset (quick runs).
         profiles (`list[str]`, *optional*): profile sources (`--profiles`, repeatable; any source
-            `rolellm.roles.load_profiles` reads: a release or screenplay folder, a `desc.json`, a screenplay file with
+            `rolellm.load_profiles` reads: a release or screenplay folder, a `desc.json`, a screenplay file with
             `roles`, Character Cards) read after the release's profiles in `data_dir`: they add roles, and script
             dialogue for the few-shot modes.
         raw_targets_file (`str`, *optional*): `instructions-general.jsonl` with the raw answers (RAW); defaults to
@@ -59,7 +59,8 @@ class EvaluateConfig:
 
     > Parameters that control generation
 
-        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.roles.prompts.build_role_messages`).
+        mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.roles.prompts.build_role_messages`),
+            or the paper's name of one (`zero_shot`, `few_shot`, `dialogue`).
         num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved by the few-shot modes.
         system_template (`str`, *optional*): Jinja source replacing the paper's system instruction.
         temperature (`float`, *optional*, defaults to 0.0): 0 is greedy decoding.
@@ -100,7 +101,7 @@ class EvaluateConfig:
     max_samples_per_role: int | None = field(default=None, metadata={"help": "First N rows per role and subset."})
     profiles: list[str] | None = profiles_field()
     raw_targets_file: str | None = field(default=None, metadata={"help": "instructions-general.jsonl (RAW)."})
-    mode: PromptingMode = field(default="system", metadata={"help": "Prompting mode."})
+    mode: str = prompting_mode_field("system", "Prompting mode (or the paper's name of one).")
     num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved by the few-shot modes."})
     system_template: str | None = field(default=None, metadata={"help": "Jinja source replacing the instruction."})
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy."})
@@ -121,6 +122,7 @@ class EvaluateConfig:
     )
 
     def __post_init__(self):
+        self.mode = prompting_mode(self.mode)
         self.profiles = as_sources(self.profiles) or None
         if not isinstance(self.client, ClientConfig):
             raise ValueError(f"client must be a ClientConfig, got {self.client!r}")

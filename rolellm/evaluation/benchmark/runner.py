@@ -54,7 +54,7 @@ def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
 
 def read_profiles(config: EvaluateConfig, lang: str) -> dict:
     """The profiles of `lang`, keyed by `role_key(name)`: the release's (in `data_dir`), with the roles and dialogue
-    of the `config.profiles` sources added (any source `rolellm.roles.load_profiles` reads; `config.roles` name the
+    of the `config.profiles` sources added (any source `rolellm.load_profiles` reads; `config.roles` name the
     roles of a screenplay file)."""
     from rolellm.roles.profile import role_key
     from rolellm.roles.resolve import load_profiles
@@ -223,7 +223,7 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
     if config.data_dir is None:  # the release on the Hub
         from huggingface_hub import hf_hub_download
 
-        from rolellm.data.layout import HUB_REPO_ID
+        from rolellm.data.release import HUB_REPO_ID
 
         try:
             return Path(hf_hub_download(HUB_REPO_ID, relative, repo_type="dataset"))
@@ -286,7 +286,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         `RAW`, `SPE`, `avg`, `win_rate`), `unavailable`, `counts`, `per_role`, `per_type`, `win_rate` (the judge's
         full result, when `config.judge` is set) and `config`.
     """
-    from rolellm.data import load_rolebench
+    from rolellm.data.builder import load_rolebench
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
 
     judged = config.judge is not None

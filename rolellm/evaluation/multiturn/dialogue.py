@@ -14,7 +14,7 @@ from its saved turns (and the clients' caches answer what was asked before). The
 to `<output_dir>/transcripts.jsonl`, one conversation per line.
 
 >>> import tempfile
->>> from rolellm.clients import OpenAIChatClient
+>>> from rolellm.clients.openai_compatible import OpenAIChatClient
 >>> from rolellm.roles.profile import RoleProfile
 >>> from rolellm.testing.server import ChatCompletionsServer
 >>> profile = RoleProfile("Jack Sparrow", "en", "A witty pirate captain.")

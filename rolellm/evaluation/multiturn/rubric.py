@@ -17,7 +17,7 @@ is reported next to every score, with the correlation of length and score (judge
 | `engagement` | reacts, brings in detail, feeling or story, moves the scene forward |
 | `in_character` | no assistant voice, chatbot offers, disclaimers or "as an AI" |
 
->>> from rolellm.clients import OpenAIChatClient
+>>> from rolellm.clients.openai_compatible import OpenAIChatClient
 >>> from rolellm.roles.profile import RoleProfile
 >>> from rolellm.testing.server import ChatCompletionsServer
 >>> answer = json.dumps({d: {"score": 4, "rationale": "Fine."} for d in SINGLE_TURN_DIMENSIONS})

@@ -51,7 +51,7 @@ class DialogueConfig:
     > Parameters that control the roles and scenarios
 
     Args:
-        profiles (`list[str]`): one or more profile sources `rolellm.roles.load_profiles` reads (`--profiles`,
+        profiles (`list[str]`): one or more profile sources `rolellm.load_profiles` reads (`--profiles`,
             repeatable: release folder, screenplay folder or file, `desc.json`, Character Card or folder of cards).
         roles (`list[str]`, *optional*): only these roles (spelled as in the profiles or not); required for a
             screenplay file.

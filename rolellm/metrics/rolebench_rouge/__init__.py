@@ -1,1 +1,1 @@
-from rolellm.metrics.rolebench_rouge.rolebench_rouge import RolebenchRouge
+"""The RoleBench ROUGE-L `evaluate` module: the script `rolebench_rouge.py` and its metric card `README.md`."""
