@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from rolellm.clients.chat_session import ChatSession
-from rolellm.clients.local import CHATML_TEMPLATE
 from rolellm.clients.openai_compatible import OpenAIChatClient
+from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE as CHATML_TEMPLATE
 from rolellm.roles.character_card import profile_from_card
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_chat_messages

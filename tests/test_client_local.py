@@ -5,7 +5,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rolellm.clients.base import ChatRequest
-from rolellm.clients.local import CHATML_TEMPLATE, LocalChatClient
+from rolellm.clients.local import LocalChatClient
+from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE as CHATML_TEMPLATE
 
 
 QUESTIONS = [

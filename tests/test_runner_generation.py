@@ -202,15 +202,16 @@ def test_the_paper_names_are_aliases_of_the_registry_modes(tmp_path):
                            ("no_system", "no-system"), ("dialogue", "few-shot-dialogue")]:  # fmt: skip
         assert prompting_mode(spelling) == mode
         assert RoleGPTConfig(prompt_mode=spelling).prompt_mode == mode
-        assert EvaluateConfig(model_name_or_path="m", output_dir="o", mode=spelling).mode == mode
-    assert RoleGPTConfig().prompt_mode == "few-shot-dialogue" and EvaluateConfig("m", output_dir="o").mode == "system"
+        assert EvaluateConfig(output_dir="o", client=ClientConfig("m"), mode=spelling).mode == mode
+    assert RoleGPTConfig().prompt_mode == "few-shot-dialogue"
+    assert EvaluateConfig(output_dir="o", client=ClientConfig("m")).mode == "system"
     with pytest.raises(ValueError, match=r"prompt_mode='two_shot' is not a prompting mode; choose one of system, "):
         RoleGPTConfig(prompt_mode="two_shot")
 
     # a flag and a recipe take every spelling; the configs built from them hold the registry's name
     parser = evaluate.make_parser()
     args = parser.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--mode", "zero_shot"])
-    assert EvaluateConfig(**{k: v for k, v in vars(args).items() if k != "config"}).mode == "system"
+    assert evaluate.evaluate_config(args).mode == "system"
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("output_dir: o\nmodel: m\ninstructions: i.jsonl\nprompt_mode: few_shot\n")
     args = generate.make_parser().parse_args(["rolegpt", "--config", str(recipe), "--profiles", "p"])

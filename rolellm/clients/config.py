@@ -64,7 +64,8 @@ class ClientConfig:
         batch_size (`int`, *optional*, defaults to 8): prompts per `generate()` call.
         max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request (the commands send it as
             every request's `max_tokens`).
-        chat_template (`str`, *optional*): a Jinja chat template or `"chatml"` for a tokenizer without one.
+        chat_template (`str`, *optional*): `"chatml"`, a Jinja chat template or the path of a template file, for a
+            tokenizer without one (`rolellm.encoding.chat_template.read_chat_template`).
         keep_think (`bool`, *optional*): keep a thinking template's own think blocks and prefill (`encode_chat`);
             defaults to what the checkpoint recorded (`rolellm_inference.json`, written by `rolellm train`), else
             `False`.
@@ -81,7 +82,7 @@ class ClientConfig:
     model: str = field(
         metadata={
             "help": "Endpoint model name, or the local model's folder / Hub id.",
-            "aliases": ["--model_name_or_path"],
+            "aliases": ["--model_name_or_path", "--model-name-or-path"],
         }
     )
     backend: Literal["openai", "local"] | None = field(
@@ -94,7 +95,9 @@ class ClientConfig:
     max_retries: int = field(default=6, metadata={"help": "Endpoints: retries before a request counts as failed."})
     batch_size: int = field(default=8, metadata={"help": "Local models: prompts per forward pass."})
     max_new_tokens: int = field(default=256, metadata={"help": "Answer budget of a request, in tokens."})
-    chat_template: str | None = field(default=None, metadata={"help": "Local models: chat template or 'chatml'."})
+    chat_template: str | None = field(
+        default=None, metadata={"help": "Local models: 'chatml', a Jinja template or its file."}
+    )
     keep_think: bool | None = field(
         default=None,
         # `--keep_think` alone is `True`, as for the other flags of a bool (`HfArgumentParser` does it only for a
@@ -140,6 +143,18 @@ def endpoint_options(prefix: str, names=ENDPOINT_FIELDS, many: bool = False, mod
         help_text = model_help if name == "model" and model_help else own[name].metadata["help"]
         options.append((f"{prefix}_{name}", kind | None, field(default=None, metadata={"help": help_text})))
     return make_dataclass(f"{prefix.title().replace('_', '')}Options", options)
+
+
+def client_options(*names: str) -> type:
+    """A dataclass of some of `ClientConfig`'s own fields (type, default, help), for a command that reads a model's
+    files without talking to it (`rolellm template check` takes `--chat_template` and `--keep_think`).
+
+    >>> client_options("chat_template", "keep_think")()
+    ClientOptions(chat_template=None, keep_think=None)
+    """
+    own = {f.name: f for f in fields(ClientConfig)}
+    options = [(name, own[name].type, field(default=own[name].default, metadata=own[name].metadata)) for name in names]
+    return make_dataclass("ClientOptions", options)
 
 
 def derive_client(base: ClientConfig, prefix: str, values, model: str | None = None, cache_path: str | None = None):

@@ -23,15 +23,12 @@ from typing import Any
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
 from rolellm.clients.cache import request_key
 from rolellm.clients.loading import load_model_and_tokenizer
-from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
+from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_template
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
 
 
 logger = logging.getLogger(__name__)
-
-# `chat_template="chatml"`: the package's ChatML template, the one `rolellm.set_role_chat_template` installs
-CHATML_TEMPLATE = ROLE_CHAT_TEMPLATE
 
 # chat-completions parameter -> `generate()` keyword
 _PARAMS = {
@@ -61,7 +58,8 @@ class LocalChatClient(ChatClient):
         tokenizer (`PreTrainedTokenizerBase`, *optional*): its tokenizer.
         batch_size (`int`, *optional*, defaults to 8): prompts per `generate()` call.
         max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request without `max_tokens`.
-        chat_template (`str`, *optional*): a Jinja chat template, or `"chatml"`; defaults to the tokenizer's own.
+        chat_template (`str`, *optional*): `"chatml"`, a Jinja chat template or the path of one
+            (`rolellm.encoding.chat_template.read_chat_template`); defaults to the tokenizer's own.
             A tokenizer with no template and no `chat_template` given is an error. Prompts are encoded with
             `rolellm.encode_chat`, exactly as `RoCITTrainer` trains them, and message text that looks like a
             control token stays plain text.
@@ -103,7 +101,7 @@ class LocalChatClient(ChatClient):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        self.chat_template = CHATML_TEMPLATE if chat_template == "chatml" else chat_template
+        self.chat_template = read_chat_template(chat_template)
         self.keep_think = keep_think
         if self.chat_template is None and tokenizer.chat_template is None:
             raise ValueError(
@@ -114,7 +112,7 @@ class LocalChatClient(ChatClient):
         configured = self.model.generation_config.eos_token_id
         stops = list(configured) if isinstance(configured, list) else [configured]
         stops.append(tokenizer.eos_token_id)
-        if self.chat_template is CHATML_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
+        if self.chat_template is ROLE_CHAT_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
             stops.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         stops += self._end_of_turn_ids()
         self.stop_ids = list(dict.fromkeys(t for t in stops if t is not None))

@@ -53,6 +53,27 @@ def set_role_chat_template(tokenizer, model=None) -> list[int]:
     return added
 
 
+def read_chat_template(value: str | None) -> str | None:
+    """The Jinja source a `chat_template` option names: `"chatml"` is the role template (`ROLE_CHAT_TEMPLATE`, the
+    same object), text holding Jinja tags is the template itself, anything else is the path of a template file.
+
+    >>> read_chat_template("chatml") is ROLE_CHAT_TEMPLATE, read_chat_template("{{ messages[0].content }}")
+    (True, '{{ messages[0].content }}')
+    >>> read_chat_template("no/such/template.jinja")
+    Traceback (most recent call last):
+    ...
+    ValueError: chat_template='no/such/template.jinja' is not 'chatml', Jinja source or a template file
+    """
+    if value is None or "{{" in value or "{%" in value:
+        return value
+    if value == "chatml":
+        return ROLE_CHAT_TEMPLATE
+    path = Path(value)
+    if not path.is_file():
+        raise ValueError(f"chat_template={value!r} is not 'chatml', Jinja source or a template file")
+    return path.read_text(encoding="utf-8")
+
+
 def has_generation_markers(chat_template: str) -> bool:
     """Whether a chat template marks assistant turns with `{% generation %}` ... `{% endgeneration %}`."""
     return bool(_GENERATION_RE.search(chat_template))

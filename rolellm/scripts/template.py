@@ -14,8 +14,8 @@ Exit codes: 0 supported, 2 the tokenizer could not be loaded, has no chat templa
 
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from rolellm.clients.config import client_options
 from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from rolellm.scripts.recipe import make_command_group, make_command_parser
 
@@ -25,61 +25,63 @@ DESCRIPTION = "Check a model's chat template: exact assistant masks, system text
 
 @dataclass
 class TemplateCheckArguments:
-    """`rolellm template check`: the tokenizer whose chat template is checked.
+    """`rolellm template check`: the tokenizer whose chat template is checked; `--chat_template` and `--keep_think`
+    are `ClientConfig`'s own options (`client_options`), read as a client reads them.
 
     Args:
-        model (`str`): a Hub model id or a local folder with tokenizer files (the positional argument).
-        chat_template (`str`, *optional*): a Jinja file to check instead of the tokenizer's own template.
-        keep_think (`bool`, *optional*, defaults to `False`): check with the template's think blocks kept.
+        model_or_dir (`str`): a Hub model id or a local folder with tokenizer files (the positional argument).
         trust_remote_code (`bool`, *optional*, defaults to `False`): allow the tokenizer's own code.
     """
 
-    model: str = field(
+    model_or_dir: str = field(
         metadata={
             "positional": True,
             "metavar": "MODEL_OR_DIR",
             "help": "A Hub model id or a local folder with tokenizer files.",
         }
     )
-    chat_template: str | None = field(
-        default=None, metadata={"help": "A Jinja file to check instead of the tokenizer's own template."}
-    )
-    keep_think: bool = field(default=False, metadata={"help": "Check with the template's think blocks kept."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the tokenizer's own code."})
+
+
+TemplateOptions = client_options("chat_template", "keep_think")
 
 
 def make_parser(subparsers=None):
     parser, commands = make_command_group("template", DESCRIPTION, subparsers, "template_command", "<command>")
-    make_command_parser("check", [TemplateCheckArguments], DESCRIPTION, commands)
+    make_command_parser("check", [TemplateCheckArguments, TemplateOptions], DESCRIPTION, commands)
     return parser
 
 
 def main(args):
     from transformers import AutoTokenizer
 
+    from rolellm.clients.config import read_inference_settings
+    from rolellm.encoding.chat_template import read_chat_template
     from rolellm.encoding.check import check_chat_template
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(args.model_or_dir, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError, KeyError) as error:
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"rolellm template check: cannot load the tokenizer of {args.model!r}: {cause}", file=sys.stderr)
+        print(f"rolellm template check: cannot load the tokenizer of {args.model_or_dir!r}: {cause}", file=sys.stderr)
         return EXIT_USAGE
-    chat_template = None
-    if args.chat_template is not None:
-        path = Path(args.chat_template)
-        if not path.is_file():
-            print(f"rolellm template check: --chat_template {path} is not a file", file=sys.stderr)
-            return EXIT_USAGE
-        chat_template = path.read_text(encoding="utf-8")
+    try:
+        chat_template = read_chat_template(args.chat_template)
+    except ValueError as error:
+        print(f"rolellm template check: --{error}", file=sys.stderr)
+        return EXIT_USAGE
     if chat_template is None and tokenizer.chat_template is None:
         print(
-            f"rolellm template check: the tokenizer of {args.model!r} has no chat template (a base model): pass "
-            "--chat_template FILE, or train with rolellm's role template (set_role_chat_template)",
+            f"rolellm template check: the tokenizer of {args.model_or_dir!r} has no chat template (a base model): "
+            "pass --chat_template chatml or a template file, or train with rolellm's role template "
+            "(set_role_chat_template)",
             file=sys.stderr,
         )
         return EXIT_USAGE
-    report = check_chat_template(tokenizer, chat_template, keep_think=args.keep_think)
+    keep_think = args.keep_think
+    if keep_think is None:  # a checkpoint is checked as it was trained
+        keep_think = bool(read_inference_settings(args.model_or_dir).get("keep_think", False))
+    report = check_chat_template(tokenizer, chat_template, keep_think=keep_think)
     print(report)
     if not report.ok:
         print(f"rolellm template check: {report.cause}", file=sys.stderr)
