@@ -163,13 +163,15 @@ class Profiles(Mapping[str, RoleProfile]):
         return f"Profiles({list(self._profiles)!r})"
 
 
-def same_role(name: str, other: str) -> bool:
-    """Whether two names are one role by the module's rule (`other` taken as the full name).
+def same_role(name: str, role: str | RoleProfile) -> bool:
+    """Whether `name` finds `role` (a name, or a profile with its card's aliases) by the module's rule.
 
     >>> same_role("Dr. Frank N Furter", "Dr. Frank-N-Furter"), same_role("ADA", "Ada Quill"), same_role("Po", "Shifu")
     (True, True, False)
     """
-    return RoleNames([other]).find(name) is not None
+    if isinstance(role, RoleProfile):
+        return name == role.name or Profiles({role.name: role}).find(name) is not None
+    return name == role or RoleNames([role]).find(name) is not None
 
 
 __all__ = ["AmbiguousRoleError", "Profiles", "RoleNames", "UnknownRoleError", "card_aliases", "same_role"]

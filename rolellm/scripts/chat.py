@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field
+from rolellm.roles.resolve import PROFILES_HELP, profiles_field
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -101,21 +101,6 @@ class ChatArguments:
 def make_parser(subparsers=None):
     description = "Talk to a role: terminal chat with streaming, one answer per line on stdin, or a Gradio UI."
     return make_command_parser("chat", [ChatArguments], description, subparsers)
-
-
-def read_profiles(config: ChatArguments) -> dict:
-    """The profiles to chat with: `config.profiles`, else the ones saved in the model folder."""
-    from rolellm.roles.resolve import load_profiles
-
-    roles, lang = config.roles, config.lang
-    if config.profiles:
-        return load_profiles(as_sources(config.profiles), lang=lang, roles=roles)
-    if config.base_url is not None or not Path(config.model).is_dir():
-        raise ValueError(f"--model {config.model} is not a folder holding role profiles: pass --profiles SRC")
-    try:
-        return load_profiles(config.model, lang=lang, roles=roles)
-    except ValueError as error:  # the reader's own message is kept as the cause (shown with --debug)
-        raise ValueError(f"the model folder {config.model} holds no role profiles: pass --profiles SRC") from error
 
 
 def load_client(config: ChatArguments):
@@ -249,10 +234,15 @@ def main(args=None):
     if args is None:
         args = make_parser().parse_args()
     from rolellm.clients.chat_session import ChatSession
-    from rolellm.roles.resolve import select_roles
+    from rolellm.roles.resolve import PROFILES_FILE, profiles_for, select_roles
 
     [config] = dataclasses_from(args, [ChatArguments])
-    profiles = read_profiles(config)
+    model_dir = config.model if config.base_url is None else None  # a local checkpoint holds its profiles
+    if not config.profiles and (model_dir is None or not Path(model_dir).is_dir()):
+        raise ValueError(f"--model {config.model} is not a folder holding role profiles: pass --profiles SRC")
+    if not config.profiles and not (Path(model_dir) / PROFILES_FILE).is_file():
+        raise ValueError(f"the model folder {config.model} holds no role profiles: pass --profiles SRC")
+    profiles = profiles_for(config.profiles, model_dir=model_dir, lang=config.lang, roles=config.roles)
     if config.role is None and len(profiles) > 1 and not config.ui:
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))

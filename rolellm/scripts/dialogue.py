@@ -120,14 +120,13 @@ def make_parser(subparsers=None):
     return make_command_parser("dialogue", [DialogueArguments], description, subparsers)
 
 
-def read_run_scenarios(args: DialogueArguments, profiles: dict, user_client) -> list:
-    """The run's scenarios: the file, else card scenarios and generated ones; `--num_turns` applied."""
+def read_run_scenarios(args: DialogueArguments, profiles, user_client) -> list:
+    """The run's scenarios: the file (only those of `--roles`, when given), else card scenarios and generated ones;
+    `--num_turns` applied. `profiles` is a `Profiles` mapping: a scenario's role is found however it is spelled."""
     from rolellm.evaluation.multiturn.dialogue import generate_scenarios, read_scenarios, scenarios_from_card
-    from rolellm.roles.profile import role_key
 
     if args.scenarios:
-        keys = {role_key(name) for name in profiles}
-        scenarios = [s for s in read_scenarios(args.scenarios) if role_key(s.role) in keys or not args.roles]
+        scenarios = [s for s in read_scenarios(args.scenarios) if not args.roles or s.role in profiles]
     else:
         scenarios = [s for profile in profiles.values() for s in scenarios_from_card(profile)]
         carded = {s.role for s in scenarios}
@@ -149,7 +148,7 @@ def main(args=None):
     from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME, run_dialogues
     from rolellm.evaluation.multiturn.report import write_dialogue_report
     from rolellm.evaluation.multiturn.rubric import judge_transcripts
-    from rolellm.roles.resolve import load_profiles
+    from rolellm.roles.resolve import profiles_for
 
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     for noisy in ("httpx", "httpx2", "openai"):
@@ -157,7 +156,7 @@ def main(args=None):
     [config] = dataclasses_from(args, [DialogueArguments])
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    profiles = load_profiles(config.profiles, lang=config.lang, roles=config.roles)
+    profiles = profiles_for(config.profiles, lang=config.lang, roles=config.roles)
     user_client = make_client(config.client_config(config.user_model))
     model_client = make_client(config.client_config(config.model, config.model_base_url))
     judges = [make_client(config.client_config(name)) for name in config.judge_model or []]

@@ -14,7 +14,8 @@ Every folder `RoCITTrainer` saves (the final `output_dir` and each intermediate 
 
 from pathlib import Path
 
-from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.lookup import Profiles
+from rolellm.roles.profile import RoleProfile
 from rolellm.roles.resolve import PROFILES_FILE, write_profiles_jsonl
 
 
@@ -29,9 +30,9 @@ def trained_profiles(profiles: dict[str, RoleProfile] | None, role_stats: dict) 
     >>> list(trained_profiles(profiles, {"train": {"roles": ["po"]}}))
     ['Po']
     """
-    roles = {role_key(role) for stats in role_stats.values() for role in stats.get("roles", [])}
-    profiles = profiles or {}
-    return {name: profile for name, profile in profiles.items() if role_key(name) in roles} or dict(profiles)
+    profiles = Profiles(profiles or {})
+    seen = {profiles.find(role) for stats in role_stats.values() for role in stats.get("roles", [])}
+    return {name: profile for name, profile in profiles.items() if name in seen} or dict(profiles)
 
 
 def save_role_files(folder, profiles, system_template, tokenizer, generation_config=None, card=None) -> Path:
