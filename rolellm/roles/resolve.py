@@ -215,8 +215,8 @@ def profiles_for(
 
     1. the data folder's profiles: the release's `profiles-eng/` and `profiles-zh/` in `data_dir` (only `lang`'s),
        when it has them, since the data's rows need their roles' descriptions;
-    2. the explicit `sources` (`--profiles`), or, when there are none, the checkpoint's `role_profiles.jsonl` in
-       `model_dir` (the profiles a model was trained with), when it has one.
+    2. the explicit `sources` (`--profiles`), or, when there are none, the model folder's: a checkpoint's
+       `role_profiles.jsonl` (the profiles a model was trained with), else release `profiles-*/` folders in it.
 
     So `--profiles` wins over a checkpoint's profiles and both add to (and take precedence over) the data folder's.
     A missing piece is skipped; nothing found at all gives an empty `Profiles` (or, with `roles`, an error naming
@@ -226,7 +226,7 @@ def profiles_for(
         sources (`str`, `os.PathLike` or a list of them, *optional*): explicit profile sources, any kind
             `load_profiles` reads.
         model_dir (`str` or `os.PathLike`, *optional*): a model folder or Hub id; only a local folder holding
-            `role_profiles.jsonl` counts.
+            `role_profiles.jsonl` (or `profiles-*/`) counts.
         data_dir (`str` or `os.PathLike`, *optional*): a RoleBench release folder.
         lang (`str`, *optional*): `"en"` or `"zh"` (see `load_profiles`).
         roles (`list[str]`, *optional*): keep only these roles (see `load_profiles`).
@@ -243,19 +243,25 @@ def profiles_for(
     ...
     rolellm.roles.resolve.ProfileSourceError: roles ['Shifu'] are not in .../profiles-eng; roles found: ['Po']
     """
-    read = []
-    if data_dir is not None:
-        langs = [lang] if lang is not None else list(RELEASE_LANG_DIRS)
-        read += [Path(data_dir) / f"profiles-{RELEASE_LANG_DIRS[code]}" for code in langs]
-        read = [path for path in read if path.is_dir()]
+    read = _release_folders(Path(data_dir), lang) if data_dir is not None else []
     explicit = as_sources(sources) if not isinstance(sources, Path) else [str(sources)]
     if explicit:
         read += explicit
     elif model_dir is not None and (Path(model_dir) / PROFILES_FILE).is_file():
         read.append(Path(model_dir) / PROFILES_FILE)
+    elif model_dir is not None:
+        read += _release_folders(Path(model_dir), lang)
     if not read and roles:
-        raise ProfileSourceError(f"roles {list(roles)} are not in any profiles: no profile source was found")
+        looked = [f"{folder} holds no {PROFILES_FILE} or profiles-*/" for folder in (model_dir, data_dir) if folder]
+        raise ProfileSourceError(f"roles {list(roles)} are not in any profiles: {'; '.join(looked) or 'no source'}")
     return load_profiles(read, lang, roles=roles) if read else Profiles()
+
+
+def _release_folders(folder: Path, lang: str | None) -> list[Path]:
+    """The release's `profiles-eng/` and `profiles-zh/` in `folder` (only `lang`'s), those that are there."""
+    langs = [lang] if lang is not None else list(RELEASE_LANG_DIRS)
+    paths = [folder / f"profiles-{RELEASE_LANG_DIRS[code]}" for code in langs]
+    return [path for path in paths if path.is_dir()]
 
 
 def _is_screenplay_file(path: Path) -> bool:

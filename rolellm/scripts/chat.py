@@ -234,15 +234,15 @@ def main(args=None):
     if args is None:
         args = make_parser().parse_args()
     from rolellm.clients.chat_session import ChatSession
-    from rolellm.roles.resolve import PROFILES_FILE, profiles_for, select_roles
+    from rolellm.roles.resolve import profiles_for, select_roles
 
     [config] = dataclasses_from(args, [ChatArguments])
     model_dir = config.model if config.base_url is None else None  # a local checkpoint holds its profiles
     if not config.profiles and (model_dir is None or not Path(model_dir).is_dir()):
         raise ValueError(f"--model {config.model} is not a folder holding role profiles: pass --profiles SRC")
-    if not config.profiles and not (Path(model_dir) / PROFILES_FILE).is_file():
-        raise ValueError(f"the model folder {config.model} holds no role profiles: pass --profiles SRC")
     profiles = profiles_for(config.profiles, model_dir=model_dir, lang=config.lang, roles=config.roles)
+    if not profiles:
+        raise ValueError(f"the model folder {config.model} holds no role profiles: pass --profiles SRC")
     if config.role is None and len(profiles) > 1 and not config.ui:
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))
