@@ -7,8 +7,8 @@ import pytest
 
 from rolellm.data import read_rolebench_jsonl
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, generate_predictions, select_rows
-from rolellm.roles.resolve import profiles_for
 from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction
+from rolellm.roles.resolve import profiles_for
 from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
 from rolellm.testing.server import ChatCompletionsServer, Fault
 

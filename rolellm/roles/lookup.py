@@ -85,7 +85,9 @@ class RoleNames:
         for step in self._steps:
             found = step.get(key, [])
             if len(found) > 1:
-                raise AmbiguousRoleError(f"role {name!r} matches several roles of {self.where}: {found}; give the full name")
+                raise AmbiguousRoleError(
+                    f"role {name!r} matches several roles of {self.where}: {found}; give the full name"
+                )
             if found:
                 return found[0]
         return None
