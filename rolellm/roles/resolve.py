@@ -1,7 +1,10 @@
-"""One way to get role profiles from whatever a user has: `load_profiles(source)`.
+"""One way to get role profiles from whatever a user has: `load_profiles(source)`, and one decision of where a
+command's profiles come from: `profiles_for(sources, model_dir=, data_dir=)` (the data folder's release profiles,
+then `--profiles` or else a checkpoint's `role_profiles.jsonl`).
 
-Every command and API that takes profiles (`rolellm generate`, `train`, `evaluate`) resolves them here, so a source
-that works for one works for all. Accepted sources, told apart by what is on disk:
+Every command and API that takes profiles (`rolellm generate`, `train`, `evaluate`, `dialogue`, `chat`) resolves
+them here, so a source that works for one works for all. Both return a `Profiles` mapping, which finds a role however
+it is spelled (the rule of `rolellm.roles.lookup`). Accepted sources, told apart by what is on disk:
 
 | source | read with |
 |---|---|
