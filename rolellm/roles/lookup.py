@@ -67,7 +67,7 @@ class RoleNames:
     def __init__(self, names: Iterable[str], aliases: Mapping[str, Iterable[str]] | None = None, where: str = ""):
         self.names = list(dict.fromkeys(names))
         self.where = where or "the profiles"
-        self._exact = set(self.names)
+        self._exact = dict.fromkeys(self.names)  # a dict, not a set: pickles the same in every process (fingerprints)
         self._steps: list[dict[str, list[str]]] = [{}, {}, {}]  # key, alias, first name -> names
         for name in self.names:
             others = [alias for alias in (aliases or {}).get(name, ()) if alias != name]
