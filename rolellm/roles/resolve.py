@@ -247,7 +247,7 @@ def profiles_for(
     rolellm.roles.resolve.ProfileSourceError: roles ['Shifu'] are not in .../profiles-eng; roles found: ['Po']
     """
     read = _release_folders(Path(data_dir), lang) if data_dir is not None else []
-    explicit = as_sources(sources) if not isinstance(sources, Path) else [str(sources)]
+    explicit = as_sources(sources)
     if explicit:
         read += explicit
     elif model_dir is not None and (Path(model_dir) / PROFILES_FILE).is_file():
