@@ -26,6 +26,8 @@ _EXPORTS = {
     "write_release_profiles": "rolellm.roles.release",
     "write_screenplay_folder": "rolellm.roles.release",
     "load_profiles": "rolellm.roles.resolve",
+    "profiles_for": "rolellm.roles.resolve",
+    "Profiles": "rolellm.roles.lookup",
     "select_roles": "rolellm.roles.resolve",
     "ProfileSourceError": "rolellm.roles.resolve",
     "read_rolebench_jsonl": "rolellm.data.readers",

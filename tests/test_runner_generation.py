@@ -7,9 +7,9 @@ import pytest
 
 from rolellm.clients.config import ClientConfig
 from rolellm.data.readers import read_rolebench_jsonl
-from rolellm.evaluation.benchmark.runner import EvaluateConfig, generate_predictions, read_profiles, select_rows
-from rolellm.roles.profile import role_key
+from rolellm.evaluation.benchmark.runner import EvaluateConfig, generate_predictions, select_rows
 from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction
+from rolellm.roles.resolve import profiles_for
 from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
 from rolellm.testing.server import ChatCompletionsServer, Fault
 
@@ -29,7 +29,7 @@ def zh_profiles(rolebench_dir, shared_data_dir):
         data_dir=str(rolebench_dir),
         profiles=[str(shared_data_dir / "roleglm-screenplay/profile_xiyou")],
     )
-    return read_profiles(config, "zh")
+    return profiles_for(config.profiles, data_dir=config.data_dir, lang="zh")  # as `run_benchmark` reads them
 
 
 def _select(rows, n):
@@ -51,15 +51,15 @@ def test_select_rows_per_role_and_subset(zh_rows):
 
 
 def test_profiles_join_release_and_screenplay(zh_profiles):
-    assert sorted(zh_profiles) == sorted(role_key(r) for r in ["皇帝", "孙悟空", "华妃", "张飞", "李白"])
-    wukong = zh_profiles[role_key("孙悟空")]
+    assert sorted(zh_profiles) == sorted(["皇帝", "孙悟空", "华妃", "张飞", "李白"])
+    wukong = zh_profiles["孙悟空"]
     assert wukong.description  # from the release's desc.json
     assert len(wukong.dialogue) == 6254  # 西游记-孙悟空.jsonl
-    assert zh_profiles[role_key("李白")].dialogue == []
+    assert zh_profiles["李白"].dialogue == []
 
 
 def test_every_mode_builds_the_documented_messages(zh_profiles):
-    profile = zh_profiles[role_key("孙悟空")]
+    profile = zh_profiles["孙悟空"]
     question = "孙悟空，你为什么大闹天宫？"
     groups = DialogueRetriever(profile).retrieve(question, k=3)
     instruction = build_system_instruction(profile, "zh")
@@ -95,7 +95,7 @@ def test_rolegpt_and_the_runner_share_the_builder(zh_profiles):
     from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig
     from rolellm.roles.prompts import PAPER_MODE_NAMES as PROMPTING_MODE
 
-    profile = zh_profiles[role_key("孙悟空")]
+    profile = zh_profiles["孙悟空"]
     question = "孙悟空，你为什么大闹天宫？"
     for rolegpt_mode, mode in PROMPTING_MODE.items():
         rolegpt = RoleGPT(RoleGPTConfig(prompt_mode=rolegpt_mode, num_examples=2))
@@ -119,7 +119,7 @@ def test_generation_on_server_resumes_without_resending(zh_rows, zh_profiles, ro
         assert sent["model"] == "served-model" and sent["temperature"] == 0.0 and sent["max_tokens"] == 256
         # requests arrive in any order (concurrently), and other roles ask the same general question: the first row's
         # question is sent with the first row's role instruction
-        system = {"role": "system", "content": build_system_instruction(zh_profiles[role_key(rows[0]["role"])], "zh")}
+        system = {"role": "system", "content": build_system_instruction(zh_profiles[rows[0]["role"]], "zh")}
         asked = [r["body"]["messages"] for r in server.requests]
         assert [system, {"role": "user", "content": rows[0]["question"]}] in [[m[0], m[-1]] for m in asked]
 
@@ -165,7 +165,7 @@ def test_failed_generations_are_none_and_retried_on_rerun(zh_rows, zh_profiles, 
 def test_missing_profile_and_dialogue_are_clear_errors(zh_rows, zh_profiles, tmp_path):
     rows = _select(zh_rows, 1)
     with pytest.raises(ValueError, match=r"no profile for roles \['张飞'\]"):
-        profiles = {k: v for k, v in zh_profiles.items() if k != role_key("张飞")}
+        profiles = {k: v for k, v in zh_profiles.items() if k != "张飞"}
         generate_predictions(rows, profiles, EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path)))
     config = EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path / "b"), mode="few-shot-dialogue")
     li_bai = [r for r in rows if r["role"] == "李白"]

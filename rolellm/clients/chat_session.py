@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rolellm.clients.base import ChatClient, EndpointError
 from rolellm.clients.openai_compatible import OpenAIChatClient
+from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_chat_messages, role_greeting
 from rolellm.roles.resolve import select_roles
@@ -40,9 +41,9 @@ class ChatSession:
 
     Args:
         client (`LocalChatClient` or `OpenAIChatClient`): who answers (`make_client(ClientConfig(...))`).
-        profiles (`dict[str, RoleProfile]`): the roles that can be talked to (`load_profiles(...)`).
-        role (`str`): the role to start with, matched spelling-insensitively; an unknown role is a `ValueError`
-            listing the known ones.
+        profiles (`Mapping[str, RoleProfile]`): the roles that can be talked to (`load_profiles(...)`).
+        role (`str`): the role to start with, found by the rule of `rolellm.roles.lookup`; an unknown role is a
+            `ValueError` listing the known ones.
         lang (`str`, *optional*): language of the system text; defaults to each profile's.
         system_template (`str`, *optional*): Jinja source replacing the paper's system instruction.
         max_new_tokens (`int`, *optional*, defaults to 256): the budget of one answer.
@@ -65,7 +66,7 @@ class ChatSession:
         seed: int = 0,
     ):
         self.client = client
-        self.profiles = profiles
+        self.profiles = Profiles(profiles)
         self.lang = lang
         self.system_template = system_template
         self.sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
@@ -110,7 +111,7 @@ class ChatSession:
 
         Answer `i` of a conversation is sampled with seed `seed + i`.
         """
-        profile = self.profile if role is None else select_roles(self.profiles, [role]).popitem()[1]
+        profile = self.profile if role is None else self.profiles[role]
         turns = [{"role": turn["role"], "content": turn["content"]} for turn in turns]
         messages = build_chat_messages(profile, turns, lang=self.lang, system_template=self.system_template)
         answered = sum(turn["role"] == "assistant" for turn in turns[1:])  # a greeting does not count

@@ -38,7 +38,8 @@ from rolellm.data.layout import (
 from rolellm.data.readers import read_rolebench_columns
 from rolellm.data.release import CITATION, HOMEPAGE, LICENSE, TYPES
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.roles.profile import DataFormatError, RoleProfile, role_key
+from rolellm.roles.lookup import Profiles
+from rolellm.roles.profile import DataFormatError, RoleProfile
 from rolellm.roles.release import read_release_profiles
 
 
@@ -301,7 +302,8 @@ def load_rolebench_profiles(lang: str, data_dir: str | Path | None = None, **kwa
 
 
 def add_profile_columns(dataset, profiles: dict[str, RoleProfile]):
-    """Add `description` and `catchphrases` of each row's role; roles are matched across spellings (`role_key`).
+    """Add `description` and `catchphrases` of each row's role; roles are matched across spellings (the rule of
+    `rolellm.roles.lookup`).
 
     Rows whose role has no profile get empty values, and a warning lists those roles with their row counts.
 
@@ -315,11 +317,11 @@ def add_profile_columns(dataset, profiles: dict[str, RoleProfile]):
     if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         parts = {split: add_profile_columns(part, profiles) for split, part in dataset.items()}
         return type(dataset)(parts)
-    by_key = {role_key(name): profile for name, profile in profiles.items()}
+    profiles = Profiles(profiles)
     streaming = isinstance(dataset, datasets.IterableDataset)
     if not streaming:
         counts = Counter(dataset.with_format("arrow")["role"].to_pylist())
-        unmatched = {role: count for role, count in counts.items() if role_key(role) not in by_key}
+        unmatched = {role: count for role, count in counts.items() if role not in profiles}
         if unmatched:
             warnings.warn(
                 f"{len(unmatched)} role(s) have no profile (rows get an empty description): {unmatched}", stacklevel=2
@@ -328,7 +330,7 @@ def add_profile_columns(dataset, profiles: dict[str, RoleProfile]):
     warned = set()
 
     def lookup(row):
-        profile = by_key.get(role_key(row["role"]))
+        profile = profiles.get(row["role"])
         if profile is None and streaming and row["role"] not in warned:  # streamed rows cannot be counted up front
             warned.add(row["role"])
             warnings.warn(f"role {row['role']!r} has no profile (its rows get an empty description)", stacklevel=2)

@@ -9,7 +9,8 @@ callers), so scoring and export never need the raw files again. What is normalis
   the general and baseline files: it becomes a list with one entry per reference (empty when absent);
 - `subset` and `lang` columns say where a row came from.
 
-Role names keep the data's spelling (`Dr. Frank-N-Furter`); profiles join through `role_key`.
+Role names keep the data's spelling (`Dr. Frank-N-Furter`); a `Profiles` mapping finds their profiles however they
+are spelled (`rolellm.roles.lookup`).
 
 >>> import json, tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "train.jsonl"

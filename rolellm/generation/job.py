@@ -15,7 +15,7 @@ import json
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import datasets
@@ -66,8 +66,9 @@ def sampling_params(config, seed_offset: int = 0) -> dict:
 
 
 def as_profiles(profiles) -> list[RoleProfile]:
-    """Accept a list or `dict` of `RoleProfile`, or a `datasets.Dataset` of profile rows (`RoleProfile.to_dict()`)."""
-    if isinstance(profiles, dict):
+    """Accept a list or mapping (`dict`, `Profiles`) of `RoleProfile`, or a `datasets.Dataset` of profile rows
+    (`RoleProfile.to_dict()`)."""
+    if isinstance(profiles, Mapping):
         profiles = list(profiles.values())
     if isinstance(profiles, datasets.Dataset):
         return [RoleProfile.from_dict(row) for row in profiles]

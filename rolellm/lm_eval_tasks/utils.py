@@ -19,7 +19,7 @@ import datasets
 from rolellm.data.builder import load_rolebench, load_rolebench_profiles
 from rolellm.evaluation.benchmark.rouge import rouge_l_scores
 from rolellm.evaluation.benchmark.scoring import read_raw_targets
-from rolellm.roles.profile import role_key
+from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import build_role_messages
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
@@ -61,8 +61,8 @@ def load_docs(config: str, subset: str, targets: str = "generated", data_dir: st
     data_dir = data_dir or os.environ.get(DATA_DIR_VARIABLE) or None
     rows = load_rolebench(f"{config}-{subset}", data_dir=data_dir, splits=["test"])["test"]
     lang = rows[0]["lang"]
-    profiles = {role_key(name): profile for name, profile in load_rolebench_profiles(lang, data_dir=data_dir).items()}
-    missing = sorted({row["role"] for row in rows if role_key(row["role"]) not in profiles})
+    profiles = Profiles(load_rolebench_profiles(lang, data_dir=data_dir))
+    missing = sorted({row["role"] for row in rows if row["role"] not in profiles})
     if missing:
         raise ValueError(
             f"no profile for roles {missing[:5]} in profiles-{RELEASE_LANG_DIRS[lang]} of {data_dir or 'the Hub'}: "
@@ -75,7 +75,7 @@ def load_docs(config: str, subset: str, targets: str = "generated", data_dir: st
         if raw is not None and question not in raw:
             continue
         if row["role"] not in systems:  # lm-eval's `description` is the system turn: the `system` prompting mode
-            system, _ = build_role_messages(profiles[role_key(row["role"])], question, "system", lang=lang)
+            system, _ = build_role_messages(profiles[row["role"]], question, "system", lang=lang)
             systems[row["role"]] = system["content"]
         references = [raw[question]] if raw is not None else list(row["generated"])
         docs.append({"role": row["role"], "question": question, "references": references, "lang": lang,

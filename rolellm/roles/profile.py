@@ -20,6 +20,7 @@ dataclasses and the catchphrase sentence; the readers and writers of the release
 import codecs
 import json
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -255,8 +256,23 @@ def role_key(name: str) -> str:
     True
     >>> role_key("D_Artagnan") == role_key("D'Artagnan")
     True
+    >>> role_key("Jose\u0301") == role_key("Jos\u00e9")  # one name in decomposed (NFD) and composed (NFC) form
+    True
+
+    Code outside `rolellm.roles` matches names through `rolellm.roles.lookup` (`Profiles`, `RoleNames`), which adds
+    aliases and first names to this key.
     """
-    return re.sub(r"[\W_]+", "", name).casefold()
+    return re.sub(r"[\W_]+", "", unicodedata.normalize("NFKC", name)).casefold()
+
+
+def role_slug(name: str) -> str:
+    """The role's name as an id (a scenario's, a file name's part): letters and digits only, case-folded; the
+    spellings of one role give one slug.
+
+    >>> role_slug("Jack Sparrow"), role_slug("Dr. Frank-N-Furter")
+    ('jacksparrow', 'drfranknfurter')
+    """
+    return role_key(name)
 
 
 def decode_text(raw: bytes, path) -> str:

@@ -25,7 +25,8 @@ from typing import Literal, get_args
 import jinja2
 
 from rolellm.roles.card_prompts import card_data, card_examples_text, card_field, card_system_text, post_history_text
-from rolellm.roles.profile import RoleProfile, Utterance, role_key
+from rolellm.roles.lookup import same_role
+from rolellm.roles.profile import RoleProfile, Utterance
 
 
 PROMPTS_DIR = Path(__file__).parent.parent / "prompts"
@@ -252,7 +253,7 @@ def to_role_messages(
     ['燕人张翼德！', '俺是张飞！']
     """
     references = list(row["generated"])
-    if role_key(row["role"]) != role_key(profile.name):
+    if not same_role(row["role"], profile):
         raise ValueError(f"row of role {row['role']!r} was given the profile of {profile.name!r}")
     if not references:
         raise ValueError(f"row of role {row['role']!r} has no reference answer in 'generated': {row['question']!r}")

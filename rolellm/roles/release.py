@@ -157,9 +157,10 @@ def read_screenplay_folder(folder: str | Path, lang: str = "zh") -> ProfileSet:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder of screenplay profiles")
     descriptions = _read_json_object(folder / "desc.json", required=False)
+    described = {role_key(name) for name in descriptions}
     files, scripts = {}, {}
     for path in sorted(folder.glob("*.jsonl")):
-        source, _, role = path.stem.rpartition("-")
+        source, role = split_script_role(path.stem, described)
         files[role] = path
         scripts[role] = source
     profiles = _assemble(descriptions, scripts, files, lang)
@@ -167,6 +168,22 @@ def read_screenplay_folder(folder: str | Path, lang: str = "zh") -> ProfileSet:
     scripted = ProfileSet({name: profile for name, profile in profiles.items() if role_key(name) in file_keys})
     scripted.empty_files = profiles.empty_files
     return scripted
+
+
+def split_script_role(stem: str, described: set[str] = frozenset()) -> tuple[str, str]:
+    """A `{script}-{role}` file name (without `.jsonl`) as `(script, role)`: split at the first dash after which a
+    role of `desc.json` follows (`described` holds their `role_key`s), else at the last dash.
+
+    >>> split_script_role("Rocky Horror-Dr. Frank-N-Furter", {role_key("Dr. Frank N Furter")})
+    ('Rocky Horror', 'Dr. Frank-N-Furter')
+    >>> split_script_role("甄嬛传-华妃")
+    ('甄嬛传', '华妃')
+    """
+    for index, char in enumerate(stem):
+        if char == "-" and role_key(stem[index + 1 :]) in described:
+            return stem[:index], stem[index + 1 :]
+    source, _, role = stem.rpartition("-")
+    return source, role
 
 
 def write_screenplay_folder(profiles: dict[str, RoleProfile], folder: str | Path) -> Path:
@@ -260,6 +277,7 @@ __all__ = [
     "read_profile_jsonl",
     "read_release_profiles",
     "read_screenplay_folder",
+    "split_script_role",
     "write_profile_jsonl",
     "write_release_profiles",
     "write_screenplay_folder",

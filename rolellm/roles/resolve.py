@@ -1,7 +1,10 @@
-"""One way to get role profiles from whatever a user has: `load_profiles(source)`.
+"""One way to get role profiles from whatever a user has: `load_profiles(source)`, and one decision of where a
+command's profiles come from: `profiles_for(sources, model_dir=, data_dir=)` (the data folder's release profiles,
+then `--profiles` or else a checkpoint's `role_profiles.jsonl`).
 
-Every command and API that takes profiles (`rolellm generate`, `train`, `evaluate`) resolves them here, so a source
-that works for one works for all. Accepted sources, told apart by what is on disk:
+Every command and API that takes profiles (`rolellm generate`, `train`, `evaluate`, `dialogue`, `chat`) resolves
+them here, so a source that works for one works for all. Both return a `Profiles` mapping, which finds a role however
+it is spelled (the rule of `rolellm.roles.lookup`). Accepted sources, told apart by what is on disk:
 
 | source | read with |
 |---|---|
@@ -25,13 +28,20 @@ that works for one works for all. Accepted sources, told apart by what is on dis
 import argparse
 import contextlib
 import json
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import field
 from pathlib import Path
 
 from rolellm.roles.character_card import read_character_card
-from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_text, role_key
+from rolellm.roles.lookup import Profiles
+from rolellm.roles.profile import (
+    DataFormatError,
+    RoleProfile,
+    detect_language,
+    parse_json_line,
+    read_text,
+    role_key,
+)
 from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles, read_screenplay_folder
 from rolellm.roles.screenplay import read_screenplay
 
@@ -46,7 +56,6 @@ ACCEPTED = (
     f"{PROFILES_FILE})"
 )
 _RELEASE_FOLDERS = {f"profiles-{suffix}": lang for lang, suffix in RELEASE_LANG_DIRS.items()}
-_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 PROFILES_HELP = (
@@ -105,37 +114,49 @@ def as_sources(value, name: str = "profiles") -> list[str]:
 
 def load_profiles(
     source: str | Path | Iterable[str | Path], lang: str | None = None, roles: Iterable[str] | None = None
-) -> dict[str, RoleProfile]:
+) -> Profiles:
     """Read role profiles from any accepted source (see the module docstring), or several.
 
     Args:
         source (`str`, `os.PathLike` or a list of them): where the profiles are. With several sources a role read
-            again replaces the earlier profile and takes from it what the later source lacks: the description and
-            catchphrases, the dialogue, the source, and the fields kept in `extra` (a screenplay adds dialogue to a
-            release role or to a Character Card, whose personality, scenario and lorebook stay in force).
+            again (the same name by its key: `Dr. Frank N Furter` is `Dr. Frank-N-Furter`, NFD is NFC) replaces the
+            earlier profile and takes from it what the later source lacks: the description and catchphrases, the
+            dialogue, the source, and the fields kept in `extra` (a screenplay adds dialogue to a release role or to
+            a Character Card, whose personality, scenario and lorebook stay in force).
         lang (`str`, *optional*): `"en"` or `"zh"`: only this language of a release folder, and the language of
             screenplays and cards (guessed from their text when not given).
-        roles (`list[str]`, *optional*): keep only these roles, matched spelling-insensitively (`role_key`:
-            `"Dr. Frank N Furter"` finds `"Dr. Frank-N-Furter"`); required for a screenplay text file.
+        roles (`list[str]`, *optional*): keep only these roles, matched by the rule of `rolellm.roles.lookup`
+            (`"Dr. Frank N Furter"` finds `"Dr. Frank-N-Furter"`, `"Odessa"` the card `"Odessa Flint"`); required
+            for a screenplay text file, whose profile takes the name of the role another source has (`--profiles
+            odessa.png script.txt --roles Odessa` reads the cue `ODESSA` into the card's `Odessa Flint`).
 
     Returns:
-        `dict[str, RoleProfile]`: role name -> profile, in the order read.
+        `Profiles`: role name -> profile, in the order read, looked up by the rule of `rolellm.roles.lookup`.
 
     Raises:
         `ProfileSourceError`: a source that does not exist or is of no accepted kind, or a role of `roles` that no
         source has (the message lists the roles found).
         `DataFormatError`: a file of the source that is malformed (named with its line).
     """
-    sources = [source] if isinstance(source, (str, Path)) else list(source)
+    sources = [Path(item) for item in ([source] if isinstance(source, (str, Path)) else source)]
     if not sources:
         raise ProfileSourceError(f"no profile source given: pass {ACCEPTED}")
     roles = list(roles) if roles is not None else None
+    parts = {i: _read_source(path, lang) for i, path in enumerate(sources) if not _is_screenplay_file(path)}
+    if len(parts) < len(sources):
+        named = Profiles({name: profile for part in parts.values() for name, profile in part.items()})
+        for i, path in enumerate(sources):
+            if i not in parts:
+                parts[i] = _read_screenplay_file(path, lang, roles, named)
     profiles: dict[str, RoleProfile] = {}
-    for item in sources:
-        for name, profile in _read_source(Path(item), lang, roles).items():
-            known = profiles.pop(name, None)
+    names: dict[str, str] = {}  # role_key -> the name the role is kept under
+    for i in range(len(sources)):
+        for name, profile in parts[i].items():
+            known = profiles.pop(names.get(role_key(name), name), None)
             profiles[name] = profile if known is None else _fill_from(profile, known)
-    return select_roles(profiles, roles, where=", ".join(str(item) for item in sources)) if roles else profiles
+            names[role_key(name)] = name
+    where = ", ".join(str(path) for path in sources)
+    return select_roles(profiles, roles, where=where) if roles else Profiles(profiles, where=where)
 
 
 def _fill_from(profile: RoleProfile, known: RoleProfile) -> RoleProfile:
@@ -148,25 +169,109 @@ def _fill_from(profile: RoleProfile, known: RoleProfile) -> RoleProfile:
     return profile
 
 
-def select_roles(profiles: dict[str, RoleProfile], roles: Iterable[str], where: str = "the profiles") -> dict:
-    """The profiles of `roles`, in the order of `roles`, matched spelling-insensitively with `role_key`.
+def select_roles(profiles: Mapping[str, RoleProfile], roles: Iterable[str], where: str | None = None) -> Profiles:
+    """The profiles of `roles`, in the order of `roles`, matched by the rule of `rolellm.roles.lookup`.
 
     >>> profiles = {"Dr. Frank-N-Furter": RoleProfile("Dr. Frank-N-Furter", "en")}
     >>> list(select_roles(profiles, ["Dr. Frank N Furter"]))
     ['Dr. Frank-N-Furter']
+
+    Raises:
+        `ProfileSourceError`: roles that match no profile (the message lists the roles found).
+        `AmbiguousRoleError`: a role that matches several profiles.
     """
-    by_key = {role_key(name): name for name in profiles}
-    missing = [role for role in roles if role_key(role) not in by_key]
+    profiles = Profiles(profiles, where=where)
+    found = {role: profiles.find(role) for role in roles}
+    missing = [role for role, name in found.items() if name is None]
     if missing:
-        raise ProfileSourceError(f"roles {missing} are not in {where}; roles found: {sorted(profiles)}")
-    return {by_key[role_key(role)]: profiles[by_key[role_key(role)]] for role in roles}
+        raise ProfileSourceError(f"roles {missing} are not in {profiles.where}; roles found: {sorted(profiles)}")
+    return Profiles({name: profiles[name] for name in found.values()}, where=profiles.where)
 
 
-def _read_source(path: Path, lang: str | None, roles: list[str] | None) -> dict[str, RoleProfile]:
+def profiles_for(
+    sources: str | Path | Iterable[str | Path] | None = None,
+    model_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    lang: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> Profiles:
+    """The profiles a command works with: where they come from is decided here, for every command.
+
+    Read in this order, a role read again taking the later source's fields (`load_profiles`):
+
+    1. the data folder's profiles: the release's `profiles-eng/` and `profiles-zh/` in `data_dir` (only `lang`'s),
+       when it has them, since the data's rows need their roles' descriptions;
+    2. the explicit `sources` (`--profiles`), or, when there are none, the model folder's: a checkpoint's
+       `role_profiles.jsonl` (the profiles a model was trained with), else release `profiles-*/` folders in it.
+
+    So `--profiles` wins over a checkpoint's profiles and both add to (and take precedence over) the data folder's.
+    A missing piece is skipped; nothing found at all gives an empty `Profiles` (or, with `roles`, an error naming
+    them), and the command says what to pass.
+
+    Args:
+        sources (`str`, `os.PathLike` or a list of them, *optional*): explicit profile sources, any kind
+            `load_profiles` reads.
+        model_dir (`str` or `os.PathLike`, *optional*): a model folder or Hub id; only a local folder holding
+            `role_profiles.jsonl` (or `profiles-*/`) counts.
+        data_dir (`str` or `os.PathLike`, *optional*): a RoleBench release folder.
+        lang (`str`, *optional*): `"en"` or `"zh"` (see `load_profiles`).
+        roles (`list[str]`, *optional*): keep only these roles (see `load_profiles`).
+
+    >>> import tempfile, pathlib
+    >>> from rolellm.roles.release import write_release_profiles
+    >>> data, model = pathlib.Path(tempfile.mkdtemp()), pathlib.Path(tempfile.mkdtemp())
+    >>> _ = write_release_profiles({"Po": RoleProfile("Po", "en", "A panda.")}, data)
+    >>> _ = write_profiles_jsonl({"Po": RoleProfile("Po", "en", "The Dragon Warrior.")}, model / PROFILES_FILE)
+    >>> profiles_for(model_dir=model, data_dir=data)["po"].description
+    'The Dragon Warrior.'
+    >>> profiles_for(data_dir=data, roles=["Shifu"])
+    Traceback (most recent call last):
+    ...
+    rolellm.roles.resolve.ProfileSourceError: roles ['Shifu'] are not in .../profiles-eng; roles found: ['Po']
+    """
+    read = _release_folders(Path(data_dir), lang) if data_dir is not None else []
+    explicit = as_sources(sources)
+    if explicit:
+        read += explicit
+    elif model_dir is not None and (Path(model_dir) / PROFILES_FILE).is_file():
+        read.append(Path(model_dir) / PROFILES_FILE)
+    elif model_dir is not None:
+        read += _release_folders(Path(model_dir), lang)
+    if not read and roles:
+        looked = [f"{folder} holds no {PROFILES_FILE} or profiles-*/" for folder in (model_dir, data_dir) if folder]
+        raise ProfileSourceError(f"roles {list(roles)} are not in any profiles: {'; '.join(looked) or 'no source'}")
+    return load_profiles(read, lang, roles=roles) if read else Profiles()
+
+
+def _release_folders(folder: Path, lang: str | None) -> list[Path]:
+    """The release's `profiles-eng/` and `profiles-zh/` in `folder` (only `lang`'s), those that are there."""
+    langs = [lang] if lang is not None else list(RELEASE_LANG_DIRS)
+    paths = [folder / f"profiles-{RELEASE_LANG_DIRS[code]}" for code in langs]
+    return [path for path in paths if path.is_dir()]
+
+
+def _is_screenplay_file(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in SCREENPLAY_SUFFIXES
+
+
+def _read_screenplay_file(path: Path, lang: str | None, roles: list[str] | None, named: Profiles) -> dict:
+    """The profiles of `roles` in a screenplay, each under the name another source has for it (`named`)."""
+    if not roles:
+        raise ProfileSourceError(f"{path}: a screenplay needs the roles to profile: pass roles (--roles NAME)")
+    text_lang = lang or _guess_lang(path)
+    profiles = {}
+    for role in roles:
+        name = named.find(role) or role
+        aliases = [role] if name != role else []  # the cue the user gave: `ODESSA` for the card's `Odessa Flint`
+        profiles[name] = read_screenplay(path, name, aliases=aliases, lang=text_lang)
+    return profiles
+
+
+def _read_source(path: Path, lang: str | None) -> dict[str, RoleProfile]:
     if not path.exists():
         raise ProfileSourceError(f"{path}: no such file or folder; profiles are read from {ACCEPTED}")
     if path.is_file():
-        return _read_file(path, lang, roles)
+        return _read_file(path, lang)
     if (path / PROFILES_FILE).is_file():
         return read_profiles_jsonl(path / PROFILES_FILE)
     if path.name in _RELEASE_FOLDERS:
@@ -190,7 +295,7 @@ def _read_source(path: Path, lang: str | None, roles: list[str] | None) -> dict[
     raise ProfileSourceError(f"{path}: a folder with no role profiles in it; profiles are read from {ACCEPTED}")
 
 
-def _read_file(path: Path, lang: str | None, roles: list[str] | None) -> dict[str, RoleProfile]:
+def _read_file(path: Path, lang: str | None) -> dict[str, RoleProfile]:
     suffix = path.suffix.lower()
     if path.name == PROFILES_FILE:
         return read_profiles_jsonl(path)
@@ -202,11 +307,6 @@ def _read_file(path: Path, lang: str | None, roles: list[str] | None) -> dict[st
     if suffix in CARD_SUFFIXES:
         profile = read_character_card(path, lang)
         return {profile.name: profile}
-    if suffix in SCREENPLAY_SUFFIXES:
-        if not roles:
-            raise ProfileSourceError(f"{path}: a screenplay needs the roles to profile: pass roles (--roles NAME)")
-        text_lang = lang or _guess_lang(path)
-        return {role: read_screenplay(path, role, lang=text_lang) for role in roles}
     raise ProfileSourceError(f"{path}: not a kind of profile file rolellm reads; profiles are read from {ACCEPTED}")
 
 
@@ -248,7 +348,7 @@ def _release(folder: Path, folder_lang: str, lang: str | None) -> dict[str, Role
 
 
 def _guess_lang(path: Path) -> str:
-    """`"zh"` when at least a tenth of the file's first 4,000 letters are CJK, else `"en"`."""
+    """The language of a file's first 4,000 characters, by `detect_language` (the one rule for guessing it)."""
     try:
         text = path.read_bytes()[:16000].decode("utf-8", errors="ignore")
     except OSError as error:
@@ -256,5 +356,4 @@ def _guess_lang(path: Path) -> str:
     if path.suffix == ".json":
         with contextlib.suppress(ValueError, AttributeError):  # a truncated or odd file: guess from the raw text
             text = " ".join(str(value) for value in json.loads(text).values())
-    letters = [c for c in text[:4000] if c.isalpha()]
-    return "zh" if letters and len(_CJK.findall("".join(letters))) * 10 >= len(letters) else "en"
+    return detect_language(text[:4000])

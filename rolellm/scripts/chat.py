@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.clients.config import ClientConfig
-from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field
+from rolellm.roles.resolve import PROFILES_HELP, profiles_field
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
@@ -91,21 +91,6 @@ class ChatArguments:
 def make_parser(subparsers=None):
     description = "Talk to a role: terminal chat with streaming, one answer per line on stdin, or a Gradio UI."
     return make_command_parser("chat", [ClientConfig, ChatArguments], description, subparsers)
-
-
-def read_profiles(config: ChatArguments, client: ClientConfig) -> dict:
-    """The profiles to chat with: `config.profiles`, else the ones saved in the model folder."""
-    from rolellm.roles.resolve import load_profiles
-
-    roles, lang = config.roles, config.lang
-    if config.profiles:
-        return load_profiles(as_sources(config.profiles), lang=lang, roles=roles)
-    if client.backend != "local" or not Path(client.model).is_dir():
-        raise ValueError(f"--model {client.model} is not a folder holding role profiles: pass --profiles SRC")
-    try:
-        return load_profiles(client.model, lang=lang, roles=roles)
-    except ValueError as error:  # the reader's own message is kept as the cause (shown with --debug)
-        raise ValueError(f"the model folder {client.model} holds no role profiles: pass --profiles SRC") from error
 
 
 def load_client(config: ClientConfig):
@@ -233,11 +218,16 @@ def main(args=None):
     if args is None:
         args = make_parser().parse_args()
     from rolellm.clients.chat_session import ChatSession
-    from rolellm.roles.resolve import select_roles
+    from rolellm.roles.resolve import profiles_for, select_roles
 
     setup_logging()
     client, config = dataclasses_from(args, [ClientConfig, ChatArguments])
-    profiles = read_profiles(config, client)
+    model_dir = client.model if client.backend == "local" else None  # a local checkpoint holds its profiles
+    if not config.profiles and (model_dir is None or not Path(model_dir).is_dir()):
+        raise ValueError(f"--model {client.model} is not a folder holding role profiles: pass --profiles SRC")
+    profiles = profiles_for(config.profiles, model_dir=model_dir, lang=config.lang, roles=config.roles)
+    if not profiles:
+        raise ValueError(f"the model folder {client.model} holds no role profiles: pass --profiles SRC")
     if config.role is None and len(profiles) > 1 and not config.ui:
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))

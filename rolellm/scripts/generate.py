@@ -36,7 +36,7 @@ from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.job import FAILURES_NAME
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
-from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field
+from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field, profiles_for
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.exit_codes import EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_group, make_command_parser
@@ -140,14 +140,6 @@ def make_parser(subparsers=None):
     return parser
 
 
-def read_profiles(args: GenerateArguments) -> list:
-    """The profiles to generate for: the `roles` asked for, else every role with dialogue."""
-    from rolellm.roles.resolve import load_profiles
-
-    profiles = load_profiles(args.profiles, lang=args.lang, roles=args.roles)
-    return list(profiles.values()) if args.roles else [p for p in profiles.values() if p.dialogue]
-
-
 def read_instructions(args: InstructionArguments, roles: list[str]):
     """The instructions file as a `Dataset`; rows of a `role` column naming another role than `roles` are left out."""
     import datasets
@@ -191,7 +183,9 @@ def main(args=None):
     dataclass_types, _ = SUBCOMMANDS[generator_name]
     built = dataclasses_from(args, dataclass_types)
     job, config = built[1], built[-1]
-    profiles, client = read_profiles(job), make_client(client_config(built[0], job))
+    profiles = profiles_for(job.profiles, lang=job.lang, roles=job.roles).values()
+    profiles = list(profiles) if job.roles else [p for p in profiles if p.dialogue]  # else every role with dialogue
+    client = make_client(client_config(built[0], job))
     if generator_name == "rolegpt":
         from rolellm.generation.rolegpt import RoleGPT
 

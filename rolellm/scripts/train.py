@@ -15,9 +15,10 @@ python examples/train_rolellama.py --config examples/recipes/tiny-cpu.yaml --mod
 ```
 
 Data come from a local RoleBench release folder (`--data_dir`), a dataset in the Hub layout (`--dataset_name`,
-e.g. one exported by `rolellm`), or the official release on the Hub when neither is given. Profiles come from
-`--profiles` (repeatable: release folders, `desc.json`, screenplays with `--roles`, Character Cards), else from the
-same place as the data; `--roles` also keeps only those roles' rows:
+e.g. one exported by `rolellm`), or the official release on the Hub when neither is given. Profiles are the
+release's in `--data_dir` (the Hub's when there is no local data), with those of `--profiles` added and taking
+precedence (repeatable: release folders, `desc.json`, screenplays with `--roles`, Character Cards), as
+`rolellm.roles.resolve.profiles_for` decides for every command; `--roles` also keeps only those roles' rows:
 
 ```bash
 rolellm train --config examples/recipes/tiny-cpu.yaml --profiles my_card.png --roles "Ada Quill"
@@ -64,7 +65,7 @@ def load_rows(script_args, split, counts: dict | None = None):
     import datasets
 
     from rolellm.data.builder import load_rolebench
-    from rolellm.roles.profile import role_key
+    from rolellm.roles.lookup import RoleNames
 
     parts = []
     for name in script_args.dataset_configs:
@@ -74,11 +75,13 @@ def load_rows(script_args, split, counts: dict | None = None):
             parts.append(load_rolebench(name, data_dir=script_args.data_dir, splits=[split])[split])
     rows = datasets.concatenate_datasets(parts)
     if script_args.roles:
-        keys = {role_key(role) for role in script_args.roles}
-        rows = rows.filter(lambda row: role_key(row["role"]) in keys)
+        names = RoleNames(rows.unique("role"), where=f"the {split} rows")
+        wanted = {names.find(role) for role in script_args.roles} - {None}
+        rows = rows.filter(lambda row: row["role"] in wanted)
         if not len(rows):
             raise ValueError(
-                f"--roles {script_args.roles}: no {split} row of these roles in {script_args.dataset_configs}"
+                f"--roles {script_args.roles}: no {split} row of these roles in {script_args.dataset_configs}; "
+                f"the roles of the data: {sorted(names)}"
             )
     limit = script_args.max_train_samples if split == script_args.dataset_train_split else script_args.max_eval_samples
     rows = rows.select(range(min(limit, len(rows)))) if limit is not None else rows
@@ -90,15 +93,16 @@ def load_rows(script_args, split, counts: dict | None = None):
 
 
 def load_profiles_for(script_args, training_args):
+    """The profiles to train with (`rolellm.roles.resolve.profiles_for`): the release's in `--data_dir`, with
+    `--profiles` added; the release's on the Hub when neither is given."""
     from rolellm.data.builder import load_rolebench_profiles
-    from rolellm.roles.resolve import load_profiles
+    from rolellm.roles.lookup import Profiles
+    from rolellm.roles.resolve import profiles_for
 
-    if training_args.profiles:
-        return load_profiles(training_args.profiles, roles=script_args.roles)
-    if script_args.data_dir is not None:
-        return load_profiles(script_args.data_dir, roles=script_args.roles)
+    if training_args.profiles or script_args.data_dir is not None:
+        return profiles_for(training_args.profiles, data_dir=script_args.data_dir, roles=script_args.roles)
     langs = sorted({"zh" if name.startswith("zh") else "en" for name in script_args.dataset_configs})
-    return {name: p for lang in langs for name, p in load_rolebench_profiles(lang).items()}
+    return Profiles({name: p for lang in langs for name, p in load_rolebench_profiles(lang).items()})
 
 
 def train(script_args, training_args, model_args):

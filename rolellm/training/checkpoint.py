@@ -18,7 +18,8 @@ from pathlib import Path
 
 from rolellm.clients.config import INFERENCE_FILE, ROLE_TEMPLATE_FAMILY
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
-from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.lookup import Profiles
+from rolellm.roles.profile import RoleProfile
 from rolellm.roles.resolve import PROFILES_FILE, write_profiles_jsonl
 
 
@@ -33,9 +34,9 @@ def trained_profiles(profiles: dict[str, RoleProfile] | None, role_stats: dict) 
     >>> list(trained_profiles(profiles, {"train": {"roles": ["po"]}}))
     ['Po']
     """
-    roles = {role_key(role) for stats in role_stats.values() for role in stats.get("roles", [])}
-    profiles = profiles or {}
-    return {name: profile for name, profile in profiles.items() if role_key(name) in roles} or dict(profiles)
+    profiles = Profiles(profiles or {})
+    seen = {profiles.find(role) for stats in role_stats.values() for role in stats.get("roles", [])}
+    return {name: profile for name, profile in profiles.items() if name in seen} or dict(profiles)
 
 
 def inference_settings(tokenizer, keep_think: bool) -> dict:

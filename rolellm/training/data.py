@@ -15,7 +15,8 @@ import logging
 
 import datasets
 
-from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.lookup import Profiles
+from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import to_role_messages
 
 
@@ -73,11 +74,11 @@ def rolebench_to_conversations(
 ) -> datasets.Dataset:
     """Turn RoleBench rows into `messages` samples (see `rolellm.to_role_messages`), keeping `role` and `subset`.
 
-    Rows are matched to profiles by role name across the release's spellings; rows of roles without a profile raise
-    an error that lists those roles.
+    Rows are matched to profiles by role name across the release's spellings (the rule of `rolellm.roles.lookup`);
+    rows of roles without a profile raise an error that lists those roles.
     """
-    by_key = {role_key(name): profile for name, profile in profiles.items()}
-    missing = sorted({role for role in dataset.unique("role") if role_key(role) not in by_key})
+    profiles = Profiles(profiles)
+    missing = sorted({role for role in dataset.unique("role") if role not in profiles})
     if missing:
         raise ValueError(
             f"no profile for {len(missing)} role(s) of the data: {missing[:10]}; the profiles hold "
@@ -90,7 +91,7 @@ def rolebench_to_conversations(
         out = {"messages": [], "role": [], "subset": []}
         for i, role in enumerate(batch["role"]):
             row = {key: batch[key][i] for key in batch}
-            for messages in to_role_messages(row, by_key[role_key(role)], reference, seed, lang, template):
+            for messages in to_role_messages(row, profiles[role], reference, seed, lang, template):
                 out["messages"].append(messages)
                 out["role"].append(role)
                 out["subset"].append(row["subset"] if has_subset else "")

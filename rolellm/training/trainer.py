@@ -38,7 +38,7 @@ from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat_turns
-from rolellm.roles.resolve import load_profiles
+from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
 from rolellm.training.checkpoint import inference_settings, save_role_files, trained_profiles
@@ -153,7 +153,7 @@ class RoCITTrainer(SFTTrainer):
         self.profiles = profiles
         self.dataset_name, self.dataset_configs = dataset_name, dataset_configs
         if self.profiles is None and args.profiles:
-            self.profiles = load_profiles(args.profiles)
+            self.profiles = profiles_for(args.profiles)
         self._system_template = None
         if args.system_template_path is not None:
             self._system_template = Path(args.system_template_path).read_text(encoding="utf-8")

@@ -15,6 +15,7 @@ and never sends a request twice.
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,41 +32,26 @@ logger = logging.getLogger(__name__)
 def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
     """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
 
-    `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched however they are spelled
-    (`role_key`: `"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
+    `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched by the rule of
+    `rolellm.roles.lookup` (`"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
     """
-    from rolellm.roles.profile import role_key
+    from rolellm.roles.lookup import RoleNames
 
-    known = {row["role"] for row in dataset}
-    wanted = {role_key(role) for role in roles or []}
-    unknown = sorted(role for role in roles or [] if role_key(role) not in {role_key(name) for name in known})
+    known = RoleNames((row["role"] for row in dataset), where="the dataset")
+    found = {role: known.find(role) for role in roles or []}
+    unknown = sorted(role for role, name in found.items() if name is None)
     if unknown:
         raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(known)}")
+    wanted = set(found.values())
     rows, seen = [], {}
     for row in dataset:
-        if wanted and role_key(row["role"]) not in wanted:
+        if wanted and row["role"] not in wanted:
             continue
         key = (row["role"], row["subset"])
         seen[key] = seen.get(key, 0) + 1
         if max_samples_per_role is None or seen[key] <= max_samples_per_role:
             rows.append(row)
     return rows
-
-
-def read_profiles(config: EvaluateConfig, lang: str) -> dict:
-    """The profiles of `lang`, keyed by `role_key(name)`: the release's (in `data_dir`), with the roles and dialogue
-    of the `config.profiles` sources added (any source `rolellm.load_profiles` reads; `config.roles` name the
-    roles of a screenplay file)."""
-    from rolellm.roles.profile import role_key
-    from rolellm.roles.resolve import load_profiles
-
-    sources = list(config.profiles or [])
-    if config.data_dir is not None and (Path(config.data_dir) / f"profiles-{RELEASE_LANG_DIRS[lang]}").is_dir():
-        sources.insert(0, Path(config.data_dir) / f"profiles-{RELEASE_LANG_DIRS[lang]}")
-    elif config.data_dir is not None:
-        logger.info("No release profiles of %r in %s", lang, config.data_dir)
-    profiles = load_profiles(sources, lang, roles=config.roles) if sources else {}
-    return {role_key(name): profile for name, profile in profiles.items()}
 
 
 class GenerationLog:
@@ -136,19 +122,20 @@ class GenerationLog:
         os.fsync(self._file.fileno())
 
 
-def build_requests(rows: list[dict], indices: list[int], profiles: dict, config: EvaluateConfig) -> list:
+def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, config: EvaluateConfig) -> list:
     """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0)."""
     from rolellm.clients.openai_compatible import ChatRequest
-    from rolellm.roles.profile import role_key
+    from rolellm.roles.lookup import Profiles
     from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages
     from rolellm.roles.retrieval import DialogueRetriever
 
+    profiles = Profiles(profiles)
     retrievers = {}
     params = {"max_tokens": config.client.max_new_tokens, "temperature": config.temperature}
     requests = []
     for index in indices:
         row = rows[index]
-        profile = profiles[role_key(row["role"])]
+        profile = profiles[row["role"]]
         if config.mode in EXAMPLE_MODES and row["role"] not in retrievers:
             try:
                 retrievers[row["role"]] = DialogueRetriever(profile)
@@ -168,16 +155,17 @@ def build_requests(rows: list[dict], indices: list[int], profiles: dict, config:
     return requests
 
 
-def generate_predictions(rows: list[dict], profiles: dict, config: EvaluateConfig, client=None) -> list[str | None]:
+def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateConfig, client=None) -> list[str | None]:
     """Answer every row, resuming from `<output_dir>/generations.jsonl`; `None` marks a failed generation.
 
     Rows already answered are not asked again (a finished run does not even load the model); before generating,
     the number of requests and an estimate of their tokens are logged; new answers are written every
     `config.save_every` rows.
     """
-    from rolellm.roles.profile import role_key
+    from rolellm.roles.lookup import Profiles
 
-    missing = sorted({row["role"] for row in rows if role_key(row["role"]) not in profiles})
+    profiles = Profiles(profiles)
+    missing = sorted({row["role"] for row in rows if row["role"] not in profiles})
     if missing:
         folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}"
         raise ValueError(
@@ -260,10 +248,11 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
     """
     from rolellm.evaluation.judge.pairwise import judge_win_rate
     from rolellm.roles.card_prompts import role_description
-    from rolellm.roles.profile import role_key
+    from rolellm.roles.lookup import Profiles
 
     client = client if client is not None else make_client(config.judge)
-    descriptions = {row["role"]: role_description(profiles[role_key(row["role"])]) for row in rows}
+    profiles = Profiles(profiles)
+    descriptions = {row["role"]: role_description(profiles[row["role"]]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
     result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
     return result.to_dict()
@@ -288,6 +277,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     """
     from rolellm.data.builder import load_rolebench
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
+    from rolellm.roles.resolve import profiles_for
 
     judged = config.judge is not None
     needs_rolegpt = config.is_rolegpt_baseline or (
@@ -299,7 +289,9 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
-    profiles = read_profiles(config, lang) if judged or not config.is_rolegpt_baseline else {}
+    profiles = {}
+    if judged or not config.is_rolegpt_baseline:  # the release's profiles in data_dir, then --profiles
+        profiles = profiles_for(config.profiles, data_dir=config.data_dir, lang=lang, roles=config.roles)
     baseline, baseline_label, judge = None, None, None
     if judged and config.baseline_client is None:  # read before anything is sent: a row without one stops the run
         baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)

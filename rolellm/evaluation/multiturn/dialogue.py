@@ -38,7 +38,8 @@ import yaml
 
 from rolellm.clients.base import ChatRequest
 from rolellm.roles.card_prompts import role_description
-from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_text, role_key
+from rolellm.roles.lookup import Profiles
+from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_text, role_slug
 from rolellm.roles.prompts import build_chat_messages, load_prompt
 
 
@@ -120,7 +121,7 @@ def _with_ids(scenarios: list[Scenario], where: list[str]) -> list[Scenario]:
     for scenario, place in zip(scenarios, where):
         if not scenario.id:
             counts[scenario.role] = counts.get(scenario.role, 0) + 1
-            scenario.id = f"{role_key(scenario.role)}-{counts[scenario.role]}"
+            scenario.id = f"{role_slug(scenario.role)}-{counts[scenario.role]}"
         if scenario.id in seen:
             raise DataFormatError(f"{place}: field 'id' {scenario.id!r} is already used at {seen[scenario.id]}")
         seen[scenario.id] = place
@@ -197,7 +198,7 @@ def scenarios_from_card(profile: RoleProfile, num_turns: int = 4, user_persona: 
         situation=fill(situation) or fill(greeting),
         user_persona=user_persona or default_persona,
         num_turns=num_turns,
-        id=f"{role_key(profile.name)}-card",
+        id=f"{role_slug(profile.name)}-card",
         greeting=fill(greeting),
         lang=profile.lang,
         source="card",
@@ -271,7 +272,7 @@ def generate_scenarios(
                     profile.name,
                     **item,
                     num_turns=num_turns,
-                    id=f"{role_key(profile.name)}-gen-{n}",
+                    id=f"{role_slug(profile.name)}-gen-{n}",
                     lang=profile.lang,
                     source="generated",
                 )
@@ -424,8 +425,8 @@ def run_dialogues(
         `greeting`, `turns` (`[{"user", "assistant"}]`), `complete`, and `error` (why a conversation stopped early:
         a request that failed; a re-run plays it on from its saved turns).
     """
-    by_key = {role_key(name): profile for name, profile in profiles.items()}
-    missing = sorted({s.role for s in scenarios if role_key(s.role) not in by_key})
+    profiles = Profiles(profiles)
+    missing = sorted({s.role for s in scenarios if s.role not in profiles})
     if missing:
         raise ValueError(f"scenarios name roles with no profile: {missing}; profiles: {sorted(profiles)}")
     scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
@@ -435,7 +436,7 @@ def run_dialogues(
     run = {"model": model_client.model_name, "user_model": user_client.model_name, "scenarios": played,
            "max_tokens": max_tokens, "temperature": temperature, "seed": seed}  # fmt: skip
     _check_run(folder, run)
-    conversations = {s.id: _Conversation(s, by_key[role_key(s.role)]) for s in scenarios}
+    conversations = {s.id: _Conversation(s, profiles[s.role]) for s in scenarios}
     log_path = folder / TURNS_NAME
     restored = _read_turns(log_path, conversations)
     if restored:

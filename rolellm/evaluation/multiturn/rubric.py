@@ -39,7 +39,8 @@ from rolellm.clients.base import ChatRequest
 from rolellm.evaluation.multiturn.agreement import krippendorff_alpha, mean_pairwise_spearman, spearman
 from rolellm.evaluation.multiturn.dialogue import answer_length
 from rolellm.roles.card_prompts import role_description
-from rolellm.roles.profile import RoleProfile, role_key
+from rolellm.roles.lookup import Profiles
+from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import load_prompt
 
 
@@ -171,8 +172,8 @@ def judge_transcripts(
         raise ValueError(f"unknown rubric dimensions {unknown}; choose from {list(DIMENSIONS)}")
     if not judges:
         raise ValueError("judge_transcripts needs at least one judge client")
-    by_key = {role_key(name): profile for name, profile in profiles.items()}
-    missing = sorted({t["role"] for t in transcripts if role_key(t["role"]) not in by_key})
+    profiles = Profiles(profiles)
+    missing = sorted({t["role"] for t in transcripts if t["role"] not in profiles})
     if missing:
         raise ValueError(f"no profile for roles {missing}: the judge needs each role's description")
     names = _judge_names(judges)
@@ -180,7 +181,7 @@ def judge_transcripts(
     requests = []
     for i in judgeable:
         transcript = transcripts[i]
-        profile = by_key[role_key(transcript["role"])]
+        profile = profiles[transcript["role"]]
         messages = build_rubric_messages(transcript, profile, dimensions, transcript.get("lang") or profile.lang)
         requests.append(ChatRequest(messages, params={"temperature": 0.0, "max_tokens": max_tokens, "seed": seed}))
     verdicts: dict[str, dict[int, dict]] = {}

@@ -107,15 +107,14 @@ def _with_cache(client: ClientConfig, path: str) -> ClientConfig:
     return replace(client, cache_path=path) if client.cache_path is None else client
 
 
-def read_run_scenarios(config: DialogueConfig, profiles: dict, user_client) -> list:
-    """The run's scenarios: the file, else card scenarios and generated ones (a role the user model wrote none for is
-    logged); `num_turns` applied."""
+def read_run_scenarios(config: DialogueConfig, profiles, user_client) -> list:
+    """The run's scenarios: the file (only those of `roles`, when given), else card scenarios and generated ones (a
+    role the user model wrote none for is logged); `num_turns` applied. `profiles` is a `Profiles` mapping: a
+    scenario's role is found however it is spelled."""
     from rolellm.evaluation.multiturn.dialogue import generate_scenarios, read_scenarios, scenarios_from_card
-    from rolellm.roles.profile import role_key
 
     if config.scenarios:
-        keys = {role_key(name) for name in profiles}
-        scenarios = [s for s in read_scenarios(config.scenarios) if role_key(s.role) in keys or not config.roles]
+        scenarios = [s for s in read_scenarios(config.scenarios) if not config.roles or s.role in profiles]
     else:
         scenarios = [s for profile in profiles.values() for s in scenarios_from_card(profile)]
         carded = {s.role for s in scenarios}
@@ -145,11 +144,11 @@ def run_dialogue_eval(config: DialogueConfig) -> dict:
     from rolellm.evaluation.multiturn.dialogue import run_dialogues
     from rolellm.evaluation.multiturn.report import write_dialogue_report
     from rolellm.evaluation.multiturn.rubric import judge_transcripts
-    from rolellm.roles.resolve import load_profiles
+    from rolellm.roles.resolve import profiles_for
 
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    profiles = load_profiles(config.profiles, lang=config.lang, roles=config.roles)
+    profiles = profiles_for(config.profiles, lang=config.lang, roles=config.roles)
     user_client, model_client = make_client(config.user), make_client(config.client)
     judges = [make_client(judge) for judge in config.judges]
     check_endpoints(user_client, model_client, *judges)  # every endpoint answers before the first turn is played
