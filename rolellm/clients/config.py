@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 # the settings a checkpoint records for inference (`rolellm.training.checkpoint`), read by `make_client`
 INFERENCE_FILE = "rolellm_inference.json"
 ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role template `rolellm train` installs
+# the fields each backend's client takes as they are (`make_client`)
+_ENDPOINT_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
+                       "progress")  # fmt: skip
+_LOCAL_ARGUMENTS = ("batch_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")
 # the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
 ENDPOINT_FIELDS = ("model", "base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries")
 
@@ -237,16 +241,7 @@ def make_client(config: ClientConfig) -> ChatClient:
     if config.backend == "openai":
         from rolellm.clients.openai_compatible import OpenAIChatClient
 
-        return OpenAIChatClient(
-            config.model,
-            base_url=config.base_url,
-            max_concurrency=config.max_concurrency,
-            requests_per_minute=config.requests_per_minute,
-            timeout=config.timeout,
-            max_retries=config.max_retries,
-            cache_path=config.cache_path,
-            progress=config.progress,
-        )
+        return OpenAIChatClient(config.model, **{name: getattr(config, name) for name in _ENDPOINT_ARGUMENTS})
     import torch
 
     from rolellm.clients.local import LocalChatClient
@@ -259,17 +254,8 @@ def make_client(config: ClientConfig) -> ChatClient:
                 "chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model
             )
     device = config.device or ("cuda" if torch.cuda.is_available() else None)
-    return LocalChatClient(
-        config.model,
-        batch_size=config.batch_size,
-        max_new_tokens=config.max_new_tokens,
-        chat_template=config.chat_template,
-        keep_think=resolve_keep_think(config),
-        device=device,
-        dtype=config.dtype,
-        cache_path=config.cache_path,
-        progress=config.progress,
-    )
+    settings = {name: getattr(config, name) for name in _LOCAL_ARGUMENTS}
+    return LocalChatClient(config.model, keep_think=resolve_keep_think(config), device=device, **settings)
 
 
 def check_endpoints(*clients: ChatClient) -> list[str]:

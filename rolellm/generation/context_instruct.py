@@ -218,10 +218,7 @@ def parse_items(text: str) -> dict:
 
 class ContextInstruct(GenerationJob):
     """The Context-Instruct generator: `prompt()` builds a segment's request, `parse()` reads its items.
-
-    Args:
-        config (`ContextInstructConfig`, *optional*): defaults to `ContextInstructConfig()`.
-    """
+    Takes a config (`config_class`; its defaults when none is given)."""
 
     config_class = ContextInstructConfig
     name = "context-instruct"

@@ -87,10 +87,7 @@ def sample_dialogue(profile: RoleProfile, max_tokens: int = 3000) -> str:
 
 class ProfileDescriber(GenerationJob):
     """The profile-description generator: `prompt()` builds a role's request, `parse()` reads the JSON answer.
-
-    Args:
-        config (`ProfileDescriptionConfig`, *optional*): defaults to `ProfileDescriptionConfig()`.
-    """
+    Takes a config (`config_class`; its defaults when none is given)."""
 
     config_class = ProfileDescriptionConfig
     name = "describe"

@@ -136,10 +136,7 @@ def address_question(question: str, role: str, lang: str) -> str:
 
 class RoleGPT(GenerationJob):
     """The RoleGPT generator: `prompt()` builds a request's messages, `parse()` reads an answer, `generate()` runs.
-
-    Args:
-        config (`RoleGPTConfig`, *optional*): defaults to `RoleGPTConfig()`.
-    """
+    Takes a config (`config_class`; its defaults when none is given)."""
 
     config_class = RoleGPTConfig
     name = "rolegpt"
