@@ -108,10 +108,18 @@ def test_lora_training_changes_adapters_lowers_loss_and_logs_subsets(tmp_path, t
 
 
 def test_checkpoint_carries_the_chat_template_and_the_inference_prefix(tmp_path, tiny_model_path):
-    args = config(tmp_path, max_steps=2, save_strategy="steps", save_steps=2, prefix_sharing=False)  # unpacked rows
+    token = "hf_NotARealTokenButKeptOutOfCheckpoints"
+    args = config(tmp_path, max_steps=2, save_strategy="steps", save_steps=2, prefix_sharing=False, hub_token=token)
     trainer = RoCITTrainer(str(tiny_model_path), args=args, train_dataset=rows(), profiles=PROFILES)
     trainer.train()
+    trainer.save_model()
     checkpoint = tmp_path / "out" / "checkpoint-2"
+    # no file of a checkpoint (the pickled arguments included) holds the Hub token; resuming still reads them
+    written = [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+    assert (checkpoint / "training_args.bin") in written and (tmp_path / "out" / "training_args.bin") in written
+    assert not [path for path in written if token.encode() in path.read_bytes()]
+    assert torch.load(checkpoint / "training_args.bin", weights_only=False).hub_token is None
+    assert args.hub_token == token  # the run's own arguments keep it (a push needs it)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     assert tokenizer.chat_template == ROLE_CHAT_TEMPLATE
     messages = trainer.build_role_dataset(rows(), "check")[2]["messages"]

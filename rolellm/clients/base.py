@@ -13,10 +13,12 @@ The backends are `OpenAIChatClient` (`rolellm.clients.openai_compatible`) and `L
 import asyncio
 import concurrent.futures
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from tqdm.auto import tqdm
 
@@ -31,6 +33,45 @@ ROLES = ("system", "user", "assistant")
 REASK_SEED_STRIDE = 1_000_000
 # The user turn that follows an answer `parse` rejected.
 REASK_REMINDER = "Your answer could not be used ({error}). Answer again, exactly in the form asked for."
+
+
+_SECRET_PARAMETER = re.compile(r"key|token|secret|password|passwd|auth|signature|sig$", re.IGNORECASE)
+
+
+def check_base_url(url: str | None, where: str = "base_url") -> str | None:
+    """An endpoint URL that carries no secret, or a `ValueError` naming where it came from and never the secret.
+
+    A key in the URL (`https://user:password@host/v1`, `?api_key=...`) would reach logs, progress lines, run files
+    and model cards; the key belongs in `OPENAI_API_KEY`.
+
+    >>> check_base_url("http://localhost:8000/v1")
+    'http://localhost:8000/v1'
+    >>> check_base_url("https://me:hunter2@llm.example.com/v1", "--judge_base_url")
+    Traceback (most recent call last):
+    ...
+    ValueError: --judge_base_url holds credentials (user:password@llm.example.com): give the URL without them and put the key in OPENAI_API_KEY
+    """
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        userinfo = parts.username is not None or parts.password is not None
+    except ValueError:  # an invalid port or IPv6 literal: the message must not repeat the URL
+        raise ValueError(f"{where} is not a valid URL") from None
+    if userinfo:
+        raise ValueError(
+            f"{where} holds credentials (user:password@{parts.hostname}): give the URL without them and put the key "
+            "in OPENAI_API_KEY"
+        )
+    secrets = sorted(
+        {name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAMETER.search(name)}
+    )
+    if secrets:
+        raise ValueError(
+            f"{where} holds a secret in its query ({', '.join(secrets)}): give the URL without it and put the key in "
+            "OPENAI_API_KEY"
+        )
+    return url
 
 
 class EndpointError(RuntimeError):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.base import ChatClient
+from rolellm.clients.base import ChatClient, check_base_url
 
 
 logger = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class ClientConfig:
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
     def __post_init__(self):
+        check_base_url(self.base_url)
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
         if self.backend == "local" and self.base_url is not None:
@@ -190,6 +191,7 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     values = {
         k.removeprefix(f"{prefix}_"): v for k, v in (values if isinstance(values, dict) else vars(values)).items()
     }
+    check_base_url(values.get("base_url"), f"--{prefix}_base_url")
     model = model if model is not None else values.get("model")
     if model is None:
         given = [f"--{prefix}_{name}" for name, value in values.items() if value is not None]

@@ -31,7 +31,7 @@ import time
 from dataclasses import replace
 from typing import Literal
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage, as_request
+from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage, as_request, check_base_url
 from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
 
 
@@ -119,7 +119,9 @@ class OpenAIChatClient(ChatClient):
         self.http_backend = http_backend
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        self.base_url = check_base_url(base_url) or check_base_url(
+            os.environ.get("OPENAI_BASE_URL"), "OPENAI_BASE_URL"
+        )
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if self.base_url else None)
         if self._api_key is None:
             raise ValueError(

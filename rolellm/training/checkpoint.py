@@ -53,6 +53,26 @@ def inference_settings(tokenizer, keep_think: bool) -> dict:
     return {"keep_think": keep_think, "chat_template_family": family}
 
 
+SECRET_ARGUMENTS = ("hub_token", "push_to_hub_token")  # `TrainingArguments` fields that hold a Hub token
+
+
+def save_training_args(args, folder) -> None:
+    """Write `training_args.bin` (what `Trainer` saves, read by `Trainer` on resume) with no Hub token in it: a
+    checkpoint may be pushed or shared, and the token would be pickled in plain text."""
+    import copy
+
+    import torch
+
+    path = Path(folder) / "training_args.bin"
+    if not path.is_file() or not any(getattr(args, name, None) for name in SECRET_ARGUMENTS):
+        return
+    kept = copy.copy(args)
+    for name in SECRET_ARGUMENTS:
+        if getattr(kept, name, None):
+            object.__setattr__(kept, name, None)
+    torch.save(kept, path)
+
+
 def save_role_files(
     folder, profiles, system_template, tokenizer, generation_config=None, card=None, inference=None
 ) -> Path:

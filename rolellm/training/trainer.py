@@ -41,7 +41,7 @@ from rolellm.encoding.encode import encode_chat_turns
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
-from rolellm.training.checkpoint import inference_settings, save_role_files, trained_profiles
+from rolellm.training.checkpoint import inference_settings, save_role_files, save_training_args, trained_profiles
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, mix_subsets, rolebench_to_conversations
 from rolellm.training.packing import (
@@ -403,10 +403,13 @@ class RoCITTrainer(SFTTrainer):
     # ----------------------------------------------------------------------------------------------- checkpoint
     def _save(self, output_dir: str | None = None, state_dict=None):
         """Save the model and tokenizer (`Trainer._save`), then what makes the folder usable on its own: the role
-        profiles, a custom system template, `chat_template.jinja` and the model card."""
+        profiles, a custom system template, `chat_template.jinja` and the model card. `training_args.bin` is written
+        again without the Hub token (`Trainer` pickles the arguments as they are)."""
         super()._save(output_dir, state_dict)
         if self.args.should_save:
-            self.save_role_files(output_dir if output_dir is not None else self.args.output_dir)
+            folder = output_dir if output_dir is not None else self.args.output_dir
+            save_training_args(self.args, folder)
+            self.save_role_files(folder)
 
     def save_role_files(self, folder: str | Path) -> None:
         """Write the role files of a checkpoint into `folder` (`rolellm.training.checkpoint.save_role_files`)."""
