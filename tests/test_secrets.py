@@ -7,6 +7,7 @@ from rolellm.clients.config import ClientConfig, derive_client
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.scripts.cli import main
 
+
 SECRET = "hunter2-not-a-real-key"
 
 
