@@ -79,6 +79,10 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
     )
     for name in names:
         assert (adapter / name).stat().st_size > 0, name
+    # the checkpoint may be pushed: its profiles keep what reaches a prompt, not the card's notes, tags or creator
+    saved = (adapter / "role_profiles.jsonl").read_text("utf-8")
+    assert "first_mes" in saved and "personality" in saved and "character_book" in saved
+    assert not any(key in saved for key in ('"creator_notes"', '"tags"', '"creator"'))
     results = json.loads((work / "eval" / "results.json").read_text("utf-8"))
     assert results["metrics"]["CUS"] is not None and results["metrics"]["SPE"] is not None
     assert results["counts"]["rows"] == len(rows["general", "test"]) + len(rows["role_specific", "test"])

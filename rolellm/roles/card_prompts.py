@@ -43,6 +43,7 @@ Jack's personality: sly
 """
 
 import re
+from dataclasses import replace
 
 from rolellm.roles.profile import RoleProfile
 
@@ -78,6 +79,34 @@ def substitute(text: str, char: str, user: str) -> str:
     'Po waves at Tigress. Po smiles.'
     """
     return _MACRO.sub(lambda m: char if (m[1] or m[2]).lower() in ("char", "bot") else user, text)
+
+
+# the fields of a card's `data` that reach a prompt (the table above); the rest is metadata (creator notes, tags, ...)
+PROMPT_FIELDS = ("name", "nickname", "description", "personality", "scenario", "system_prompt", "character_book",
+                 "mes_example", "first_mes", "post_history_instructions")  # fmt: skip
+
+
+def prompt_only(profile: RoleProfile) -> RoleProfile:
+    """A copy of `profile` without what never reaches a prompt: a card's metadata (`creator_notes`, `tags`,
+    `creator`, ..., extensions other than rolellm's) and the local path of a PNG card. A checkpoint that may be
+    pushed stores this (`RoCITConfig.keep_card_metadata` keeps everything); prompts are unchanged.
+
+    >>> from rolellm.roles.character_card import profile_from_card
+    >>> card = {"spec": "chara_card_v2", "data": {"name": "Po", "description": "A panda.", "creator_notes": "private",
+    ...         "tags": ["kung fu"], "extensions": {"rolellm": {"catchphrases": ["Skadoosh!"]}, "other": {"x": 1}}}}
+    >>> kept = prompt_only(profile_from_card(card, "en"))
+    >>> sorted(kept.extra["character_card"]["data"]), kept.extra["character_card"]["data"]["extensions"]
+    (['description', 'extensions', 'name'], {'rolellm': {'catchphrases': ['Skadoosh!']}})
+    """
+    card = profile.extra.get("character_card")
+    extra = {key: value for key, value in profile.extra.items() if key != "character_card_png"}
+    if isinstance(card, dict) and isinstance(card.get("data"), dict):
+        data = {key: value for key, value in card["data"].items() if key in PROMPT_FIELDS}
+        extensions = card["data"].get("extensions")
+        if isinstance(extensions, dict) and "rolellm" in extensions:
+            data["extensions"] = {"rolellm": extensions["rolellm"]}
+        extra["character_card"] = {**{k: v for k, v in card.items() if k in ("spec", "spec_version")}, "data": data}
+    return replace(profile, extra=extra)
 
 
 def card_field(profile: RoleProfile, key: str, user_name: str | None = None) -> str:

@@ -36,6 +36,10 @@ class RoCITConfig(SFTConfig):
             prefilled `<think>`). By default answers are trained, and generated, without them
             (see `rolellm.encode_chat`). The checkpoint records it (`rolellm_inference.json`), so `rolellm chat`,
             `evaluate` and `dialogue` generate the same way unless `--keep_think` says otherwise.
+        keep_card_metadata (`bool`, *optional*, defaults to `False`):
+            Write the whole profiles into the checkpoint's `role_profiles.jsonl`. By default a Character Card keeps
+            only the fields that reach a prompt, and a PNG card's local path is left out, since a checkpoint may be
+            pushed (`rolellm.roles.card_prompts.prompt_only`).
         log_subset_losses (`bool`, *optional*, defaults to `True`):
             Log the train and eval loss of `general` and `role_specific` samples separately (`loss_general`,
             `loss_role_specific`, `eval_loss_general`, ...).
@@ -103,6 +107,13 @@ class RoCITConfig(SFTConfig):
     keep_think: bool = field(
         default=False,
         metadata={"help": "Keep a thinking template's empty think blocks (default: train answers without them)."},
+    )
+    keep_card_metadata: bool = field(
+        default=False,
+        metadata={
+            "help": "Write Character Card metadata (creator notes, tags, ...) and local card paths into the "
+            "checkpoint's role_profiles.jsonl (default: only what reaches a prompt)."
+        },
     )
     log_subset_losses: bool = field(
         default=True,

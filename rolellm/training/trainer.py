@@ -38,6 +38,7 @@ from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat_turns
+from rolellm.roles.card_prompts import prompt_only
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
@@ -417,6 +418,8 @@ class RoCITTrainer(SFTTrainer):
         # an adapter's base model does not carry the end-of-turn ids `set_role_chat_template` added
         generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
         profiles = trained_profiles(self.profiles, self.role_stats)
+        if not self.args.keep_card_metadata:
+            profiles = {name: prompt_only(profile) for name, profile in profiles.items()}
         card = self.build_model_card(model_name=Path(self.args.output_dir).name)
         inference = inference_settings(self._tokenizer, self.args.keep_think)
         save_role_files(folder, profiles, self._system_template, self._tokenizer, generation_config, card, inference)
