@@ -3,6 +3,8 @@ describe`, `rolegpt` and `context-instruct` write one release folder (against th
 which `rolellm train --data_dir`, `rolellm evaluate --data_dir` and `load_rolebench(..., data_dir=)` read unchanged."""
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,9 @@ def test_generate_train_evaluate_through_one_folder(tmp_path, tiny_model_path, c
         "holds the RoleBench configs zh (train/test), zh-general (train/test/rolegpt_baseline), zh-role_specific"
         in printed
     )
+    # the command generate prints to train on the folder is runnable as it is (its placeholders filled in)
+    hint = re.findall(r"Train on it: (rolellm train .*)$", printed, re.MULTILINE)[-1]
+    assert hint == f"rolellm train --data_dir {out} --dataset_configs zh --model_name_or_path MODEL --output_dir OUT"
 
     # one release folder: the rows of both generators and the profiles, with each job's run files apart
     profiles = read_release_profiles(out, "zh")
@@ -121,9 +126,10 @@ def test_generate_train_evaluate_through_one_folder(tmp_path, tiny_model_path, c
 
     # 4. train the tiny model on the folder, 5. evaluate the checkpoint on the folder's test rows
     checkpoint, report = tmp_path / "model", tmp_path / "eval"
-    code = main(["train", "--config", str(RECIPES / "tiny-cpu.yaml"), "--model_name_or_path", str(tiny_model_path),
-                 "--data_dir", str(out), "--dataset_configs", "zh", "--max_steps", "2", "--max_length", "256",
-                 "--logging_steps", "1", "--output_dir", str(checkpoint)])  # fmt: skip
+    # (no --use_cpu, no --bf16: precision follows the hardware; only the tiny run's length is set)
+    argv = shlex.split(hint.replace("MODEL", str(tiny_model_path)).replace("OUT", str(checkpoint)))[1:]
+    code = main([*argv, "--max_steps", "2", "--max_length", "256", "--logging_steps", "1", "--report_to", "none",
+                 "--activation_checkpointing", "false", "--learning_rate", "1e-2"])  # fmt: skip
     assert code == 0
     trained = capsys.readouterr().out
     assert f"Trained on {len(general['train']) + len(specific['train'])} samples" in trained
@@ -221,3 +227,22 @@ def test_a_broken_file_in_the_folder_stops_the_run_before_any_row_is_written(tmp
     err = capsys.readouterr().err
     assert code == 2 and f"{general / 'test.jsonl'}:1: not valid JSON" in err and "Traceback" not in err
     assert {path.name: path.read_bytes() for path in general.iterdir()} == before
+
+
+def test_train_without_dataset_configs_takes_the_folder_s_configs_and_says_which(tmp_path, capsys):
+    from argparse import Namespace
+
+    from rolellm.scripts.train import default_configs
+
+    for rel in (
+        "rolebench-zh/general/train.jsonl",
+        "rolebench-eng/instruction-generalization/role_specific/train.jsonl",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}\n")
+    args = Namespace(dataset_configs=None, data_dir=str(tmp_path), dataset_train_split="train")
+    assert default_configs(args) == ["zh-general", "en-instruction-role_specific"]
+    assert f"with a train split in {tmp_path}: zh-general en-instruction-role_specific" in capsys.readouterr().out
+    assert default_configs(Namespace(dataset_configs=None, data_dir=None, dataset_train_split="train")) == ["zh"]
+    with pytest.raises(FileNotFoundError, match="holds no RoleBench test split"):
+        default_configs(Namespace(dataset_configs=None, data_dir=str(tmp_path), dataset_train_split="test"))

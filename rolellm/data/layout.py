@@ -129,6 +129,30 @@ def complete_configs(data_dir: str | Path) -> list[str]:
     return [name for name in CONFIG_NAMES if len(available_splits(data_dir, name)) == len(config_files(name))]
 
 
+def configs_with_split(data_dir: str | Path, split: str = "train") -> list[str]:
+    """The row configs whose `split` is in `data_dir`, without overlap: a release part's whole config when every
+    subset has the split, else the subsets that have it (what `rolellm train --data_dir` trains on by default).
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for rel in ["rolebench-eng/instruction-generalization/general/train.jsonl", "rolebench-zh/general/train.jsonl",
+    ...             "rolebench-zh/role_specific/train.jsonl"]:
+    ...     (root / rel).parent.mkdir(parents=True, exist_ok=True); _ = (root / rel).write_text("{}")
+    >>> configs_with_split(root)
+    ['zh', 'en-instruction-general']
+    """
+    chosen = []
+    for spec in CONFIG_SPECS.values():
+        if spec.kind != "rows" or len(spec.subsets) != len(SUBSETS):
+            continue
+        if split in available_splits(data_dir, spec.name):
+            chosen.append(spec.name)
+        else:
+            parts = [f"{spec.name}-{subset}" for subset in spec.subsets]
+            chosen += [part for part in parts if split in available_splits(data_dir, part)]
+    return chosen
+
+
 def check_files(data_dir: str | Path, name: str, splits=None) -> dict[str, list[tuple[Path, str]]]:
     """Resolve a config's files in `data_dir`, or raise `MissingFilesError` saying what is missing and what works.
 

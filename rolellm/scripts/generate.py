@@ -162,16 +162,26 @@ def read_instructions(args: InstructionArguments, roles: list[str]):
     return instructions
 
 
+def describe_rows(dataset) -> str:
+    """What a run made, in words: rows per split (`9 train, 2 test, 11 rolegpt_baseline rows`)."""
+    splits = dataset.items() if hasattr(dataset, "items") else [("", dataset)]
+    return ", ".join(f"{part.num_rows} {name} rows".replace("  ", " ") for name, part in splits)
+
+
 def describe_folder(folder) -> str:
     """What a release folder now serves: its RoleBench configs with their splits, and how to train on it."""
-    from rolellm.data.layout import CONFIG_NAMES, available_splits
+    from rolellm.data.layout import CONFIG_NAMES, available_splits, configs_with_split
 
     found = {name: available_splits(folder, name) for name in CONFIG_NAMES if not name.startswith("profiles-")}
     configs = ", ".join(f"{name} ({'/'.join(splits)})" for name, splits in found.items() if splits)
     if not configs:
         return f"{folder} holds no RoleBench rows yet (only profiles)"
+    trainable = configs_with_split(folder, "train")
+    if not trainable:
+        return f"{folder} holds the RoleBench configs {configs} (no train split yet)"
     return (
-        f"{folder} holds the RoleBench configs {configs}: rolellm train --data_dir {folder} --dataset_configs CONFIG"
+        f"{folder} holds the RoleBench configs {configs}. Train on it: rolellm train --data_dir {folder} "
+        f"--dataset_configs {' '.join(trainable)} --model_name_or_path MODEL --output_dir OUT"
     )
 
 
@@ -208,7 +218,7 @@ def main(args=None):
     estimate = client.estimate(generator.requests(*inputs))
     print(f"{'; '.join(checked) + '. ' if checked else ''}{generator.desc} will send {estimate}")
     result = generator.generate(client, *inputs, output_dir=job.output_dir)
-    print(result.dataset)
+    print(f"{generator.desc}: {describe_rows(result.dataset)}")
     print(f"Stats: {result.stats}")
     print(f"Added the data to the release folder {job.output_dir} (run files in {generator.run_dir(job.output_dir)})")
     print(describe_folder(job.output_dir))

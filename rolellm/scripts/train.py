@@ -36,8 +36,9 @@ class RoleBenchArguments:
     """Which RoleBench data to train and evaluate on.
 
     Args:
-        dataset_configs (`list[str]`, *optional*, defaults to `["zh"]`): RoleBench configs to train on, concatenated
-            (`zh`, `en-instruction`, `en-role`, or a `-general` / `-role_specific` variant of one).
+        dataset_configs (`list[str]`, *optional*): RoleBench configs to train on, concatenated (`zh`,
+            `en-instruction`, `en-role`, or a `-general` / `-role_specific` variant of one); defaults to every config
+            whose train split is in `data_dir` (`rolellm.data.layout.configs_with_split`, printed), else `["zh"]`.
         data_dir (`str`, *optional*): a local folder in the release layout; `None` uses `dataset_name` or the Hub.
         dataset_name (`str`, *optional*): a dataset in the Hub layout (a Hub id or a local folder), loaded with
             `datasets.load_dataset(dataset_name, config)`.
@@ -48,7 +49,10 @@ class RoleBenchArguments:
             these roles from a screenplay file given in `profiles`.
     """
 
-    dataset_configs: list[str] = field(default_factory=lambda: ["zh"], metadata={"help": "RoleBench configs."})
+    dataset_configs: list[str] | None = field(
+        default=None,
+        metadata={"help": "RoleBench configs (default: those with a train split in --data_dir, else zh)."},
+    )
     data_dir: str | None = field(default=None, metadata={"help": "Local RoleBench release folder."})
     dataset_name: str | None = field(default=None, metadata={"help": "Dataset in the Hub layout (id or folder)."})
     dataset_train_split: str = field(default="train", metadata={"help": "Training split."})
@@ -92,6 +96,25 @@ def load_rows(script_args, split, counts: dict | None = None):
     return rows
 
 
+def default_configs(script_args) -> list[str]:
+    """`--dataset_configs`, else the configs with a train split in `--data_dir` (said in one line), else `zh`."""
+    if script_args.dataset_configs:
+        return script_args.dataset_configs
+    if script_args.data_dir is None:
+        return ["zh"]
+    from rolellm.data.layout import configs_with_split
+
+    split = script_args.dataset_train_split
+    found = configs_with_split(script_args.data_dir, split)
+    if not found:
+        raise FileNotFoundError(
+            f"--data_dir {script_args.data_dir} holds no RoleBench {split} split (rolebench-zh/ or rolebench-eng/ "
+            f"with general/{split}.jsonl or role_specific/{split}.jsonl)"
+        )
+    print(f"rolellm train: training on the configs with a {split} split in {script_args.data_dir}: {' '.join(found)}")
+    return found
+
+
 def load_profiles_for(script_args, training_args):
     """The profiles to train with (`rolellm.roles.resolve.profiles_for`): the release's in `--data_dir`, with
     `--profiles` added; the release's on the Hub when neither is given."""
@@ -120,6 +143,7 @@ def train(script_args, training_args, model_args):
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
+    script_args.dataset_configs = default_configs(script_args)
     row_counts = {}
     train_rows = load_rows(script_args, script_args.dataset_train_split, row_counts)
     eval_rows = None

@@ -59,6 +59,8 @@ class RoCITConfig(SFTConfig):
     >   system instruction or the question.
     > - `activation_checkpointing`: Defaults to `True` (TRL's default) when neither it nor the deprecated alias
     >   `gradient_checkpointing` is given, without the deprecation warning TRL's `gradient_checkpointing=True` raises.
+    > - `bf16`: when not given, `True` only on hardware with bf16 (a recent GPU, a TPU), so a CPU trains in float32
+    >   without `--use_cpu`; TRL turns it on wherever `use_cpu` is not set, and `transformers` then refuses a CPU.
     > - `packing_strategy`: only `"bfd"` is accepted. `"wrapped"` lets samples of different roles attend to each
     >   other, and `"bfd_split"` cuts a sample so that its tail trains without its role's system instruction.
 
@@ -131,6 +133,10 @@ class RoCITConfig(SFTConfig):
     def __post_init__(self):
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True
+        if self.bf16 is None and not self.fp16:  # the hardware decides, unless the user did
+            from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+            self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
         if self.role_specific_fraction is not None and not 0.0 <= self.role_specific_fraction <= 1.0:
