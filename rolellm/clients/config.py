@@ -246,8 +246,10 @@ def make_client(config: ClientConfig) -> ChatClient:
         return OpenAIChatClient(config.model, **{name: getattr(config, name) for name in _ENDPOINT_ARGUMENTS})
     import torch
 
+    from rolellm.clients.loading import check_model_source
     from rolellm.clients.local import LocalChatClient
 
+    check_model_source(config.model, "--model")
     family = read_inference_settings(config.model).get("chat_template_family")
     if config.chat_template is not None and family is not None:
         chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"

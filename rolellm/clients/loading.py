@@ -23,6 +23,28 @@ def is_adapter_checkpoint(model_name_or_path: str | os.PathLike) -> bool:
     return (Path(model_name_or_path) / ADAPTER_CONFIG).is_file()
 
 
+def check_model_source(model_name_or_path: str | os.PathLike, flag: str = "--model_name_or_path") -> None:
+    """A model that names a local path must be there, checked before anything is loaded: a missing folder is a
+    `FileNotFoundError` naming it (a Hub id, `org/name`, is left to the Hub).
+
+    >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")
+    >>> check_model_source("./no-such-model")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: --model_name_or_path ./no-such-model: no such folder (a local model folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct)
+    """
+    name = str(model_name_or_path)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise NotADirectoryError(f"{flag} {name} is a file: give the folder that holds the model")
+        return
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:
+        raise FileNotFoundError(
+            f"{flag} {name}: no such folder (a local model folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct)"
+        )
+
+
 def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str | None = None, **kwargs):
     """Load a causal LM and the tokenizer saved with it, ready for `generate`.
 

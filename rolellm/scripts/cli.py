@@ -36,6 +36,14 @@ COMMANDS = {
 }
 
 
+def quiet_library_notices() -> None:
+    """Keep notices that read like errors but change nothing off a command's output: bitsandbytes' "Failed to load
+    CPU gemm_4bit_forward ... pip install kernels" on import (4-bit layers then run its own CPU code)."""
+    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
+        lambda record: "gemm_4bit_forward" not in str(record.msg)
+    )
+
+
 def setup_logging(level: int = logging.INFO) -> None:
     """The logging of every command: `LEVEL name: message` lines on stderr (what a run will send, resumptions,
     failures, settings that override a checkpoint's), without the HTTP clients' line per request."""
@@ -72,6 +80,7 @@ def main(argv=None):
         args = parser.parse_args(argv)  # handles --help, --version and unknown commands
         parser.print_help()
         return 0 if args.command is None and not argv else EXIT_USAGE
+    quiet_library_notices()
     script = importlib.import_module(COMMANDS[argv[0]][0])
     script_parser = script.make_parser()
     script_parser.prog = f"rolellm {argv[0]}"

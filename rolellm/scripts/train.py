@@ -132,7 +132,7 @@ def train(script_args, training_args, model_args):
     """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from trl import get_peft_config, get_quantization_config
 
-    from rolellm.clients.loading import is_adapter_checkpoint
+    from rolellm.clients.loading import check_model_source, is_adapter_checkpoint
     from rolellm.data.release import HUB_REPO_ID
     from rolellm.training.trainer import RoCITTrainer
 
@@ -143,6 +143,7 @@ def train(script_args, training_args, model_args):
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
+    check_model_source(model_args.model_name_or_path)
     script_args.dataset_configs = default_configs(script_args)
     row_counts = {}
     train_rows = load_rows(script_args, script_args.dataset_train_split, row_counts)

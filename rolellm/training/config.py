@@ -137,6 +137,9 @@ class RoCITConfig(SFTConfig):
             from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
         if self.role_specific_fraction is not None and not 0.0 <= self.role_specific_fraction <= 1.0:

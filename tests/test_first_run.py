@@ -1,0 +1,43 @@
+"""The first hour on a CPU: what a new user sees when a flag is off, before anything is loaded, in one or two lines."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rolellm.scripts.cli import main
+
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "data" / "demo-rolebench"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--model_name_or_path", "./no-such-model", "--data_dir", str(DEMO)],
+         "--model_name_or_path ./no-such-model: no such folder"),
+        (["train", "--model_name_or_path", "./no-such-model", "--per_device_train_batch_size", "0"],
+         "per_device_train_batch_size=0 must be at least 1"),
+        (["evaluate", "--model", "./no-such-model", "--data_dir", str(DEMO), "--dataset_name", "zh"],
+         "--model ./no-such-model: no such folder"),
+    ],
+)  # fmt: skip
+def test_a_missing_model_folder_or_a_zero_batch_is_exit_2_naming_it(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main([*argv, "--output_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "bug in rolellm" not in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_no_library_notice_that_reads_like_an_error():
+    # bitsandbytes logs "Failed to load CPU gemm_4bit_forward ... pip install kernels" when it is imported on a CPU
+    # with AVX-512 BF16; a command imports it (through peft) and must not pass that line on
+    run = subprocess.run(
+        [sys.executable, "-c", "from rolellm.scripts.cli import main; import sys; "
+         "sys.exit(main(['train', '--model_name_or_path', './no-such-model']))"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2 and "no such folder" in run.stderr
+    assert "gemm_4bit_forward" not in run.stderr and "pip install kernels" not in run.stderr
