@@ -183,7 +183,7 @@ def test_usage_errors_are_one_line_and_exit_2(cards, capsys, monkeypatch, argv, 
 def test_missing_model_folder_and_folder_without_profiles(tiny_model_path, cards, tmp_path, capsys, monkeypatch):
     po = str(cards / "po.json")
     code, _, err = run_cli(["--model", str(tmp_path / "nope"), "--profiles", po], "", capsys, monkeypatch)
-    assert code == 2 and err.strip() == f"rolellm chat: --model {tmp_path / 'nope'}: no such model folder"
+    assert code == 2 and err.strip().startswith(f"rolellm chat: --model {tmp_path / 'nope'}: no such folder")
     code, _, err = run_cli(["--model", str(tiny_model_path)], "", capsys, monkeypatch)
     assert code == 2 and "holds no role profiles: pass --profiles SRC" in err and len(err.splitlines()) == 1
     code, _, err = run_cli(["--model", "m", "--base_url", "http://127.0.0.1:1/v1"], "", capsys, monkeypatch)
@@ -329,3 +329,39 @@ def test_profiles_repeat_and_a_system_template_replaces_the_instruction(cards, t
     shifu, po = out.splitlines()
     assert shifu.startswith("Shifu speaks. A strict red panda master.")
     assert po.startswith("Po speaks. A kung fu panda who loves dumplings.")
+
+
+def test_an_endpoint_that_answers_a_stream_with_one_json_body_is_read(cards, capsys, monkeypatch):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = iter(["Skadoosh!", "   "])  # the second answer is empty: an error, never part of the history
+
+    class Plain(BaseHTTPRequestHandler):  # ignores stream=True, as some OpenAI-compatible servers do
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            completion = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                          "choices": [{"index": 0, "message": {"role": "assistant", "content": next(answers)},
+                                       "finish_reason": "stop"}]}  # fmt: skip
+            body = json.dumps(completion).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        code, out, err = run_cli(
+            ["--model", "m", "--base_url", url, "--profiles", str(cards / "po.json")], "Hi\nAgain\n", capsys,
+            monkeypatch,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert out.splitlines() == ["Skadoosh!"]  # the plain answer is read, not an empty line
+    assert code == 3 and err.splitlines()[-1] == "rolellm chat: m gave an empty answer; the message was not kept"

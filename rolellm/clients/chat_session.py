@@ -103,6 +103,8 @@ class ChatSession:
         for piece in self.reply([*self.history, _turn("user", text)]):
             pieces.append(piece)
             yield piece
+        if not "".join(pieces).strip():  # nothing to show and nothing a next turn should build on
+            raise EmptyAnswer(f"{self.client.model_name} gave an empty answer; the message was not kept")
         self.history += [_turn("user", text), _turn("assistant", "".join(pieces))]
 
     def reply(self, turns: list[dict], role: str | None = None) -> Iterator[str]:
@@ -138,6 +140,10 @@ class ChatSession:
         return path
 
 
+class EmptyAnswer(RuntimeError):
+    """The model's answer was empty (or only whitespace): shown as an error, never added to the history."""
+
+
 def stream_answer(
     client: ChatClient,
     messages: list[dict],
@@ -163,11 +169,15 @@ def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed)
 
     api = openai.OpenAI(api_key=client._api_key, base_url=client.base_url, timeout=client.timeout, max_retries=2)
     try:
-        stream = api.chat.completions.create(
+        raw = api.chat.completions.with_raw_response.create(
             model=client.model, messages=messages, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
             seed=seed, stream=True,
         )  # fmt: skip
-        for chunk in stream:
+        if "text/event-stream" not in raw.headers.get("content-type", ""):
+            # a server that ignores `stream=True` answers once, as a plain completion
+            yield _plain_answer(client, raw.http_response)
+            return
+        for chunk in raw.parse():
             if chunk.choices and chunk.choices[0].delta.content:
                 yield chunk.choices[0].delta.content
     except openai.APIConnectionError as error:
@@ -175,6 +185,17 @@ def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed)
     except openai.APIStatusError as error:
         raise EndpointError(
             f"{client.base_url} refused the request: HTTP {error.status_code}: {error.message}"
+        ) from error
+
+
+def _plain_answer(client, response) -> str:
+    response.read()  # the body of a response opened as a stream
+    try:
+        return response.json()["choices"][0]["message"]["content"] or ""
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        raise EndpointError(
+            f"{client.base_url} answered a streamed request with neither events nor a completion: "
+            f"{response.text[:200]!r}"
         ) from error
 
 

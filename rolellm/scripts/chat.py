@@ -96,12 +96,12 @@ def make_parser(subparsers=None):
 def load_client(config: ClientConfig):
     """The chat client of `config` (no progress bars): an endpoint, or the model loaded in-process."""
     from rolellm.clients.config import make_client
+    from rolellm.clients.loading import check_model_source
 
     if config.backend == "openai":
         return make_client(replace(config, progress=False))
+    check_model_source(config.model, "--model")
     path = Path(config.model).expanduser()
-    if not path.exists() and (config.model.startswith((".", "/", "~")) or config.model.count("/") > 1):
-        raise FileNotFoundError(f"--model {config.model}: no such model folder")
     try:
         return make_client(replace(config, model=str(path) if path.exists() else config.model, progress=False))
     except OSError as error:
@@ -180,6 +180,7 @@ def chat_lines(session, lines, out=None, err=None) -> None:
 def chat_terminal(session) -> None:
     """The interactive chat: streamed answers, `/commands`, Ctrl-C stops an answer, Ctrl-D leaves."""
     from rolellm.clients.base import EndpointError
+    from rolellm.clients.chat_session import EmptyAnswer
 
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401 - line editing and history for input()
@@ -204,7 +205,7 @@ def chat_terminal(session) -> None:
             print()
         except KeyboardInterrupt:
             print(" [stopped; not kept in the conversation]")
-        except (ValueError, EndpointError) as error:
+        except (ValueError, EndpointError, EmptyAnswer) as error:
             print(f"error: {error}")
 
 

@@ -113,7 +113,11 @@ def describe_error(error: BaseException) -> tuple[int, str]:
         error = error.__cause__  # `datasets` wraps the builder's own errors
     lines = str(error).strip().splitlines() or [type(error).__name__]
     message = "\n".join(lines[:5]) + (f"\n... ({len(lines) - 5} more lines)" if len(lines) > 5 else "")
-    if isinstance(error, EndpointError) or type(error).__name__ in ("NothingGenerated", "NothingEvaluated"):
+    if isinstance(error, EndpointError) or type(error).__name__ in (
+        "NothingGenerated",
+        "NothingEvaluated",
+        "EmptyAnswer",
+    ):
         return EXIT_FAILED, message
     if isinstance(error, (ValueError, LookupError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return EXIT_USAGE, message
