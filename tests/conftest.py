@@ -37,13 +37,39 @@ def tiny_model_path(tmp_path_factory, tiny_tokenizer):
     return testing.build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer=tiny_tokenizer)
 
 
+FULL_RELEASE_MISSING = (
+    "needs the full RoleBench release (the paper's exact figures): set ROLEBENCH_DATA_DIR or place it at ../shared/data"
+)
+
+
 @pytest.fixture(scope="session")
 def shared_data_dir():
-    """The real RoleBench files (`$ROLEBENCH_DATA_DIR` or `../shared/data`); skips the test when absent."""
-    path = testing_data.find_rolebench_data()
+    """The real data folder: `$ROLEBENCH_DATA_DIR` or `../shared/data`, else the slice of it in
+    `tests/fixtures/rolebench-slice` (a few hundred real rows per file, same layout)."""
+    path = testing_data.find_test_data()
     if path is None:
-        pytest.skip("real RoleBench data not found: set ROLEBENCH_DATA_DIR or place it at ../shared/data")
+        pytest.skip("no RoleBench data: neither ROLEBENCH_DATA_DIR, ../shared/data nor tests/fixtures/rolebench-slice")
     return path
+
+
+@pytest.fixture(scope="session")
+def full_release_dir():
+    """The full data folder (`$ROLEBENCH_DATA_DIR` or `../shared/data`), for the few tests of the paper's exact
+    figures; skips the test when only the slice is there."""
+    path = testing_data.find_rolebench_data()
+    if path is None or not (path / "rolebench").is_dir():
+        pytest.skip(FULL_RELEASE_MISSING)
+    return path
+
+
+@pytest.fixture(scope="session")
+def rolebench_slice_dir():
+    """`tests/fixtures/rolebench-slice/rolebench` even when the full release is there: real rows for tests whose
+    assertions do not depend on the data's size, at a fraction of the cost."""
+    path = testing_data.find_rolebench_slice()
+    if path is None:
+        pytest.skip("tests/fixtures/rolebench-slice not found (not a source checkout)")
+    return path / "rolebench"
 
 
 @pytest.fixture(scope="session")
