@@ -37,9 +37,7 @@ def tiny_model_path(tmp_path_factory, tiny_tokenizer):
     return testing.build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer=tiny_tokenizer)
 
 
-FULL_RELEASE_MISSING = (
-    "needs the full RoleBench release (the paper's exact figures): set ROLEBENCH_DATA_DIR or place it at ../shared/data"
-)
+FULL_RELEASE_MISSING = "needs the full RoleBench release (the paper's exact figures): set ROLEBENCH_DATA_DIR or place it at ../shared/data"
 
 
 @pytest.fixture(scope="session")

@@ -108,7 +108,10 @@ def test_rolegpt_baseline_reproduces_the_papers_figures(full_release_dir, tmp_pa
     )
     chinese = run_benchmark(
         EvaluateConfig(
-            model_name_or_path="rolegpt", dataset_name="zh", data_dir=str(rolebench_dir), output_dir=str(tmp_path / "zh")
+            model_name_or_path="rolegpt",
+            dataset_name="zh",
+            data_dir=str(rolebench_dir),
+            output_dir=str(tmp_path / "zh"),
         )
     )
     # paper Table 3 and Table 4, RoleGPT rows
