@@ -61,13 +61,19 @@ def full_release_dir():
 
 
 @pytest.fixture(scope="session")
-def rolebench_slice_dir():
-    """`tests/fixtures/rolebench-slice/rolebench` even when the full release is there: real rows for tests whose
-    assertions do not depend on the data's size, at a fraction of the cost."""
+def slice_data_dir():
+    """`tests/fixtures/rolebench-slice` even when the full data is there: real rows for tests whose assertions do not
+    depend on the data's size, at a fraction of the cost (same layout as the full data folder)."""
     path = testing_data.find_rolebench_slice()
     if path is None:
         pytest.skip("tests/fixtures/rolebench-slice not found (not a source checkout)")
-    return path / "rolebench"
+    return path
+
+
+@pytest.fixture(scope="session")
+def rolebench_slice_dir(slice_data_dir):
+    """`tests/fixtures/rolebench-slice/rolebench`: the release files of the slice."""
+    return slice_data_dir / "rolebench"
 
 
 @pytest.fixture(scope="session")
@@ -89,8 +95,9 @@ def screenplay_dir(shared_data_dir):
 
 
 @pytest.fixture(scope="module")
-def zhenhuan(screenplay_dir):
-    """The 甄嬛传 profiles with their script dialogue, `{name: RoleProfile}` (read again for each test module)."""
+def zhenhuan(slice_data_dir):
+    """The 甄嬛传 profiles with their script dialogue, `{name: RoleProfile}` (read again for each test module), from
+    the slice: 华妃's script whole, the first acts of the others."""
     from rolellm.roles.release import read_screenplay_folder
 
-    return read_screenplay_folder(screenplay_dir / "profile_zhenhuan")
+    return read_screenplay_folder(slice_data_dir / "roleglm-screenplay" / "profile_zhenhuan")

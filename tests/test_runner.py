@@ -37,12 +37,11 @@ def _type_counts(rows):
 def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_path):
     """`test_full_release.py` checks the paper's figures on the full release; here the same run on the slice, with
     expectations from its files."""
-    rolebench_dir = rolebench_slice_dir
     english = run_benchmark(
         EvaluateConfig(
             model_name_or_path="rolegpt",
             dataset_name="en-instruction-role_specific",
-            data_dir=str(rolebench_dir),
+            data_dir=str(rolebench_slice_dir),
             output_dir=str(tmp_path / "en"),
         )
     )
@@ -50,18 +49,22 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
         EvaluateConfig(
             model_name_or_path="rolegpt",
             dataset_name="zh",
-            data_dir=str(rolebench_dir),
+            data_dir=str(rolebench_slice_dir),
             output_dir=str(tmp_path / "zh"),
         )
     )
-    english_rows = _released(rolebench_dir / f"{ENGLISH_SPE}/test.jsonl")
-    specific_rows = _released(rolebench_dir / "rolebench-zh/role_specific/test.jsonl")
-    general_rows = _released(rolebench_dir / "rolebench-zh/general/test.jsonl")
-    assert english["metrics"]["SPE"] == pytest.approx(rouge_l(*release_pairs(rolebench_dir, ENGLISH_SPE)), abs=1e-12)
-    spe = rouge_l(*release_pairs(rolebench_dir, "rolebench-zh/role_specific"))
+    english_rows = _released(rolebench_slice_dir / f"{ENGLISH_SPE}/test.jsonl")
+    specific_rows = _released(rolebench_slice_dir / "rolebench-zh/role_specific/test.jsonl")
+    general_rows = _released(rolebench_slice_dir / "rolebench-zh/general/test.jsonl")
+    assert english["metrics"]["SPE"] == pytest.approx(
+        rouge_l(*release_pairs(rolebench_slice_dir, ENGLISH_SPE)), abs=1e-12
+    )
+    spe = rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/role_specific"))
     assert chinese["metrics"]["SPE"] == pytest.approx(spe, abs=1e-12)
     assert round(spe, 4) == 0.2478  # the slice keeps the whole Chinese role-specific test: the paper's Table 4 SPE
-    assert chinese["metrics"]["CUS"] == pytest.approx(rouge_l(*release_pairs(rolebench_dir, "rolebench-zh/general")))
+    assert chinese["metrics"]["CUS"] == pytest.approx(
+        rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/general"))
+    )
     assert english["counts"] == {
         "rows": len(english_rows),
         "general": 0,
@@ -82,7 +85,7 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
     assert chinese["avg_over"] == ["CUS", "SPE"]
 
     # CUS of one role checked against the `rouge` package on the released files
-    folder = rolebench_dir / "rolebench-zh/general"
+    folder = rolebench_slice_dir / "rolebench-zh/general"
     answers = {
         r["question"]: r["generated"][0] for r in _released(folder / "rolegpt_baseline.jsonl") if r["role"] == "李白"
     }
@@ -98,10 +101,10 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
 
 
 @pytest.fixture(scope="module")
-def english_data_dir(rolebench_dir, tmp_path_factory):
+def english_data_dir(rolebench_slice_dir, tmp_path_factory):
     """The English test files beside a `profiles-eng/` folder for two of their roles (absent from the data here)."""
     folder = tmp_path_factory.mktemp("release")
-    os.symlink(rolebench_dir / "rolebench-eng", folder / "rolebench-eng")
+    os.symlink(rolebench_slice_dir / "rolebench-eng", folder / "rolebench-eng")
     profiles = {
         "Jack Sparrow": RoleProfile("Jack Sparrow", "en", "A witty, eccentric pirate captain.", ["Savvy?"]),
         "Sheldon Cooper": RoleProfile(
@@ -122,14 +125,14 @@ def _first_reference_responder(rows_by_prompt):
 
 
 @pytest.mark.parametrize("lang", ["zh", "en"])
-def test_run_on_endpoint_scores_and_resumes(lang, rolebench_dir, english_data_dir, tmp_path):
+def test_run_on_endpoint_scores_and_resumes(lang, rolebench_slice_dir, english_data_dir, tmp_path):
     if lang == "zh":
-        data_dir, name, roles = rolebench_dir, "zh", ["李白", "华妃"]
-        released = _released(rolebench_dir / "rolebench-zh/general/test.jsonl")
-        released += _released(rolebench_dir / "rolebench-zh/role_specific/test.jsonl")
+        data_dir, name, roles = rolebench_slice_dir, "zh", ["李白", "华妃"]
+        released = _released(rolebench_slice_dir / "rolebench-zh/general/test.jsonl")
+        released += _released(rolebench_slice_dir / "rolebench-zh/role_specific/test.jsonl")
     else:
         data_dir, name, roles = english_data_dir, "en-instruction-role_specific", ["Jack Sparrow", "Sheldon Cooper"]
-        released = _released(rolebench_dir / "rolebench-eng/instruction-generalization/role_specific/test.jsonl")
+        released = _released(rolebench_slice_dir / "rolebench-eng/instruction-generalization/role_specific/test.jsonl")
     # the endpoint answers every question with its first released reference, so CUS = SPE = 1 exactly
     answers = {(r["role"], r["question"].strip()): r["generated"][0] for r in released if r["role"] in roles}
     raw_file = tmp_path / "instructions-general.jsonl"
@@ -175,8 +178,10 @@ def test_run_on_endpoint_scores_and_resumes(lang, rolebench_dir, english_data_di
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lang", ["zh", "en"])
-def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_model_path, tmp_path):
-    data_dir, name = (rolebench_dir, "zh") if lang == "zh" else (english_data_dir, "en-instruction-role_specific")
+def test_run_with_tiny_local_model(lang, rolebench_slice_dir, english_data_dir, tiny_model_path, tmp_path):
+    data_dir, name = (
+        (rolebench_slice_dir, "zh") if lang == "zh" else (english_data_dir, "en-instruction-role_specific")
+    )
     roles = ["张飞"] if lang == "zh" else ["Jack Sparrow"]
     config = EvaluateConfig(
         model_name_or_path=str(tiny_model_path), dataset_name=name, data_dir=str(data_dir), roles=roles,
@@ -188,7 +193,7 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     assert len(records) == results["counts"]["rows"] == (4 if lang == "zh" else 2)
     # what was generated is what was scored: SPE recomputed from the saved answers with the `rouge` package
     released = {r["question"]: r["generated"] for r in _released(
-        rolebench_dir / ("rolebench-zh/role_specific/test.jsonl" if lang == "zh"
+        rolebench_slice_dir / ("rolebench-zh/role_specific/test.jsonl" if lang == "zh"
                          else "rolebench-eng/instruction-generalization/role_specific/test.jsonl"))}  # fmt: skip
     specific = [r for r in records if r["subset"] == "role_specific"]
     expected = [_paper_rouge_l(r["prediction"], released[r["question"]], lang) if r["prediction"].strip(". ") else 0.0
@@ -197,7 +202,7 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     assert results["model"] == tiny_model_path.name and results["mode"] == "zero-shot"
 
 
-def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path):
+def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_slice_dir, tmp_path):
     marker = "俺老孙来也"
 
     def judge(body):  # ranks first whichever answer carries the marker, in either position
@@ -213,7 +218,7 @@ def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path)
 
     with ChatCompletionsServer(lambda body: marker + "！") as model, ChatCompletionsServer(judge) as judge_server:
         config = EvaluateConfig(
-            model_name_or_path="served-model", base_url=model.base_url, dataset_name="zh", data_dir=str(rolebench_dir),
+            model_name_or_path="served-model", base_url=model.base_url, dataset_name="zh", data_dir=str(rolebench_slice_dir),
             roles=["孙悟空"], max_samples_per_role=2, judge_model="judge", judge_base_url=judge_server.base_url,
             output_dir=str(tmp_path),
         )  # fmt: skip
