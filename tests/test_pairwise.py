@@ -2,12 +2,10 @@
 win rate; what `rolellm evaluate` does when the judge is dead or talks nonsense."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.examples import run_example
 
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.judge.length_control import fit_length_logistic, length_controlled_win_rate
@@ -177,14 +175,9 @@ def test_dead_judge_garbage_verdicts_and_bad_baselines(rolebench_slice_dir, tmp_
 
 @pytest.mark.slow
 def test_example_judges_against_another_run(rolebench_slice_dir, tmp_path):
-    script = Path(__file__).resolve().parents[1] / "examples" / "judge_any_baseline.py"
-    run = subprocess.run(
-        [sys.executable, str(script), "--data_dir", str(rolebench_slice_dir), "--output_dir", str(tmp_path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    stdout = run_example("judge_any_baseline.py", "--data_dir", rolebench_slice_dir, "--output_dir", tmp_path)
     judged = json.loads((tmp_path / "talkative" / "results.json").read_text(encoding="utf-8"))["win_rate"]
     assert judged["baseline"] == "terse" and judged["judged"] == 40
     assert judged["lc_win_rate"] < judged["win_rate"] and judged["model_length"] > judged["baseline_length"]
-    assert f"raw win rate {judged['win_rate']:.2%}, length-controlled {judged['lc_win_rate']:.2%}" in run.stdout
+    assert f"raw win rate {judged['win_rate']:.2%}, length-controlled {judged['lc_win_rate']:.2%}" in stdout
     assert (tmp_path / "talkative" / "results.html").is_file() and (tmp_path / "talkative" / "win_rate.svg").is_file()
