@@ -34,8 +34,8 @@ for key, folder in json.loads(sys.argv[1]).items():
     if kind == "merged":  # plain transformers, nothing of rolellm in the loading
         model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
         generator = pipeline("text-generation", model=folder)
-    elif kind == "pipeline":  # transformers loads the base named in adapter_config.json, then the adapter
-        generator = pipeline("text-generation", model=folder, tokenizer=folder)
+    elif kind in ("pipeline", "alone"):  # transformers loads the base named in adapter_config.json, then the adapter
+        generator = pipeline("text-generation", model=folder, **({"tokenizer": folder} if kind == "pipeline" else {}))
         model, tokenizer = generator.model, generator.tokenizer
     else:
         model, tokenizer = load_model_and_tokenizer(folder)
@@ -50,7 +50,8 @@ print(json.dumps(out))
 
 def run_fresh(folders: dict) -> dict:
     """Generate in a new Python process from each folder; returns key -> tokens, pipeline answer, template (a key is
-    `adapter`, `merged` or `pipeline`, or `<group>/` and one of these)."""
+    `adapter`, `merged`, `pipeline` (`pipeline(model=DIR, tokenizer=DIR)`) or `alone` (`pipeline(model=DIR)`), or
+    `<group>/` and one of these)."""
     done = subprocess.run([sys.executable, "-c", GENERATE, json.dumps({k: str(v) for k, v in folders.items()})],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -154,12 +155,24 @@ def merged_exports(resized_lora, qlora, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fresh(merged_exports, cli_lora):
+def instruct_lora(tmp_path_factory, tiny_tokenizer):
+    """An adapter trained on a base whose tokenizer has a chat template already (an instruct model)."""
+    from rolellm.testing.models import build_tiny_llama
+
+    folder = tmp_path_factory.mktemp("instruct")
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = ROLE_CHAT_TEMPLATE
+    return train_adapter(folder, build_tiny_llama(folder / "instruct", tokenizer=tokenizer))
+
+
+@pytest.fixture(scope="module")
+def fresh(merged_exports, cli_lora, instruct_lora):
     """One new Python process generating from every folder the fresh-process tests read (one start, not three)."""
     (resized, resized_merged), (qlora_adapter, qlora_merged) = merged_exports["resized"], merged_exports["qlora"]
     folders = {"resized": {"adapter": resized, "merged": resized_merged},
                "quantized": {"adapter": qlora_adapter, "merged": qlora_merged, "pipeline": qlora_adapter},
-               "cli": {"adapter": cli_lora, "pipeline": cli_lora}}  # fmt: skip
+               "cli": {"adapter": cli_lora, "pipeline": cli_lora},
+               "instruct": {"alone": instruct_lora}}  # fmt: skip
     flat = run_fresh({f"{group}/{kind}": path for group, kinds in folders.items() for kind, path in kinds.items()})
     return {group: {kind: flat[f"{group}/{kind}"] for kind in kinds} for group, kinds in folders.items()}
 
@@ -246,21 +259,9 @@ def test_export_without_merge_keeps_the_adapter_drops_trainer_state_and_pushes(c
 
 
 @pytest.mark.slow
-def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(tmp_path, tiny_tokenizer):
+def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(fresh):
     """A base with a chat template (an instruct model) keeps it: `pipeline(model=DIR)` needs nothing else."""
-    from rolellm.testing.models import build_tiny_llama
-
-    tokenizer = copy.deepcopy(tiny_tokenizer)
-    tokenizer.chat_template = ROLE_CHAT_TEMPLATE
-    adapter = train_adapter(tmp_path, build_tiny_llama(tmp_path / "instruct", tokenizer=tokenizer))
-    script = (
-        "import sys\nfrom transformers import pipeline\n"
-        "generator = pipeline('text-generation', model=sys.argv[1])\n"
-        "print(generator([{'role': 'user', 'content': 'Who are you?'}], max_new_tokens=4)[0]['generated_text'][-1])"
-    )
-    done = subprocess.run([sys.executable, "-c", script, str(adapter)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "'role': 'assistant'" in done.stdout
+    assert fresh["instruct"]["alone"]["pipeline_role"] == "assistant"
 
 
 def test_a_full_checkpoint_exports_without_its_trainer_state(tmp_path, tiny_model_path, capsys):
