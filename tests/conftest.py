@@ -37,13 +37,43 @@ def tiny_model_path(tmp_path_factory, tiny_tokenizer):
     return testing.build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer=tiny_tokenizer)
 
 
+FULL_RELEASE_MISSING = "needs the full RoleBench release (the paper's exact figures): set ROLEBENCH_DATA_DIR or place it at ../shared/data"
+
+
 @pytest.fixture(scope="session")
 def shared_data_dir():
-    """The real RoleBench files (`$ROLEBENCH_DATA_DIR` or `../shared/data`); skips the test when absent."""
-    path = testing_data.find_rolebench_data()
+    """The real data folder: `$ROLEBENCH_DATA_DIR` or `../shared/data`, else the slice of it in
+    `tests/fixtures/rolebench-slice` (a few hundred real rows per file, same layout)."""
+    path = testing_data.find_test_data()
     if path is None:
-        pytest.skip("real RoleBench data not found: set ROLEBENCH_DATA_DIR or place it at ../shared/data")
+        pytest.skip("no RoleBench data: neither ROLEBENCH_DATA_DIR, ../shared/data nor tests/fixtures/rolebench-slice")
     return path
+
+
+@pytest.fixture(scope="session")
+def full_release_dir():
+    """The full data folder (`$ROLEBENCH_DATA_DIR` or `../shared/data`), for the few tests of the paper's exact
+    figures; skips the test when only the slice is there."""
+    path = testing_data.find_rolebench_data()
+    if path is None or not (path / "rolebench").is_dir() or path.resolve() == testing_data.ROLEBENCH_SLICE.resolve():
+        pytest.skip(FULL_RELEASE_MISSING)
+    return path
+
+
+@pytest.fixture(scope="session")
+def slice_data_dir():
+    """`tests/fixtures/rolebench-slice` even when the full data is there: real rows for tests whose assertions do not
+    depend on the data's size, at a fraction of the cost (same layout as the full data folder)."""
+    path = testing_data.find_rolebench_slice()
+    if path is None:
+        pytest.skip("tests/fixtures/rolebench-slice not found (not a source checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def rolebench_slice_dir(slice_data_dir):
+    """`tests/fixtures/rolebench-slice/rolebench`: the release files of the slice."""
+    return slice_data_dir / "rolebench"
 
 
 @pytest.fixture(scope="session")
@@ -65,8 +95,9 @@ def screenplay_dir(shared_data_dir):
 
 
 @pytest.fixture(scope="module")
-def zhenhuan(screenplay_dir):
-    """The 甄嬛传 profiles with their script dialogue, `{name: RoleProfile}` (read again for each test module)."""
+def zhenhuan(slice_data_dir):
+    """The 甄嬛传 profiles with their script dialogue, `{name: RoleProfile}` (read again for each test module), from
+    the slice: 华妃's script whole, the first acts of the others."""
     from rolellm.roles.release import read_screenplay_folder
 
-    return read_screenplay_folder(screenplay_dir / "profile_zhenhuan")
+    return read_screenplay_folder(slice_data_dir / "roleglm-screenplay" / "profile_zhenhuan")

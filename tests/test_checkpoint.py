@@ -30,12 +30,13 @@ from rolellm.clients.loading import load_model_and_tokenizer
 
 messages = [{"role": "system", "content": "You are Jack Sparrow."}, {"role": "user", "content": "Who are you?"}]
 out = {}
-for kind, folder in json.loads(sys.argv[1]).items():
+for key, folder in json.loads(sys.argv[1]).items():
+    kind = key.rsplit("/", 1)[-1]  # "<group>/<kind>": several groups of folders in one process
     if kind == "merged":  # plain transformers, nothing of rolellm in the loading
         model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
         generator = pipeline("text-generation", model=folder)
-    elif kind == "pipeline":  # transformers loads the base named in adapter_config.json, then the adapter
-        generator = pipeline("text-generation", model=folder, tokenizer=folder)
+    elif kind in ("pipeline", "alone"):  # transformers loads the base named in adapter_config.json, then the adapter
+        generator = pipeline("text-generation", model=folder, **({"tokenizer": folder} if kind == "pipeline" else {}))
         model, tokenizer = generator.model, generator.tokenizer
     else:
         model, tokenizer = load_model_and_tokenizer(folder)
@@ -43,13 +44,15 @@ for kind, folder in json.loads(sys.argv[1]).items():
     ids = encode_chat(tokenizer, messages, add_generation_prompt=True)["input_ids"]
     tokens = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
     text = generator(messages, max_new_tokens=4, do_sample=False)[0]["generated_text"][-1]
-    out[kind] = {"tokens": tokens, "pipeline_role": text["role"], "template": tokenizer.chat_template}
+    out[key] = {"tokens": tokens, "pipeline_role": text["role"], "template": tokenizer.chat_template}
 print(json.dumps(out))
 """
 
 
 def run_fresh(folders: dict) -> dict:
-    """Generate in a new Python process from each folder; returns kind -> tokens, pipeline answer, template."""
+    """Generate in a new Python process from each folder; returns key -> tokens, pipeline answer, template (a key is
+    `adapter`, `merged`, `pipeline` (`pipeline(model=DIR, tokenizer=DIR)`) or `alone` (`pipeline(model=DIR)`), or
+    `<group>/` and one of these)."""
     done = subprocess.run([sys.executable, "-c", GENERATE, json.dumps({k: str(v) for k, v in folders.items()})],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -158,12 +161,44 @@ def test_resized_adapter_saves_the_new_embedding_rows(resized_lora):
     assert json.loads((resized_lora / "generation_config.json").read_text())["eos_token_id"][-1] == vocab - 1
 
 
-@pytest.mark.slow
-def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(resized_lora, qlora, tmp_path):
-    folders = {}
+@pytest.fixture(scope="module")
+def merged_exports(resized_lora, qlora, tmp_path_factory):
+    """`rolellm export --merge` of the resized adapter and the QLoRA adapter: name -> (adapter, merged folder)."""
+    folder = tmp_path_factory.mktemp("merged")
+    exports = {}
     for name, adapter in (("resized", resized_lora), ("qlora", qlora)):
-        merged = tmp_path / f"{name}-merged"
+        merged = folder / f"{name}-merged"
         assert cli.main(["export", str(adapter), "--merge", "--output_dir", str(merged)]) == 0
+        exports[name] = (adapter, merged)
+    return exports
+
+
+@pytest.fixture(scope="module")
+def instruct_lora(tmp_path_factory, tiny_tokenizer):
+    """An adapter trained on a base whose tokenizer has a chat template already (an instruct model)."""
+    from rolellm.testing.models import build_tiny_llama
+
+    folder = tmp_path_factory.mktemp("instruct")
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = ROLE_CHAT_TEMPLATE
+    return train_adapter(folder, build_tiny_llama(folder / "instruct", tokenizer=tokenizer))
+
+
+@pytest.fixture(scope="module")
+def fresh(merged_exports, cli_lora, instruct_lora):
+    """One new Python process generating from every folder the fresh-process tests read (one start, not three)."""
+    (resized, resized_merged), (qlora_adapter, qlora_merged) = merged_exports["resized"], merged_exports["qlora"]
+    folders = {"resized": {"adapter": resized, "merged": resized_merged},
+               "quantized": {"adapter": qlora_adapter, "merged": qlora_merged, "pipeline": qlora_adapter},
+               "cli": {"adapter": cli_lora, "pipeline": cli_lora},
+               "instruct": {"alone": instruct_lora}}  # fmt: skip
+    flat = run_fresh({f"{group}/{kind}": path for group, kinds in folders.items() for kind, path in kinds.items()})
+    return {group: {kind: flat[f"{group}/{kind}"] for kind in kinds} for group, kinds in folders.items()}
+
+
+@pytest.mark.slow
+def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(merged_exports, fresh, resized_lora):
+    for name, (_, merged) in merged_exports.items():
         assert not (merged / "adapter_config.json").exists() and (merged / "model.safetensors").is_file()
         assert load_profiles(merged) == PROFILES and (merged / "chat_template.jinja").is_file()
         card = (merged / "README.md").read_text()
@@ -171,9 +206,7 @@ def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(resize
         assert "AutoPeftModelForCausalLM" not in card
         if name == "qlora":
             assert "QLoRA, the frozen base weights quantized during training; the merged weights are not" in card
-        folders[f"{name}-adapter"], folders[f"{name}-merged"] = adapter, merged
-    resized = run_fresh({"adapter": folders["resized-adapter"], "merged": folders["resized-merged"]})
-    quantized = run_fresh({"adapter": qlora, "merged": folders["qlora-merged"], "pipeline": qlora})
+    resized, quantized = fresh["resized"], fresh["quantized"]
     assert quantized["pipeline"]["tokens"] == quantized["adapter"]["tokens"]
     for result in (resized, quantized):
         assert result["adapter"]["tokens"] == result["merged"]["tokens"] and len(result["merged"]["tokens"]) > 0
@@ -181,12 +214,12 @@ def test_adapter_folders_and_their_merged_export_agree_in_fresh_processes(resize
         assert result["merged"]["pipeline_role"] == "assistant"  # pipeline(model=merged folder) alone
     # the added tokens exist only in the adapter's tokenizer: ids past the base vocabulary were generated from
     vocab = len(AutoTokenizer.from_pretrained(resized_lora.parent / "base"))
-    assert len(AutoTokenizer.from_pretrained(folders["resized-merged"])) == vocab + 2
+    assert len(AutoTokenizer.from_pretrained(merged_exports["resized"][1])) == vocab + 2
 
 
 @pytest.mark.slow
-def test_pipeline_loads_an_adapter_folder_with_its_tokenizer(cli_lora):
-    result = run_fresh({"adapter": cli_lora, "pipeline": cli_lora})
+def test_pipeline_loads_an_adapter_folder_with_its_tokenizer(fresh):
+    result = fresh["cli"]
     assert result["pipeline"]["tokens"] == result["adapter"]["tokens"] and result["pipeline"]["tokens"]
     assert result["pipeline"]["template"] == ROLE_CHAT_TEMPLATE and result["pipeline"]["pipeline_role"] == "assistant"
 
@@ -200,12 +233,11 @@ def test_local_chat_client_loads_a_resized_adapter_folder(resized_lora):
 
 @pytest.mark.slow
 def test_rolellm_evaluate_reads_an_adapter_folder(cli_lora, mini, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "rolellm", "evaluate", "--model_name_or_path", str(cli_lora), "--dataset_name", "zh",
-         "--data_dir", str(mini), "--output_dir", str(tmp_path / "eval"), "--max_new_tokens", "6", "--device", "cpu"],
-        capture_output=True, text=True, timeout=600,
+    code = cli.main(
+        ["evaluate", "--model_name_or_path", str(cli_lora), "--dataset_name", "zh",
+         "--data_dir", str(mini), "--output_dir", str(tmp_path / "eval"), "--max_new_tokens", "6", "--device", "cpu"]
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert code == 0
     records = [json.loads(line) for line in (tmp_path / "eval" / "generations.jsonl").read_text().splitlines()]
     assert len(records) == 4 and all(isinstance(r["prediction"], str) for r in records)
 
@@ -246,21 +278,9 @@ def test_export_without_merge_keeps_the_adapter_drops_trainer_state_and_pushes(c
 
 
 @pytest.mark.slow
-def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(tmp_path, tiny_tokenizer):
+def test_pipeline_loads_an_adapter_folder_alone_when_the_base_has_the_template(fresh):
     """A base with a chat template (an instruct model) keeps it: `pipeline(model=DIR)` needs nothing else."""
-    from rolellm.testing.models import build_tiny_llama
-
-    tokenizer = copy.deepcopy(tiny_tokenizer)
-    tokenizer.chat_template = ROLE_CHAT_TEMPLATE
-    adapter = train_adapter(tmp_path, build_tiny_llama(tmp_path / "instruct", tokenizer=tokenizer))
-    script = (
-        "import sys\nfrom transformers import pipeline\n"
-        "generator = pipeline('text-generation', model=sys.argv[1])\n"
-        "print(generator([{'role': 'user', 'content': 'Who are you?'}], max_new_tokens=4)[0]['generated_text'][-1])"
-    )
-    done = subprocess.run([sys.executable, "-c", script, str(adapter)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "'role': 'assistant'" in done.stdout
+    assert fresh["instruct"]["alone"]["pipeline_role"] == "assistant"
 
 
 def test_a_full_checkpoint_exports_without_its_trainer_state(tmp_path, tiny_model_path, capsys):

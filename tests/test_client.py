@@ -4,13 +4,11 @@ import asyncio
 import json
 import logging
 import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from fixtures.examples import run_example
 
 from rolellm.clients.base import REASK_SEED_STRIDE, ChatRequest, EndpointError
 from rolellm.clients.budget import RateLimiter
@@ -338,11 +336,10 @@ def test_estimate_counts_prompt_and_completion_tokens_before_sending():
 
 @pytest.mark.slow
 def test_example_script_runs_offline():
-    example = Path(__file__).resolve().parents[1] / "examples" / "chat_clients.py"
-    output = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
-    assert "requests received by the server: 9 (3 faults retried)" in output.stdout
-    assert "re-run: 6 answers from the cache, 0 sent" in output.stdout
-    assert "local usage: requests=6, cached=0" in output.stdout
+    stdout = run_example("chat_clients.py")
+    assert "requests received by the server: 9 (3 faults retried)" in stdout
+    assert "re-run: 6 answers from the cache, 0 sent" in stdout
+    assert "local usage: requests=6, cached=0" in stdout
 
 
 def test_a_storm_of_mixed_faults_under_concurrency_loses_nothing(tmp_path, backend):

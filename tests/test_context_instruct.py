@@ -208,8 +208,8 @@ ContextInstruct(ContextInstructConfig(max_segment_tokens=300)).generate(client, 
 
 
 @pytest.mark.slow
-def test_killed_job_restarts_without_resending(zhenhuan, tmp_path, shared_data_dir):
-    folder = str(shared_data_dir / "roleglm-screenplay" / "profile_zhenhuan")
+def test_killed_job_restarts_without_resending(zhenhuan, tmp_path, slice_data_dir):
+    folder = str(slice_data_dir / "roleglm-screenplay" / "profile_zhenhuan")
     script = tmp_path / "job.py"
     script.write_text(_JOB, encoding="utf-8")
     responder = ContextInstructResponder(block_at=6)

@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 
@@ -190,16 +191,28 @@ def test_unknown_config_and_split(mini_release, cache):
 # -- the real release ------------------------------------------------------------------------------------------
 
 
+def lines(path):
+    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def file_counts(folder, splits=("train", "test", "rolegpt_baseline")):
+    return {split: lines(folder / f"{split}.jsonl") for split in splits}
+
+
 @pytest.mark.slow
 def test_real_release_builds_with_the_release_counts(rolebench_dir, cache):
-    assert counts(load_rolebench("zh-general", data_dir=rolebench_dir, cache_dir=cache)) == {
-        "train": 5933, "test": 1451, "rolegpt_baseline": 7395}  # fmt: skip
-    assert counts(load_rolebench("zh-role_specific", data_dir=rolebench_dir, cache_dir=cache)) == {
-        "train": 1535, "test": 239, "rolegpt_baseline": 239}  # fmt: skip
+    """As many rows as the files (the full release's counts are in `test_full_release.py`)."""
+    zh = rolebench_dir / "rolebench-zh"
+    assert counts(load_rolebench("zh-general", data_dir=rolebench_dir, cache_dir=cache)) == file_counts(zh / "general")
+    assert counts(load_rolebench("zh-role_specific", data_dir=rolebench_dir, cache_dir=cache)) == file_counts(
+        zh / "role_specific"
+    )
     english = load_rolebench("en-instruction-role_specific", data_dir=rolebench_dir, cache_dir=cache,
                              splits=["test", "rolegpt_baseline"])  # fmt: skip
-    assert counts(english) == {"test": 4750, "rolegpt_baseline": 4750}
-    assert len(set(english["test"]["role"])) == 95
+    folder = rolebench_dir / "rolebench-eng/instruction-generalization/role_specific"
+    assert counts(english) == file_counts(folder, ("test", "rolegpt_baseline"))
+    roles = {json.loads(line)["role"] for line in (folder / "test.jsonl").read_text(encoding="utf-8").splitlines()}
+    assert set(english["test"]["role"]) == roles and len(roles) > 1
     profiles = load_rolebench_profiles("zh", data_dir=rolebench_dir, cache_dir=cache)
     assert sorted(profiles) == ["华妃", "孙悟空", "张飞", "李白", "皇帝"]
     assert complete_configs(rolebench_dir) == ["zh", "zh-general", "zh-role_specific", "profiles-zh"]
@@ -208,6 +221,8 @@ def test_real_release_builds_with_the_release_counts(rolebench_dir, cache):
 @pytest.mark.slow
 def test_real_release_rows_join_their_profiles(rolebench_dir, cache):
     dataset = load_rolebench("zh", data_dir=rolebench_dir, cache_dir=cache, with_profile=True)
-    assert counts(dataset) == {"train": 7468, "test": 1690, "rolegpt_baseline": 7634}
+    zh = rolebench_dir / "rolebench-zh"
+    general, specific = file_counts(zh / "general"), file_counts(zh / "role_specific")
+    assert counts(dataset) == {split: general[split] + specific[split] for split in general}  # 7468, 1690, 7634
     emperor = dataset["test"].filter(lambda row: row["role"] == "皇帝")
     assert {tuple(c) for c in emperor["catchphrases"]} == {("朕", "本皇")}

@@ -6,7 +6,7 @@ from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.roles.profile import DataFormatError
 
 
-# (file, subset, lang) -> rows, as the release has them
+# (file, subset, lang) -> rows, as the release has them (`test_full_release.py` checks the counts)
 RELEASE_FILES = {
     ("rolebench-zh/general/train.jsonl", "general", "zh"): 5933,
     ("rolebench-zh/general/test.jsonl", "general", "zh"): 1451,
@@ -19,13 +19,16 @@ RELEASE_FILES = {
 }
 
 
-@pytest.mark.parametrize(("key", "count"), RELEASE_FILES.items(), ids=[k[0] for k in RELEASE_FILES])
-def test_release_files_read_with_release_counts(rolebench_dir, key, count):
+def released_records(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("key", RELEASE_FILES, ids=[k[0] for k in RELEASE_FILES])
+def test_release_files_read_as_released(rolebench_dir, key):
     file, subset, lang = key
     rows = read_rolebench_jsonl(rolebench_dir / file, subset, lang)
-    assert len(rows) == count
-    lines = (rolebench_dir / file).read_text(encoding="utf-8").splitlines()
-    released = [json.loads(line) for line in lines if line.strip()]
+    released = released_records(rolebench_dir / file)
+    assert len(rows) == len(released) > 0
     for row, record in zip(rows, released, strict=True):
         assert set(row) == {"role", "question", "generated", "type", "subset", "lang"}
         assert row["subset"] == subset and row["lang"] == lang
@@ -41,9 +44,10 @@ def test_release_files_read_with_release_counts(rolebench_dir, key, count):
 def test_type_becomes_a_list_per_reference(rolebench_dir):
     train = read_rolebench_jsonl(rolebench_dir / "rolebench-zh/role_specific/train.jsonl", "role_specific", "zh")
     test = read_rolebench_jsonl(rolebench_dir / "rolebench-zh/role_specific/test.jsonl", "role_specific", "zh")
-    assert sum(row["type"] == ["script_based"] for row in train) == 912
-    assert sum(row["type"] == ["script_agnostic"] for row in train) == 623
-    assert sum(len(row["type"]) for row in test) == 240  # one row has two references
+    released = released_records(rolebench_dir / "rolebench-zh/role_specific/train.jsonl")
+    for kind in ("script_based", "script_agnostic"):
+        assert sum(row["type"] == [kind] for row in train) == sum(r["type"] == kind for r in released) > 0
+    assert sum(len(row["type"]) for row in test) == 240  # one row has two references (the test file is whole)
     general = read_rolebench_jsonl(rolebench_dir / "rolebench-zh/general/train.jsonl", "general", "zh")
     assert all(row["type"] == [] for row in general)
 
@@ -57,7 +61,7 @@ def test_text_stays_as_released(rolebench_dir):
     ]
     assert rows[0]["question"].startswith(" John Coffey, what are")  # the English leading space is kept
     assert any(answer.endswith(" ") for row in rows for answer in row["generated"])
-    assert len({row["role"] for row in rows}) == 95
+    assert len({row["role"] for row in rows}) == len({r["role"] for r in released}) > 1
     assert "Dr. Frank-N-Furter" in {row["role"] for row in rows}
 
 

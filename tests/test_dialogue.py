@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from fixtures.examples import run_example
 
 from rolellm.clients.local import LocalChatClient
 from rolellm.clients.openai_compatible import OpenAIChatClient
@@ -359,18 +360,13 @@ def test_cli_generates_scenarios_and_exits_1_on_judge_failures(tmp_path, capsys)
 
 @pytest.mark.slow
 def test_multi_turn_example_runs_offline(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    done = subprocess.run(
-        [sys.executable, "examples/multi_turn_eval.py", "--output_dir", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    stdout = run_example("multi_turn_eval.py", "--output_dir", tmp_path)
     transcripts = read_transcripts(tmp_path / TRANSCRIPTS_NAME)
     assert [len(t["turns"]) for t in transcripts] == [4, 3, 4, 4, 4, 4] and all(t["complete"] for t in transcripts)
     assert json.loads((tmp_path / "scores.json").read_text())["failures"]["count"] == 0
     agreement = json.loads((tmp_path / "agreement.json").read_text())
     assert set(agreement["scores"]) == {"character_consistency", "speaking_style", "in_character"}
-    assert "| character_consistency | 6 |" in done.stdout
+    assert "| character_consistency | 6 |" in stdout
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "## Agreement with people" in report and "| 孙悟空 |" in report
     assert "孙悟空" in (tmp_path / "radar.svg").read_text(encoding="utf-8")

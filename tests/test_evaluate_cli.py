@@ -9,10 +9,10 @@ from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.scripts import cli
 
 
-def test_recipe_and_flags_give_the_api_result(rolebench_dir, tmp_path, capsys):
+def test_recipe_and_flags_give_the_api_result(rolebench_slice_dir, tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
-        f"model_name_or_path: rolegpt\ndataset_name: zh-role_specific\ndata_dir: {rolebench_dir}\n"
+        f"model_name_or_path: rolegpt\ndataset_name: zh-role_specific\ndata_dir: {rolebench_slice_dir}\n"
         f"output_dir: {tmp_path / 'cli'}\nroles: [张飞]\n",
         encoding="utf-8",
     )
@@ -23,7 +23,7 @@ def test_recipe_and_flags_give_the_api_result(rolebench_dir, tmp_path, capsys):
     assert saved["config"]["roles"] == ["李白", "华妃"] and set(saved["per_role"]) == {"李白", "华妃"}
     api = run_benchmark(
         EvaluateConfig(
-            client=ClientConfig("rolegpt"), dataset_name="zh-role_specific", data_dir=str(rolebench_dir),
+            client=ClientConfig("rolegpt"), dataset_name="zh-role_specific", data_dir=str(rolebench_slice_dir),
             roles=["李白", "华妃"], output_dir=str(tmp_path / "api"),
         )
     )  # fmt: skip

@@ -75,7 +75,8 @@ def test_cli_rolegpt_from_recipe_against_server(screenplay_dir, shared_data_dir,
 
 
 def test_cli_profile_against_server(screenplay_dir, tmp_path):
-    reply = json.dumps({"description": "齐天大圣，神通广大。", "catchphrases": ["俺老孙"]}, ensure_ascii=False)
+    # a catchphrase he says in the script's first acts (the slice's), so the describer keeps it
+    reply = json.dumps({"description": "齐天大圣，神通广大。", "catchphrases": ["师父"]}, ensure_ascii=False)
     with ChatCompletionsServer(lambda body: reply) as server:
         code = main(
             ["generate", "describe", "--config", str(RECIPES / "generate_profile.yaml"),
@@ -84,7 +85,7 @@ def test_cli_profile_against_server(screenplay_dir, tmp_path):
         )  # fmt: skip
     assert code == 0
     desc = json.loads((tmp_path / "profiles-zh" / "desc.json").read_text("utf-8"))
-    assert desc == {"孙悟空": "齐天大圣，神通广大。常用口头禅是：“俺老孙”"}
+    assert desc == {"孙悟空": "齐天大圣，神通广大。常用口头禅是：“师父”"}
 
 
 def test_cli_rejects_bad_choice(capsys):

@@ -21,25 +21,25 @@ def test_tasks_ship_in_the_package():
     assert (folder / "_default_template_yaml").is_file() and (folder / "utils.py").is_file()
 
 
-def test_documents_carry_the_role_system_instruction(rolebench_dir, monkeypatch):
+def test_documents_carry_the_role_system_instruction(rolebench_slice_dir, monkeypatch):
     from rolellm.data.builder import load_rolebench_profiles
 
-    monkeypatch.setenv("ROLEBENCH_RELEASE_DIR", str(rolebench_dir))  # no data_dir metadata: the variable is used
+    monkeypatch.setenv("ROLEBENCH_RELEASE_DIR", str(rolebench_slice_dir))  # no data_dir metadata: the variable is used
     docs = load_docs("zh", "role_specific", version=1.0)["test"]
     assert len(docs) == 239
-    profile = load_rolebench_profiles("zh", data_dir=rolebench_dir)[docs[0]["role"]]
+    profile = load_rolebench_profiles("zh", data_dir=rolebench_slice_dir)[docs[0]["role"]]
     assert docs[0]["system"] == build_system_instruction(profile, lang="zh") and docs[0]["lang"] == "zh"
     with pytest.raises(FileNotFoundError, match="instructions-zh/instructions-general.jsonl does not exist"):
-        load_docs("zh", "general", targets="raw", data_dir=str(rolebench_dir))
+        load_docs("zh", "general", targets="raw", data_dir=str(rolebench_slice_dir))
 
 
 @pytest.mark.slow
-def test_lm_eval_reports_rolellms_rouge_l_on_its_logged_samples(rolebench_dir, tiny_model_path, monkeypatch):
+def test_lm_eval_reports_rolellms_rouge_l_on_its_logged_samples(rolebench_slice_dir, tiny_model_path, monkeypatch):
     from lm_eval.tasks import TaskManager
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    tasks = TaskManager(include_path=rolellm.lm_eval_tasks_dir(), metadata={"data_dir": str(rolebench_dir)})
+    tasks = TaskManager(include_path=rolellm.lm_eval_tasks_dir(), metadata={"data_dir": str(rolebench_slice_dir)})
     output = lm_eval.simple_evaluate(
         model="hf", model_args=f"pretrained={tiny_model_path},dtype=float32",
         tasks=["rolebench_zh_spe", "rolebench_zh_cus"],

@@ -2,8 +2,6 @@
 profiles; its usage example runs; it holds no secret and claims no data the run was not given."""
 
 import re
-import subprocess
-import sys
 
 import datasets
 import pytest
@@ -36,7 +34,7 @@ def card_of(trainer, folder):
     return yaml.safe_load(front), body
 
 
-def test_lora_prefix_sharing_card_and_its_usage_example_runs(tmp_path, tiny_model_path):
+def test_lora_prefix_sharing_card_and_its_usage_example_runs(tmp_path, tiny_model_path, monkeypatch):
     args = config(tmp_path, prefix_sharing=True, max_length=512, max_steps=1, per_device_train_batch_size=2)
     trainer = RoCITTrainer(str(tiny_model_path), args=args, train_dataset=rows(), profiles=PROFILES, peft_config=lora(),
                            dataset_name="ZenMoore/RoleBench", dataset_configs={"zh": 2, "en": 2})  # fmt: skip
@@ -54,8 +52,10 @@ def test_lora_prefix_sharing_card_and_its_usage_example_runs(tmp_path, tiny_mode
     assert "encode_chat(tokenizer, messages, add_generation_prompt=True)" in body
     assert "apply_chat_template(messages" not in body
     [example] = re.findall(r"```python\n(.*?)```", body, flags=re.DOTALL)
-    done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)  # the example names its folder relative to where the card is
+    exec(
+        compile(example, "README.md usage example", "exec"), {"__name__": "__main__"}
+    )  # in this process: no imports to pay again
 
 
 def test_trl_packing_full_training_custom_system_template_card(tmp_path, tiny_model_path):

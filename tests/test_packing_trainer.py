@@ -10,11 +10,11 @@ from rolellm.training.trainer import RoCITTrainer
 
 
 @pytest.fixture(scope="module")
-def chinese_rows(rolebench_dir):
+def chinese_rows(rolebench_slice_dir):
     """A fixed sample of the real Chinese RoleBench train rows: 2 general + 1 role-specific rows of 3 roles."""
     from rolellm.data.readers import read_rolebench_jsonl
 
-    root = rolebench_dir / "rolebench-zh"
+    root = rolebench_slice_dir / "rolebench-zh"
     rows = read_rolebench_jsonl(root / "general" / "train.jsonl", "general", "zh")
     rows += read_rolebench_jsonl(root / "role_specific" / "train.jsonl", "role_specific", "zh")
     picked, seen = [], {}
@@ -27,8 +27,8 @@ def chinese_rows(rolebench_dir):
 
 
 @pytest.fixture(scope="module")
-def profiles(rolebench_dir):
-    return load_profiles(rolebench_dir / "profiles-zh")
+def profiles(rolebench_slice_dir):
+    return load_profiles(rolebench_slice_dir / "profiles-zh")
 
 
 def config(tmp_path, **overrides):
@@ -137,7 +137,7 @@ trainer.end()  # destroys the process group: a rank leaving with it alive can ab
 
 @pytest.mark.slow
 def test_ddp_ranks_take_whole_rows_and_match_one_process(
-    tmp_path, tiny_model_path, rolebench_dir, chinese_rows, profiles
+    tmp_path, tiny_model_path, rolebench_slice_dir, chinese_rows, profiles
 ):
     """Two CPU processes, one packed row each per step, reach the parameters of one process taking both rows."""
     import json
@@ -146,7 +146,7 @@ def test_ddp_ranks_take_whole_rows_and_match_one_process(
 
     (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
     (tmp_path / "rows.json").write_text(json.dumps(chinese_rows.to_list(), ensure_ascii=False))
-    profiles_path = str(rolebench_dir / "profiles-zh")
+    profiles_path = str(rolebench_slice_dir / "profiles-zh")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(tmp_path / "ddp.py"),
                str(tiny_model_path), str(tmp_path / "rows.json"), profiles_path, str(tmp_path / "ddp")]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)

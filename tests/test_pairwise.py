@@ -2,12 +2,10 @@
 win rate; what `rolellm evaluate` does when the judge is dead or talks nonsense."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.examples import run_example
 
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.judge.length_control import fit_length_logistic, length_controlled_win_rate
@@ -93,30 +91,30 @@ def test_length_control_keeps_a_verdict_that_does_not_follow_length():
     assert np.isnan(length_controlled_win_rate(np.array([]), np.array([]), np.array([])).win_rate)
 
 
-def _evaluate(rolebench_dir, output_dir, base_url, *extra):
+def _evaluate(rolebench_slice_dir, output_dir, base_url, *extra):
     return cli.main([
         "evaluate", "--model_name_or_path", "served", "--base_url", base_url, "--dataset_name", "zh",
-        "--data_dir", str(rolebench_dir), "--roles", "孙悟空", "--max_samples_per_role", "2",
+        "--data_dir", str(rolebench_slice_dir), "--roles", "孙悟空", "--max_samples_per_role", "2",
         "--output_dir", str(output_dir), "--max_retries", "0", *extra,
     ])  # fmt: skip
 
 
-def test_judged_against_another_runs_folder_and_a_baseline_model(rolebench_dir, tmp_path, capsys):
+def test_judged_against_another_runs_folder_and_a_baseline_model(rolebench_slice_dir, tmp_path, capsys):
     with (
         ChatCompletionsServer(lambda body: "俺老孙来也！师父莫慌，待俺去看看那妖怪。") as model,
         ChatCompletionsServer(lambda body: "来也。") as other,
         ChatCompletionsServer(longer_first) as judge,
     ):
-        assert _evaluate(rolebench_dir, tmp_path / "other", other.base_url) == 0
+        assert _evaluate(rolebench_slice_dir, tmp_path / "other", other.base_url) == 0
         judge_flags = ["--judge_model", "judge", "--judge_base_url", judge.base_url]
         code = _evaluate(
-            rolebench_dir, tmp_path / "run", model.base_url, *judge_flags, "--baseline", str(tmp_path / "other")
+            rolebench_slice_dir, tmp_path / "run", model.base_url, *judge_flags, "--baseline", str(tmp_path / "other")
         )
         assert code == 0
         printed = capsys.readouterr().out
         # the same baseline, now answered by a model during the run
         code = _evaluate(
-            rolebench_dir, tmp_path / "live", model.base_url, *judge_flags, "--baseline_model", "other-model",
+            rolebench_slice_dir, tmp_path / "live", model.base_url, *judge_flags, "--baseline_model", "other-model",
             "--baseline_base_url", other.base_url,
         )  # fmt: skip
         assert code == 0
@@ -135,7 +133,7 @@ def test_judged_against_another_runs_folder_and_a_baseline_model(rolebench_dir, 
     assert [record["prediction"] for record in generated] == ["来也。"] * 4
 
 
-def test_dead_judge_garbage_verdicts_and_bad_baselines(rolebench_dir, tmp_path, capsys):
+def test_dead_judge_garbage_verdicts_and_bad_baselines(rolebench_slice_dir, tmp_path, capsys):
     dead = ChatCompletionsServer().start()
     dead_url = dead.base_url
     dead.close()
@@ -147,12 +145,12 @@ def test_dead_judge_garbage_verdicts_and_bad_baselines(rolebench_dir, tmp_path, 
         ChatCompletionsServer(lambda body: "俺老孙来也！") as model,
         ChatCompletionsServer(sometimes_garbage) as judge,
     ):
-        assert _evaluate(rolebench_dir, tmp_path / "dead", model.base_url, "--judge_model", "j",
+        assert _evaluate(rolebench_slice_dir, tmp_path / "dead", model.base_url, "--judge_model", "j",
                          "--judge_base_url", dead_url) == 3  # fmt: skip
         assert "cannot reach" in capsys.readouterr().err  # one line, exit 3, no result that looks finished
         assert not (tmp_path / "dead/results.json").exists()
 
-        code = _evaluate(rolebench_dir, tmp_path / "garbage", model.base_url, "--judge_model", "j",
+        code = _evaluate(rolebench_slice_dir, tmp_path / "garbage", model.base_url, "--judge_model", "j",
                          "--judge_base_url", judge.base_url)  # fmt: skip
         results = strict_json((tmp_path / "garbage/results.json").read_text(encoding="utf-8"))
         judged = results["win_rate"]
@@ -162,29 +160,24 @@ def test_dead_judge_garbage_verdicts_and_bad_baselines(rolebench_dir, tmp_path, 
         assert all(outcome in ("win", "tie", "loss", "failed") for outcome in judged["outcomes"])
 
         with ChatCompletionsServer(lambda body: "Both are fine.") as refusing:
-            assert _evaluate(rolebench_dir, tmp_path / "refused", model.base_url, "--judge_model", "j",
+            assert _evaluate(rolebench_slice_dir, tmp_path / "refused", model.base_url, "--judge_model", "j",
                              "--judge_base_url", refusing.base_url, "--allow_partial") == 3  # fmt: skip
         assert "no sample was judged: 4 verdicts failed, e.g. unparseable answer" in capsys.readouterr().err
         refused = strict_json((tmp_path / "refused/results.json").read_text(encoding="utf-8"))["win_rate"]
         assert refused["win_rate"] is None and refused["lc_win_rate"] is None and refused["outcomes"] == ["failed"] * 4
 
-        assert _evaluate(rolebench_dir, tmp_path / "x", model.base_url, "--judge_model", "j", "--baseline",
+        assert _evaluate(rolebench_slice_dir, tmp_path / "x", model.base_url, "--judge_model", "j", "--baseline",
                          str(tmp_path / "nowhere")) == 2  # fmt: skip
         assert "has no generations.jsonl" in capsys.readouterr().err
-        assert _evaluate(rolebench_dir, tmp_path / "x", model.base_url, "--baseline_model", "m") == 2
+        assert _evaluate(rolebench_slice_dir, tmp_path / "x", model.base_url, "--baseline_model", "m") == 2
         assert "set judge_model too" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_example_judges_against_another_run(rolebench_dir, tmp_path):
-    script = Path(__file__).resolve().parents[1] / "examples" / "judge_any_baseline.py"
-    run = subprocess.run(
-        [sys.executable, str(script), "--data_dir", str(rolebench_dir), "--output_dir", str(tmp_path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+def test_example_judges_against_another_run(rolebench_slice_dir, tmp_path):
+    stdout = run_example("judge_any_baseline.py", "--data_dir", rolebench_slice_dir, "--output_dir", tmp_path)
     judged = json.loads((tmp_path / "talkative" / "results.json").read_text(encoding="utf-8"))["win_rate"]
     assert judged["baseline"] == "terse" and judged["judged"] == 40
     assert judged["lc_win_rate"] < judged["win_rate"] and judged["model_length"] > judged["baseline_length"]
-    assert f"raw win rate {judged['win_rate']:.2%}, length-controlled {judged['lc_win_rate']:.2%}" in run.stdout
+    assert f"raw win rate {judged['win_rate']:.2%}, length-controlled {judged['lc_win_rate']:.2%}" in stdout
     assert (tmp_path / "talkative" / "results.html").is_file() and (tmp_path / "talkative" / "win_rate.svg").is_file()

@@ -22,8 +22,12 @@ from rolellm.roles.release import (
 
 
 ZHENHUAN_ROLES = ["华妃", "槿汐", "浣碧", "甄嬛", "皇后", "皇帝", "眉庄", "苏培盛", "陵容"]
-ZHENHUAN_LINES = {"华妃": 2723, "槿汐": 4467, "浣碧": 3531, "甄嬛": 12300, "皇后": 4189, "皇帝": 7220, "眉庄": 2812,
-                  "苏培盛": 4957, "陵容": 3342}  # fmt: skip
+
+
+def script_lines(folder, name):
+    """Lines of a role's screenplay script file (the full release's counts are in `test_full_release.py`)."""
+    (path,) = folder.glob(f"*-{name}.jsonl")
+    return len(path.read_text(encoding="utf-8").splitlines())
 
 
 def test_split_catchphrases_chinese_release_sentences(rolebench_dir):
@@ -86,23 +90,24 @@ def test_read_release_profiles_accepts_the_profiles_folder_itself(rolebench_dir)
 def test_screenplay_profiles_load_with_dialogue_groups(screenplay_dir):
     profiles = read_screenplay_folder(screenplay_dir / "profile_zhenhuan")
     assert sorted(profiles) == sorted(ZHENHUAN_ROLES)
-    assert {name: len(p.dialogue) for name, p in profiles.items()} == ZHENHUAN_LINES
+    folder = screenplay_dir / "profile_zhenhuan"
+    assert {name: len(p.dialogue) for name, p in profiles.items()} == {n: script_lines(folder, n) for n in profiles}
     assert profiles.empty_files == []
     emperor = profiles["皇帝"]
     assert emperor.source == "甄嬛传" and emperor.catchphrases == ["朕", "本皇"]
     groups = emperor.dialogue_groups()
-    assert sum(map(len, groups)) == 7220
-    assert len(groups) == 2660
+    assert sum(map(len, groups)) == len(emperor.dialogue)  # the full script: 7220 lines in 2660 groups
     # groups end on the profiled role's line, as the paper's profiles are cut, except where an act ends on another speaker
-    assert sum(group[-1].speaker == "皇帝" for group in groups) == 2439
+    ends = [group[-1].speaker == "皇帝" for group in groups]
+    assert len(groups) > sum(ends) > len(groups) / 2  # the full script: 2439 of 2660
     assert any(u.narration for u in emperor.dialogue) == any(u.speaker == "旁白" for u in emperor.dialogue)
 
 
-def test_sun_wukong_has_6254_utterances(screenplay_dir):
+def test_sun_wukong_has_every_line_of_his_script(screenplay_dir):
     profiles = read_screenplay_folder(screenplay_dir / "profile_xiyou")
     assert list(profiles) == ["孙悟空"]  # 唐僧, 八戒, 沙僧 have a description but no script file
     wukong = profiles["孙悟空"]
-    assert len(wukong.dialogue) == 6254
+    assert len(wukong.dialogue) == script_lines(screenplay_dir / "profile_xiyou", "孙悟空")  # the full script: 6254
     assert wukong.source == "西游记"
     assert wukong.catchphrases == ["俺老孙", "我齐天大圣", "我美猴王"]
     assert wukong.dialogue[2] == Utterance(0, 0, "孙悟空", "他怎么样了?")

@@ -192,34 +192,35 @@ def release_pairs(rolebench_dir, part, split="test"):
     return [baseline[row["role"], row["question"]] for row in tests], [row["generated"] for row in tests]
 
 
-@pytest.mark.parametrize("part,expected", [(ENGLISH_SPE, 0.3229), ("rolebench-zh/role_specific", 0.2478)])
-def test_paper_rolegpt_spe(rolebench_dir, part, expected):
-    predictions, references = release_pairs(rolebench_dir, part)
-    assert len(predictions) == {ENGLISH_SPE: 4750}.get(part, 239)
-    assert round(rouge_l(predictions, references), 4) == expected
+def test_paper_rolegpt_spe_on_the_chinese_test(rolebench_dir):
+    """`test_full_release.py` has both of the paper's SPE figures; the Chinese test file is whole in the slice too."""
+    predictions, references = release_pairs(rolebench_dir, "rolebench-zh/role_specific")
+    assert len(predictions) == 239
+    assert round(rouge_l(predictions, references), 4) == 0.2478
 
 
 def test_stripping_the_release_text_changes_the_english_spe(rolebench_dir):
     predictions, references = release_pairs(rolebench_dir, ENGLISH_SPE)
     stripped = [[reference.strip() for reference in sample] for sample in references]
-    assert round(rouge_l([p.strip() for p in predictions], stripped), 4) == 0.3232
+    # the full release: 0.3229 as released, 0.3232 stripped (`test_full_release.py`)
+    assert rouge_l([p.strip() for p in predictions], stripped) != rouge_l(predictions, references)
 
 
 @pytest.mark.parametrize(
-    "part,split,pairs",
+    "part,split",
     [
-        (ENGLISH_SPE, "test", 4954),
-        ("rolebench-zh/role_specific", "test", 240),
-        ("rolebench-zh/general", "test", 6982),
-        ("rolebench-zh/general", "train", 27572),  # the Chinese baseline file answers the train questions too
+        (ENGLISH_SPE, "test"),
+        ("rolebench-zh/role_specific", "test"),
+        ("rolebench-zh/general", "test"),
+        ("rolebench-zh/general", "train"),  # the Chinese baseline file answers the train questions too
     ],
 )
-def test_identical_to_rouge_on_release_pairs(rolebench_dir, part, split, pairs):
+def test_identical_to_rouge_on_release_pairs(rolebench_dir, part, split):
     """A fixed sample of each part's pairs; `bench/bench_rouge_all_pairs.py` (`make bench`) checks every pair."""
     predictions, references = release_pairs(rolebench_dir, part, split)
     tokenizer = "char" if RELEASE_PARTS[part] == "zh" else "whitespace"
     flat = [(p, r) for p, refs in zip(predictions, references) for r in refs]
-    assert len(flat) == pairs
+    assert len(flat) == sum(map(len, references)) > 0  # the release's pair counts: `test_full_release.py`
     sample = random.Random(0).sample(flat, min(300, len(flat)))
     flat_predictions = [to_rouge_text(p, tokenizer) for p, _ in sample]
     flat_references = [to_rouge_text(r, tokenizer) for _, r in sample]

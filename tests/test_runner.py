@@ -5,8 +5,10 @@ import os
 
 import pytest
 import rouge
+from test_rouge import ENGLISH_SPE, release_pairs
 
 from rolellm.clients.config import ClientConfig
+from rolellm.evaluation.benchmark.rouge import rouge_l
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
@@ -25,12 +27,22 @@ def _released(path):
         return [json.loads(line) for line in file]
 
 
-def test_rolegpt_baseline_reproduces_the_paper_spe(rolebench_dir, tmp_path):
+def _type_counts(rows):
+    counts = {}
+    for row in rows:
+        kind = row["type"][0] if len(set(row["type"])) == 1 else "mixed"
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_path):
+    """`test_full_release.py` checks the paper's figures on the full release; here the same run on the slice, with
+    expectations from its files."""
     english = run_benchmark(
         EvaluateConfig(
             client=ClientConfig("rolegpt"),
             dataset_name="en-instruction-role_specific",
-            data_dir=str(rolebench_dir),
+            data_dir=str(rolebench_slice_dir),
             output_dir=str(tmp_path / "en"),
         )
     )
@@ -38,32 +50,35 @@ def test_rolegpt_baseline_reproduces_the_paper_spe(rolebench_dir, tmp_path):
         EvaluateConfig(
             client=ClientConfig("rolegpt"),
             dataset_name="zh",
-            data_dir=str(rolebench_dir),
+            data_dir=str(rolebench_slice_dir),
             output_dir=str(tmp_path / "zh"),
         )
     )
-    # paper Table 3 and Table 4, RoleGPT rows
-    assert round(english["metrics"]["SPE"], 4) == 0.3229
-    assert round(chinese["metrics"]["SPE"], 4) == 0.2478
-    # Table 4 says CUS 0.5368; the released general files give 0.5707 (docs/evaluation.md)
-    assert round(chinese["metrics"]["CUS"], 4) == 0.5707
+    english_rows = _released(rolebench_slice_dir / f"{ENGLISH_SPE}/test.jsonl")
+    specific_rows = _released(rolebench_slice_dir / "rolebench-zh/role_specific/test.jsonl")
+    general_rows = _released(rolebench_slice_dir / "rolebench-zh/general/test.jsonl")
+    assert english["metrics"]["SPE"] == pytest.approx(
+        rouge_l(*release_pairs(rolebench_slice_dir, ENGLISH_SPE)), abs=1e-12
+    )
+    spe = rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/role_specific"))
+    assert chinese["metrics"]["SPE"] == pytest.approx(spe, abs=1e-12)
+    assert round(spe, 4) == 0.2478  # the slice keeps the whole Chinese role-specific test: the paper's Table 4 SPE
+    assert chinese["metrics"]["CUS"] == pytest.approx(
+        rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/general"))
+    )
     assert english["counts"] == {
-        "rows": 4750,
+        "rows": len(english_rows),
         "general": 0,
-        "role_specific": 4750,
+        "role_specific": len(english_rows),
         "RAW": 0,
         "RAW_missing": 0,
         "failed": 0,
     }
     assert english["metrics"]["CUS"] is None and "no general rows" in english["unavailable"]["CUS"]
-    assert {k: v["n"] for k, v in english["per_type"].items()} == {
-        "mixed": 4,
-        "script_agnostic": 3128,
-        "script_based": 1618,
-    }
-    assert len(english["per_role"]) == 95
-    assert {k: v["n"] for k, v in chinese["per_type"].items()} == {"script_agnostic": 156, "script_based": 83}
-    assert chinese["counts"]["general"] == 1451 and chinese["counts"]["role_specific"] == 239
+    assert {k: v["n"] for k, v in english["per_type"].items()} == _type_counts(english_rows)
+    assert len(english["per_role"]) == len({row["role"] for row in english_rows})
+    assert {k: v["n"] for k, v in chinese["per_type"].items()} == _type_counts(specific_rows)
+    assert chinese["counts"]["general"] == len(general_rows) and chinese["counts"]["role_specific"] == 239
     assert (
         chinese["metrics"]["RAW"] is None and "instructions-general.jsonl not found" in chinese["unavailable"]["RAW"]
     )
@@ -71,14 +86,14 @@ def test_rolegpt_baseline_reproduces_the_paper_spe(rolebench_dir, tmp_path):
     assert chinese["avg_over"] == ["CUS", "SPE"]
 
     # CUS of one role checked against the `rouge` package on the released files
-    folder = rolebench_dir / "rolebench-zh/general"
+    folder = rolebench_slice_dir / "rolebench-zh/general"
     answers = {
         r["question"]: r["generated"][0] for r in _released(folder / "rolegpt_baseline.jsonl") if r["role"] == "李白"
     }
-    tests = [r for r in _released(folder / "test.jsonl") if r["role"] == "李白"]
+    tests = [r for r in general_rows if r["role"] == "李白"]
     expected = sum(_paper_rouge_l(answers[r["question"]], r["generated"], "zh") for r in tests) / len(tests)
     assert chinese["per_role"]["李白"]["CUS"] == pytest.approx(expected, abs=1e-12)
-    assert chinese["per_role"]["李白"]["n_CUS"] == len(tests) == 289
+    assert chinese["per_role"]["李白"]["n_CUS"] == len(tests) > 0
 
     table = (tmp_path / "zh" / "results.md").read_text(encoding="utf-8")
     cus, spe, avg = (f"{chinese['metrics'][m]:.4f}" for m in ("CUS", "SPE", "avg"))
@@ -87,10 +102,10 @@ def test_rolegpt_baseline_reproduces_the_paper_spe(rolebench_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def english_data_dir(rolebench_dir, tmp_path_factory):
+def english_data_dir(rolebench_slice_dir, tmp_path_factory):
     """The English test files beside a `profiles-eng/` folder for two of their roles (absent from the data here)."""
     folder = tmp_path_factory.mktemp("release")
-    os.symlink(rolebench_dir / "rolebench-eng", folder / "rolebench-eng")
+    os.symlink(rolebench_slice_dir / "rolebench-eng", folder / "rolebench-eng")
     profiles = {
         "Jack Sparrow": RoleProfile("Jack Sparrow", "en", "A witty, eccentric pirate captain.", ["Savvy?"]),
         "Sheldon Cooper": RoleProfile(
@@ -111,14 +126,14 @@ def _first_reference_responder(rows_by_prompt):
 
 
 @pytest.mark.parametrize("lang", ["zh", "en"])
-def test_run_on_endpoint_scores_and_resumes(lang, rolebench_dir, english_data_dir, tmp_path):
+def test_run_on_endpoint_scores_and_resumes(lang, rolebench_slice_dir, english_data_dir, tmp_path):
     if lang == "zh":
-        data_dir, name, roles = rolebench_dir, "zh", ["李白", "华妃"]
-        released = _released(rolebench_dir / "rolebench-zh/general/test.jsonl")
-        released += _released(rolebench_dir / "rolebench-zh/role_specific/test.jsonl")
+        data_dir, name, roles = rolebench_slice_dir, "zh", ["李白", "华妃"]
+        released = _released(rolebench_slice_dir / "rolebench-zh/general/test.jsonl")
+        released += _released(rolebench_slice_dir / "rolebench-zh/role_specific/test.jsonl")
     else:
         data_dir, name, roles = english_data_dir, "en-instruction-role_specific", ["Jack Sparrow", "Sheldon Cooper"]
-        released = _released(rolebench_dir / "rolebench-eng/instruction-generalization/role_specific/test.jsonl")
+        released = _released(rolebench_slice_dir / "rolebench-eng/instruction-generalization/role_specific/test.jsonl")
     # the endpoint answers every question with its first released reference, so CUS = SPE = 1 exactly
     answers = {(r["role"], r["question"].strip()): r["generated"][0] for r in released if r["role"] in roles}
     raw_file = tmp_path / "instructions-general.jsonl"
@@ -163,8 +178,10 @@ def test_run_on_endpoint_scores_and_resumes(lang, rolebench_dir, english_data_di
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lang", ["zh", "en"])
-def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_model_path, tmp_path):
-    data_dir, name = (rolebench_dir, "zh") if lang == "zh" else (english_data_dir, "en-instruction-role_specific")
+def test_run_with_tiny_local_model(lang, rolebench_slice_dir, english_data_dir, tiny_model_path, tmp_path):
+    data_dir, name = (
+        (rolebench_slice_dir, "zh") if lang == "zh" else (english_data_dir, "en-instruction-role_specific")
+    )
     roles = ["张飞"] if lang == "zh" else ["Jack Sparrow"]
     config = EvaluateConfig(
         client=ClientConfig(str(tiny_model_path), chat_template="chatml", max_new_tokens=12, batch_size=4),
@@ -176,7 +193,7 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     assert len(records) == results["counts"]["rows"] == (4 if lang == "zh" else 2)
     # what was generated is what was scored: SPE recomputed from the saved answers with the `rouge` package
     released = {r["question"]: r["generated"] for r in _released(
-        rolebench_dir / ("rolebench-zh/role_specific/test.jsonl" if lang == "zh"
+        rolebench_slice_dir / ("rolebench-zh/role_specific/test.jsonl" if lang == "zh"
                          else "rolebench-eng/instruction-generalization/role_specific/test.jsonl"))}  # fmt: skip
     specific = [r for r in records if r["subset"] == "role_specific"]
     expected = [_paper_rouge_l(r["prediction"], released[r["question"]], lang) if r["prediction"].strip(". ") else 0.0
@@ -185,7 +202,7 @@ def test_run_with_tiny_local_model(lang, rolebench_dir, english_data_dir, tiny_m
     assert results["model"] == tiny_model_path.name and results["mode"] == "no-system"
 
 
-def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path):
+def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_slice_dir, tmp_path):
     marker = "俺老孙来也"
 
     def judge(body):  # ranks first whichever answer carries the marker, in either position
@@ -201,8 +218,9 @@ def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_dir, tmp_path)
 
     with ChatCompletionsServer(lambda body: marker + "！") as model, ChatCompletionsServer(judge) as judge_server:
         config = EvaluateConfig(
-            client=ClientConfig("served-model", base_url=model.base_url), dataset_name="zh", data_dir=str(rolebench_dir),
-            roles=["孙悟空"], max_samples_per_role=2, judge=ClientConfig("judge", base_url=judge_server.base_url),
+            client=ClientConfig("served-model", base_url=model.base_url), dataset_name="zh",
+            data_dir=str(rolebench_slice_dir), roles=["孙悟空"], max_samples_per_role=2,
+            judge=ClientConfig("judge", base_url=judge_server.base_url),
             output_dir=str(tmp_path),
         )  # fmt: skip
         results = run_benchmark(config)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from rolellm import check_chat_template, encode_chat, encode_chat_turns
-from rolellm.testing.data import find_rolebench_data
+from rolellm.testing.data import ROLEBENCH_SLICE, find_test_data
 from rolellm.testing.models import tiny_tokenizer_for_template
 
 
 def _corpus() -> Path | None:
-    data = find_rolebench_data()
+    data = find_test_data()  # the full data folder, else the slice (all but the largest folders)
     corpus = data / "chat-templates" if data is not None else None
     return corpus if corpus is not None and corpus.is_dir() else None
 
@@ -24,6 +24,13 @@ CORPUS = _corpus()
 FOLDERS = sorted(p.name for p in CORPUS.iterdir() if (p / "tokenizer_config.json").exists()) if CORPUS else []
 REAL = [name for name in FOLDERS if (CORPUS / name / "tokenizer.json").exists()]
 SKIP = pytest.mark.skipif(CORPUS is None, reason="../shared/data/chat-templates not found (set ROLEBENCH_DATA_DIR)")
+NO_REAL = pytest.param(
+    "none",
+    marks=pytest.mark.skip(
+        reason="the real tokenizer.json files (18 MB) are only in the full data: set ROLEBENCH_DATA_DIR or place it at "
+        "../shared/data"
+    ),
+)
 
 SYSTEM = "You are Jack Sparrow."
 CHAT = [
@@ -50,7 +57,8 @@ def tokenizers():
 def test_the_corpus_is_there():
     if CORPUS is None:
         pytest.skip("../shared/data/chat-templates not found (set ROLEBENCH_DATA_DIR)")
-    assert len(FOLDERS) >= 25
+    # the slice leaves out gemma-3-it (a 1.2 MB config) and the real tokenizer.json files
+    assert len(FOLDERS) >= (24 if CORPUS.parent == ROLEBENCH_SLICE else 25)
 
 
 @SKIP
@@ -62,14 +70,17 @@ def test_template_passes_every_check(tokenizers, name, keep_think):
 
 
 @SKIP
-@pytest.mark.parametrize("name", REAL or ["none"])
-def test_real_tokenizer_passes_every_check(name):
+@pytest.mark.parametrize("name", REAL or [NO_REAL])
+def test_real_tokenizer_passes_every_check(name, capsys):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(CORPUS / name)
     report = check_chat_template(tokenizer)
     assert report.ok, f"{name}:\n{report}"
     assert "injection: the text of all" in str(report) and len(tokenizer.added_tokens_decoder) >= 20
+    # and `rolellm check-template` on the folder (`_run_cli`, below)
+    assert _run_cli(CORPUS / name) == 0
+    assert "the template is supported" in capsys.readouterr().out
 
 
 def _control_ids(tokenizer, ids):
@@ -198,13 +209,6 @@ def test_cli_check_exit_codes(tmp_path, tiny_tokenizer, capsys):
     assert _run_cli(base) == 2 and "has no chat template" in capsys.readouterr().err
     assert _run_cli(tmp_path / "missing") == 2 and "cannot load the tokenizer" in capsys.readouterr().err
     assert _run_cli(good, "--chat_template", tmp_path / "none.jinja") == 2
-
-
-@SKIP
-@pytest.mark.parametrize("name", REAL or ["none"])
-def test_cli_check_on_a_real_tokenizer_folder(name, capsys):
-    assert _run_cli(CORPUS / name) == 0
-    assert "the template is supported" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
