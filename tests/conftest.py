@@ -17,6 +17,15 @@ from rolellm.testing import data as testing_data  # noqa: E402
 from rolellm.testing import models as testing
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """Files with `slow` tests run first (a stable sort: a file's tests stay together and in their order), so under
+    pytest-xdist (`make test`) the long tests start early and the short ones fill the end, instead of one worker
+    finishing the last long test alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_hf_cache(tmp_path_factory, monkeypatch):
     """Keep `datasets`/`transformers` caches of a test session out of the user's home."""
