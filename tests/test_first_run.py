@@ -33,11 +33,12 @@ def test_a_missing_model_folder_or_a_zero_batch_is_exit_2_naming_it(argv, messag
 
 def test_no_library_notice_that_reads_like_an_error():
     # bitsandbytes logs "Failed to load CPU gemm_4bit_forward ... pip install kernels" when it is imported on a CPU
-    # with AVX-512 BF16; a command imports it (through peft) and must not pass that line on
-    run = subprocess.run(
-        [sys.executable, "-c", "from rolellm.scripts.cli import main; import sys; "
-         "sys.exit(main(['train', '--model_name_or_path', './no-such-model']))"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 2 and "no such folder" in run.stderr
+    # with AVX-512 BF16; a command imports it (through peft) after `quiet_library_notices`, as `main` does
+    script = (
+        "from rolellm.scripts.cli import quiet_library_notices; quiet_library_notices(); import bitsandbytes; "
+        "import logging; logging.getLogger('bitsandbytes.backends.cpu.ops').warning('other notices still show')"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
     assert "gemm_4bit_forward" not in run.stderr and "pip install kernels" not in run.stderr
+    assert "other notices still show" in run.stderr
