@@ -219,3 +219,24 @@ def test_the_paper_names_are_aliases_of_the_registry_modes(tmp_path):
     assert args.prompt_mode == "few_shot"
     with pytest.raises(SystemExit):
         parser.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--mode", "three_shot"])
+
+
+def test_a_checkpoint_is_evaluated_with_the_profiles_it_was_trained_with(rolebench_dir, tmp_path):
+    """Without --profiles, a local model folder's role_profiles.jsonl takes precedence over the data folder's."""
+    from rolellm.clients.openai_compatible import OpenAIChatClient
+    from rolellm.evaluation.benchmark.runner import run_benchmark
+    from rolellm.roles.profile import RoleProfile
+    from rolellm.roles.resolve import PROFILES_FILE, write_profiles_jsonl
+
+    checkpoint = tmp_path / "checkpoint"
+    trained = RoleProfile("孙悟空", "zh", "训练时的描述：齐天大圣。", ["俺老孙来也"])
+    write_profiles_jsonl({"孙悟空": trained}, checkpoint / PROFILES_FILE)
+    config = EvaluateConfig(
+        output_dir=str(tmp_path / "eval"), client=ClientConfig(str(checkpoint)), dataset_name="zh-general",
+        data_dir=str(rolebench_dir), roles=["孙悟空"], max_samples_per_role=1,
+    )  # fmt: skip
+    with ChatCompletionsServer(_answer) as server:
+        run_benchmark(config, client=OpenAIChatClient("m", base_url=server.base_url, progress=False))
+        systems = {request["body"]["messages"][0]["content"] for request in server.requests}
+    assert systems == {build_system_instruction(trained, lang="zh", context=[])}
+    assert "训练时的描述" in systems.pop()

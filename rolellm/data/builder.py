@@ -41,6 +41,7 @@ from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import DataFormatError, RoleProfile
 from rolellm.roles.release import read_release_profiles
+from rolellm.roles.resolve import profiles_for
 
 
 _DESCRIPTION = "RoleBench: role-playing instructions and references for 100 roles (RoleLLM, arXiv 2310.00746)."
@@ -291,7 +292,7 @@ def load_rolebench(
             download_release(profiles_config, None, repo_id, revision, token=token) if from_hub else data_dir
         )
         check_files(profiles_dir, profiles_config)
-        dataset = add_profile_columns(dataset, read_release_profiles(profiles_dir, spec.lang))
+        dataset = add_profile_columns(dataset, profiles_for(data_dir=profiles_dir, lang=spec.lang))
     return dataset
 
 
