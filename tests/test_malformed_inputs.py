@@ -507,6 +507,23 @@ CASES = [
     ("flag-num-turns-zero", rows_file(ROW), cli("dialogue", "--profiles", "p", "--scenarios", "{path}", "--model", "m",
                                                 "--user_model", "u", "--output_dir", "o", "--num_turns", "0"),
      error(r"--num_turns must be at least 1, got 0")),
+    ("recipe-key-twice", recipe("model: a\nmodel: b\noutput_dir: o\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: not valid YAML: key 'model' is given twice \(line 1 and line 2\)")),
+    ("recipe-int-infinite", recipe(GOOD_RECIPE + "max_new_tokens: .inf\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: max_new_tokens must be int, got inf")),
+    ("recipe-int-too-large-float", recipe(GOOD_RECIPE + "max_new_tokens: 1e400\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: max_new_tokens must be int")),
+    ("recipe-list-for-a-string", recipe(GOOD_RECIPE.replace("output_dir: out", "output_dir: [a, b]")), cli(*EVALUATE),
+     error(r"recipe\.yaml: output_dir takes one value, got a list")),
+    ("flag-negative-temperature", rows_file(ROW), cli("evaluate", "--model", "rolegpt", "--output_dir", "o",
+                                                      "--temperature", "-1"),
+     error(r"temperature=-1.0 must be at least 0")),
+    ("flag-zero-max-new-tokens", rows_file(ROW), cli("evaluate", "--model", "m", "--output_dir", "o",
+                                                     "--max_new_tokens", "0"), error(r"max_new_tokens=0 must be at least 1")),
+    ("flag-zero-batch-size", rows_file(ROW), cli("evaluate", "--model", "m", "--output_dir", "o", "--batch_size", "0"),
+     error(r"batch_size=0 must be at least 1")),
+    ("flag-zero-save-every", rows_file(ROW), cli("evaluate", "--model", "m", "--output_dir", "o", "--save_every", "0"),
+     error(r"save_every=0 must be at least 1")),
 ]  # fmt: skip
 
 

@@ -119,10 +119,27 @@ class ClientConfig:
 
     def __post_init__(self):
         check_base_url(self.base_url)
+        check_minimums(self, max_concurrency=1, requests_per_minute=1, timeout=0.001, max_retries=0, batch_size=1,
+                       max_new_tokens=1)  # fmt: skip
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
         if self.backend == "local" and self.base_url is not None:
             raise ValueError(f"backend='local' runs the model in-process: drop base_url={self.base_url!r}")
+
+
+def check_minimums(config, **minimums) -> None:
+    """A `ValueError` naming the first field of `config` below its least value, before anything runs.
+
+    >>> check_minimums(ClientConfig("m"), max_new_tokens=1)
+    >>> ClientConfig("m", max_new_tokens=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_new_tokens=0 must be at least 1
+    """
+    for name, least in minimums.items():
+        value = getattr(config, name)
+        if value is not None and value < least:
+            raise ValueError(f"{name}={value} must be at least {least}")
 
 
 def endpoint_options(prefix: str, names=ENDPOINT_FIELDS, many: bool = False, model_help: str | None = None) -> type:

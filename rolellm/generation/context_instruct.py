@@ -22,6 +22,7 @@ import datasets
 from jsonschema import Draft202012Validator
 from rapidfuzz import fuzz, process
 
+from rolellm.clients.config import check_minimums
 from rolellm.clients.openai_compatible import ChatRequest, estimate_tokens
 from rolellm.data.layout import subset_dir
 from rolellm.data.schema import TYPES
@@ -110,6 +111,7 @@ class ContextInstructConfig:
     split_seed: int = field(default=0, metadata={"help": "Salt of the hash that splits items into train and test."})
 
     def __post_init__(self):
+        check_minimums(self, temperature=0, max_tokens=1)
         check_test_fraction(self.test_fraction)
         if not 0 <= self.min_confidence <= 1:
             raise ValueError(f"min_confidence={self.min_confidence} must be between 0 and 1")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import datasets
 
+from rolellm.clients.config import check_minimums
 from rolellm.clients.openai_compatible import ChatRequest, estimate_tokens
 from rolellm.generation.job import (
     DropCounter,
@@ -64,6 +65,9 @@ class ProfileDescriptionConfig:
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     max_tokens: int = field(default=1024, metadata={"help": "The answer's token budget."})
     seed: int = field(default=0, metadata={"help": "The request seed."})
+
+    def __post_init__(self):
+        check_minimums(self, max_dialogue_tokens=1, num_catchphrases=0, temperature=0, max_tokens=1)
 
 
 def sample_dialogue(profile: RoleProfile, max_tokens: int = 3000) -> str:

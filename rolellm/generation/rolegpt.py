@@ -20,6 +20,7 @@ from pathlib import Path
 
 import datasets
 
+from rolellm.clients.config import check_minimums
 from rolellm.clients.openai_compatible import ChatRequest
 from rolellm.data.layout import subset_dir
 from rolellm.generation.filters import clean_answer
@@ -109,6 +110,7 @@ class RoleGPTConfig:
     split_seed: int = field(default=0, metadata={"help": "Salt of the hash that splits pairs into train and test."})
 
     def __post_init__(self):
+        check_minimums(self, temperature=0, max_tokens=1)
         self.prompt_mode = prompting_mode(self.prompt_mode, "prompt_mode")
         check_test_fraction(self.test_fraction)
         if not 0 <= self.num_baseline < self.num_samples:

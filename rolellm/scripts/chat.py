@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig
+from rolellm.clients.config import ClientConfig, check_minimums
 from rolellm.roles.resolve import PROFILES_HELP, profiles_field
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
@@ -86,6 +86,11 @@ class ChatArguments:
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     ui: bool = field(default=False, metadata={"help": "Serve a Gradio chat on 127.0.0.1 instead."})
     port: int | None = field(default=None, metadata={"help": "The UI's port (default: a free one, printed)."})
+
+    def __post_init__(self):
+        check_minimums(self, temperature=0, top_p=0.001)
+        if self.top_p > 1:
+            raise ValueError(f"top_p={self.top_p} must be at most 1")
 
 
 def make_parser(subparsers=None):

@@ -14,12 +14,31 @@ override them, and `dataclasses_from` turns the parsed namespace into the comman
 
 import argparse
 import dataclasses
+import math
 import sys
 import types
 import typing
 from dataclasses import fields
 
 import yaml
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} is given twice (line {seen[key] + 1} and line {key_node.start_mark.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_recipe(path: str, dataclass_types) -> dict:
@@ -30,7 +49,7 @@ def read_recipe(path: str, dataclass_types) -> dict:
     from rolellm.roles.profile import read_text
 
     try:
-        recipe = yaml.safe_load(read_text(path, allow_empty=True)) or {}
+        recipe = yaml.load(read_text(path, allow_empty=True), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as error:
         raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(recipe, dict):
@@ -119,6 +138,8 @@ def check_recipe_values(path: str, recipe: dict, actions) -> None:
         action = by_dest.get(key)
         if action is None or value is None:
             continue
+        if isinstance(value, (list, dict)) and action.nargs in (None, "?"):
+            raise ValueError(f"{path}: {key} takes one value, got a {type(value).__name__}: {value!r}")
         values = value if isinstance(value, list) else [value]
         if action.choices is not None:
             wrong = [v for v in values if v not in action.choices and str(v) not in map(str, action.choices)]
@@ -127,8 +148,8 @@ def check_recipe_values(path: str, recipe: dict, actions) -> None:
         if action.type in (int, float):
             for v in values:
                 try:
-                    ok = not isinstance(v, bool) and action.type(v) == float(v)
-                except (TypeError, ValueError):
+                    ok = not isinstance(v, bool) and action.type(v) == float(v) and math.isfinite(float(v))
+                except (TypeError, ValueError, OverflowError):  # int(inf), int("1e400"), ...
                     ok = False
                 if not ok:
                     raise ValueError(f"{path}: {key} must be {action.type.__name__}, got {v!r}")

@@ -8,7 +8,7 @@
 import os
 from dataclasses import dataclass, field, replace
 
-from rolellm.clients.config import ClientConfig, resolve_keep_think
+from rolellm.clients.config import ClientConfig, check_minimums, resolve_keep_think
 from rolellm.roles.prompts import prompting_mode, prompting_mode_field
 from rolellm.roles.resolve import as_sources, profiles_field
 
@@ -123,6 +123,7 @@ class EvaluateConfig:
 
     def __post_init__(self):
         self.mode = prompting_mode(self.mode)
+        check_minimums(self, temperature=0, save_every=1, num_examples=1)
         self.profiles = as_sources(self.profiles) or None
         if not isinstance(self.client, ClientConfig):
             raise ValueError(f"client must be a ClientConfig, got {self.client!r}")

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_endpoints, make_client
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
@@ -93,6 +93,7 @@ class DialogueConfig:
     allow_partial: bool = field(default=False, metadata={"help": "Exit 0 although some requests failed."})
 
     def __post_init__(self):
+        check_minimums(self, temperature=0)
         self.profiles = as_sources(self.profiles)
         if self.num_turns is not None and self.num_turns < 1:
             raise ValueError(f"--num_turns must be at least 1, got {self.num_turns}")
