@@ -355,6 +355,13 @@ CASES = [
     ("generated-json-bad", lambda tmp_path: text_file("profiles-eng/generated.json", '["Po"]')(tmp_path) and
      text_file("profiles-eng/desc.json", '{"Po": "A panda."}')(tmp_path).parent, profiles_en,
      error(r"generated\.json: expected \{\"generated\"")),
+    ("desc-role-twice", text_file("profiles-eng/desc.json", '{"Po": "A panda.", "Shifu": "A master.", "Po": "Other."}'),
+     lambda p: profiles_en(p.parent), error(r"desc\.json: 'Po' is given twice; keep one entry per role")),
+    ("dialogue-without-desc-entry", lambda tmp_path: text_file(
+        "profiles-eng/profiles-eng-Tai Lung.jsonl",
+        json.dumps({"act_id": 0, "diag_id": 0, "role": "Tai Lung", "content": "Where is the scroll?"}) + "\n",
+    )(tmp_path) and text_file("profiles-eng/desc.json", '{"Po": "A panda."}')(tmp_path).parent, profiles_en,
+     warns(r"profiles-eng-Tai Lung\.jsonl: 'Tai Lung' has no entry in desc\.json")),
     # --- screenplays ----------------------------------------------------------------------------------------------
     ("screenplay-empty", text_file("kfp.txt", ""), screenplay_po, error(r"kfp\.txt: the file is empty")),
     ("screenplay-invalid-utf8", text_file("kfp.txt", "", raw=b"INT. PALACE - DAY\n\n          PO\n     Hi \xff\n"),

@@ -231,6 +231,12 @@ def _assemble(descriptions: dict, scripts: dict, files: dict, lang: str) -> Prof
         profiles[name] = RoleProfile(name, lang, description, catchphrases, source=scripts.get(name, ""), extra=extra)
     for file_role, path in files.items():
         name = by_key.get(role_key(file_role), file_role)
+        if name not in profiles:
+            warnings.warn(
+                f"{path}: {name!r} has no entry in desc.json: the profile has dialogue but no description",
+                ProfileFileWarning,
+                stacklevel=3,
+            )
         profile = profiles.get(name) or RoleProfile(name, lang, source=scripts.get(file_role, ""))
         profile.dialogue = read_profile_jsonl(path, name, lang).dialogue
         if not profile.dialogue:
@@ -250,6 +256,20 @@ def _read_generated_marker(path: Path) -> set[str]:
         raise DataFormatError(f'{path}: expected {{"generated": [role, ...], "reviewed": [role, ...]}}') from None
 
 
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object whose keys are all different (`json` keeps the last of a repeated key silently)."""
+    found = {}
+    for key, value in pairs:
+        if key in found:
+            raise _RepeatedKey(key)
+        found[key] = value
+    return found
+
+
 def _read_json_object(path: Path, required: bool) -> dict[str, str]:
     if not path.is_file():
         if required:
@@ -260,9 +280,11 @@ def _read_json_object(path: Path, required: bool) -> dict[str, str]:
         warnings.warn(f"{path} is empty", ProfileFileWarning, stacklevel=3)
         return {}
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
         raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    except _RepeatedKey as repeated:
+        raise DataFormatError(f"{path}: {repeated.args[0]!r} is given twice; keep one entry per role") from None
     if not isinstance(data, dict):
         raise DataFormatError(f"{path}: expected a JSON object of role -> text, got {type(data).__name__}")
     for name, value in data.items():
