@@ -356,6 +356,13 @@ def test_cli_generates_scenarios_and_exits_1_on_judge_failures(tmp_path, capsys)
     scores = json.loads((tmp_path / "run" / "scores.json").read_text())
     assert scores["failures"]["count"] == 1 and scores["failures"]["reasons"][0]["judge"] == "stubborn-judge"
     assert scores["items"][0]["scores"]["memory"] == scores["items"][0]["judges"]["judge-a"]["scores"]["memory"]
+    # with the stubborn judge alone nothing is scored: exit 3, as `rolellm evaluate` does, even with --allow_partial
+    alone = [*argv[:-2], "stubborn-judge", "--output_dir", str(tmp_path / "alone"), "--allow_partial"]
+    with ChatCompletionsServer(models) as server:
+        assert run_cli([*alone, "--base_url", server.base_url]) == 3
+    assert "no judge answer could be read (1 failed), so nothing was scored" in capsys.readouterr().err
+    radar = (tmp_path / "alone" / "radar.svg").read_text(encoding="utf-8")
+    assert "n/a" in radar  # drawn as n/a, not as the lowest score
 
 
 @pytest.mark.slow

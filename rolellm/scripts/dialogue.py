@@ -77,6 +77,14 @@ def main(args=None):
         print(f"Wrote {Path(output_dir) / 'scores.json'}")
     report = result["report"]
     print(f"Wrote {report['report']}, {report['html']} and {report['transcripts']}")
+    scores = result["scores"]
+    if scores is not None and scores["failures"]["unscored"] == len(scores["items"]):
+        print(
+            f"rolellm dialogue: no judge answer could be read ({scores['failures']['count']} failed), so nothing "
+            "was scored; the transcripts are kept",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     if result["failures"] and not config.allow_partial:
         what = f"{result['failures']} conversations or judge answers failed"
         print(f"rolellm dialogue: {what} (pass --allow_partial to accept a partial run)", file=sys.stderr)
