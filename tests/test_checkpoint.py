@@ -133,11 +133,11 @@ def test_every_checkpoint_holds_tokenizer_template_profiles_and_card(cli_lora, n
 
 
 def test_a_checkpoint_records_its_inference_settings_and_the_local_client_uses_them(cli_lora, caplog):
-    from rolellm.clients.config import ClientConfig, make_client
+    from rolellm.clients.config import ClientConfig, make_client, resolve_card_extras
     from rolellm.scripts.chat import load_client
 
     recorded = json.loads((cli_lora / "rolellm_inference.json").read_text())
-    assert recorded == {"keep_think": True, "chat_template_family": "rolellm-chatml"}
+    assert recorded == {"keep_think": True, "chat_template_family": "rolellm-chatml", "card_extras": False}
     assert json.loads((cli_lora / "checkpoint-2" / "rolellm_inference.json").read_text()) == recorded
     client = make_client(ClientConfig(str(cli_lora), device="cpu", progress=False))  # keep_think not set
     assert client.keep_think is True
@@ -147,6 +147,12 @@ def test_a_checkpoint_records_its_inference_settings_and_the_local_client_uses_t
     assert overridden.keep_think is False
     [line] = [r.getMessage() for r in caplog.records if "overrides" in r.getMessage()]
     assert line == f"keep_think=False overrides the keep_think=True {cli_lora} was trained with"
+    # a chat with the checkpoint gets the conversation it was trained on; asking for a card's extras says so
+    assert resolve_card_extras(ClientConfig(str(cli_lora))) is False
+    assert resolve_card_extras(ClientConfig("gpt-4o-mini", base_url="http://127.0.0.1:9/v1")) is True
+    with caplog.at_level(logging.INFO, logger="rolellm.clients.config"):
+        assert resolve_card_extras(ClientConfig(str(cli_lora), card_extras=True)) is True
+    assert f"card_extras=True: {cli_lora} was trained without a card's example dialogue" in caplog.text
 
 
 def test_resized_adapter_saves_the_new_embedding_rows(resized_lora):

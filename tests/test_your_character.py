@@ -94,7 +94,9 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
     assert not (merged / "adapter_config.json").exists()
     answers = (work / "chat.txt").read_text("utf-8").splitlines()
     assert len(answers) == 2 and all(answer.strip() for answer in answers)
-    assert f"{ROLE}: *Juniper taps the barometer" in run.stderr  # the card's greeting, read from the merged folder
+    # the merged model gets the conversation it was trained on: the card's greeting is not made its first turn
+    assert "Juniper taps the barometer" not in run.stderr
+    assert json.loads((merged / "rolellm_inference.json").read_text("utf-8"))["card_extras"] is False
 
     # a fresh process loads the adapter (peft's auto-loading) and the merged model with `pipeline` and generates
     check = subprocess.run(

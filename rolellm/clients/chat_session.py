@@ -64,8 +64,10 @@ class ChatSession:
         temperature: float = 0.7,
         top_p: float = 1.0,
         seed: int = 0,
+        card_extras: bool = True,
     ):
         self.client = client
+        self.card_extras = card_extras
         self.profiles = Profiles(profiles)
         self.lang = lang
         self.system_template = system_template
@@ -75,8 +77,9 @@ class ChatSession:
 
     @property
     def greeting(self) -> str | None:
-        """The role's opening line, or `None`."""
-        return role_greeting(self.profile)
+        """The role's opening line, or `None` (and always `None` without `card_extras`: a model trained without
+        greetings is not shown one as its own first turn)."""
+        return role_greeting(self.profile) if self.card_extras else None
 
     def switch_role(self, role: str) -> None:
         """Talk to `role` from now on, with a fresh history (its greeting only)."""
@@ -91,7 +94,9 @@ class ChatSession:
     def messages(self) -> list[dict]:
         """The messages the model is sent for the next answer (system text and history, no timestamps)."""
         history = [{"role": turn["role"], "content": turn["content"]} for turn in self.history]
-        return build_chat_messages(self.profile, history, lang=self.lang, system_template=self.system_template)
+        return build_chat_messages(
+            self.profile, history, lang=self.lang, system_template=self.system_template, card_extras=self.card_extras
+        )
 
     def send(self, text: str) -> Iterator[str]:
         """Add the user's `text` to the history and stream the role's answer, piece by piece.
@@ -115,7 +120,9 @@ class ChatSession:
         """
         profile = self.profile if role is None else self.profiles[role]
         turns = [{"role": turn["role"], "content": turn["content"]} for turn in turns]
-        messages = build_chat_messages(profile, turns, lang=self.lang, system_template=self.system_template)
+        messages = build_chat_messages(
+            profile, turns, lang=self.lang, system_template=self.system_template, card_extras=self.card_extras
+        )
         answered = sum(turn["role"] == "assistant" for turn in turns[1:])  # a greeting does not count
         yield from stream_answer(self.client, messages, **{**self.sampling, "seed": self.sampling["seed"] + answered})
 

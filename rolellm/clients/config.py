@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 # the settings a checkpoint records for inference (`rolellm.training.checkpoint`), read by `make_client`
 INFERENCE_FILE = "rolellm_inference.json"
+SYSTEM_TEMPLATE_FILE = (
+    "system_template.jinja"  # a checkpoint's custom system text template, when it was trained with one
+)
 ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role template `rolellm train` installs
 # the fields each backend's client takes as they are (`make_client`)
 _ENDPOINT_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
@@ -70,6 +73,10 @@ class ClientConfig:
             every request's `max_tokens`).
         chat_template (`str`, *optional*): `"chatml"`, a Jinja chat template or the path of a template file, for a
             tokenizer without one (`rolellm.encoding.chat_template.read_chat_template`).
+        card_extras (`bool`, *optional*): in a multi-turn chat with a Character Card's role, add what SillyTavern adds
+            around the system text (the example dialogue, the greeting as a first turn, the post-history text);
+            defaults to `False` for a checkpoint `rolellm train` wrote (its samples had none of them:
+            `resolve_card_extras`) and `True` for any other model.
         keep_think (`bool`, *optional*): keep a thinking template's own think blocks and prefill (`encode_chat`);
             defaults to what the checkpoint recorded (`rolellm_inference.json`, written by `rolellm train`), else
             `False`.
@@ -108,6 +115,15 @@ class ClientConfig:
         # default that is not `None`)
         metadata={
             "help": "Local models: keep the template's think blocks (default: the checkpoint's, else no).",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    card_extras: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Chats: add a Character Card's example dialogue, greeting and post-history text (default: not "
+            "for a model rolellm trained, which never saw them; yes for any other).",
             "nargs": "?",
             "const": True,
         },
@@ -249,6 +265,28 @@ def resolve_keep_think(config: ClientConfig, log: bool = True) -> bool:
             "keep_think=%s overrides the keep_think=%s %s was trained with", config.keep_think, recorded, config.model
         )
     return config.keep_think
+
+
+def recorded_system_template(config: ClientConfig) -> str | None:
+    """The custom system text template a local checkpoint was trained with (`system_template.jinja`), or `None`."""
+    path = Path(config.model) / SYSTEM_TEMPLATE_FILE
+    return path.read_text(encoding="utf-8") if config.backend == "local" and path.is_file() else None
+
+
+def resolve_card_extras(config: ClientConfig, log: bool = True) -> bool:
+    """`config.card_extras`, else `False` for a local checkpoint `rolellm train` wrote (its `rolellm_inference.json`
+    says how its samples were built: the role's system text and the turns, nothing around them), else `True`; with
+    `log`, a setting that differs from how the checkpoint was trained is logged in one line."""
+    trained = read_inference_settings(config.model) if config.backend == "local" else {}
+    recorded = trained.get("card_extras", False if trained else None)
+    if config.card_extras is None:
+        return True if recorded is None else recorded
+    if log and recorded is not None and recorded != config.card_extras:
+        logger.warning(
+            "card_extras=%s: %s was trained %s a card's example dialogue, greeting and post-history text",
+            config.card_extras, config.model, "with" if recorded else "without",
+        )  # fmt: skip
+    return config.card_extras
 
 
 def make_client(config: ClientConfig) -> ChatClient:

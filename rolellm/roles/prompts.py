@@ -365,7 +365,11 @@ def role_greeting(profile: RoleProfile) -> str | None:
 
 
 def build_chat_messages(
-    profile: RoleProfile, history: list[dict], lang: str | None = None, system_template: str | None = None
+    profile: RoleProfile,
+    history: list[dict],
+    lang: str | None = None,
+    system_template: str | None = None,
+    card_extras: bool = True,
 ) -> list[dict]:
     """The messages sent to a model playing `profile` in a multi-turn chat: the role's system text, then `history`.
 
@@ -381,6 +385,9 @@ def build_chat_messages(
         lang (`str`, *optional*, defaults to `profile.lang`): the language of the system text.
         system_template (`str`, *optional*): Jinja source replacing the paper's system instruction (see
             `build_system_instruction`).
+        card_extras (`bool`, *optional*, defaults to `True`): add a card's `mes_example` blocks and
+            `post_history_instructions`. `False` gives what `to_role_messages` trains on (the system text, then the
+            turns), the conversation a model `rolellm train` wrote was trained with.
 
     Returns:
         `list[dict]`: the messages, ready for a chat client or `encode_chat(..., add_generation_prompt=True)`.
@@ -391,7 +398,7 @@ def build_chat_messages(
     """
     context = [turn["content"] for turn in history]
     system = build_system_instruction(profile, lang=lang, template=system_template, context=context)
-    if card_data(profile) is None:
+    if card_data(profile) is None or not card_extras:
         return [{"role": "system", "content": system}, *history]
     examples = card_examples_text(profile, lang or profile.lang)
     post = post_history_text(profile)

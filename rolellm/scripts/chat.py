@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_minimums
+from rolellm.clients.config import ClientConfig, check_minimums, recorded_system_template, resolve_card_extras
 from rolellm.roles.resolve import PROFILES_HELP, profiles_field
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
@@ -242,10 +242,12 @@ def main(args=None):
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
+    # the conversation the model was trained on, unless the user asks for another (then one line says so)
     template = Path(config.system_template).read_text(encoding="utf-8") if config.system_template else None
     session = ChatSession(
-        load_client(client), profiles, role, lang=args.lang, system_template=template,
+        load_client(client), profiles, role, lang=args.lang, system_template=template or recorded_system_template(client),
         max_new_tokens=client.max_new_tokens, temperature=config.temperature, top_p=config.top_p, seed=config.seed,
+        card_extras=resolve_card_extras(client),
     )  # fmt: skip
     if config.ui:
         from rolellm.scripts.chat_ui import build_chat_ui

@@ -16,14 +16,13 @@ Every folder `RoCITTrainer` saves (the final `output_dir` and each intermediate 
 import json
 from pathlib import Path
 
-from rolellm.clients.config import INFERENCE_FILE, ROLE_TEMPLATE_FAMILY
+from rolellm.clients.config import INFERENCE_FILE, ROLE_TEMPLATE_FAMILY, SYSTEM_TEMPLATE_FILE
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.resolve import PROFILES_FILE, write_profiles_jsonl
 
 
-SYSTEM_TEMPLATE_FILE = "system_template.jinja"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 
@@ -47,10 +46,10 @@ def inference_settings(tokenizer, keep_think: bool) -> dict:
     >>> tokenizer = train_tiny_tokenizer()
     >>> _ = set_role_chat_template(tokenizer)
     >>> inference_settings(tokenizer, keep_think=True)
-    {'keep_think': True, 'chat_template_family': 'rolellm-chatml'}
+    {'keep_think': True, 'chat_template_family': 'rolellm-chatml', 'card_extras': False}
     """
     family = ROLE_TEMPLATE_FAMILY if tokenizer.chat_template == ROLE_CHAT_TEMPLATE else "model"
-    return {"keep_think": keep_think, "chat_template_family": family}
+    return {"keep_think": keep_think, "chat_template_family": family, "card_extras": False}
 
 
 SECRET_ARGUMENTS = ("hub_token", "push_to_hub_token")  # `TrainingArguments` fields that hold a Hub token

@@ -300,7 +300,7 @@ class _Conversation:
     def open(self) -> bool:
         return self.error is None and len(self.turns) < self.scenario.num_turns
 
-    def role_messages(self, user_line: str) -> list[dict]:
+    def role_messages(self, user_line: str, card_extras: bool = True) -> list[dict]:
         """What the evaluated model sees: the role's system instruction, the conversation, the new user line."""
         history = [{"role": "assistant", "content": self.scenario.greeting}] if self.scenario.greeting else []
         for turn in self.turns:
@@ -308,7 +308,8 @@ class _Conversation:
                 {"role": "user", "content": turn["user"]},
                 {"role": "assistant", "content": turn["assistant"]},
             ]
-        return build_chat_messages(self.profile, [*history, {"role": "user", "content": user_line}], lang=self.lang)
+        turns = [*history, {"role": "user", "content": user_line}]
+        return build_chat_messages(self.profile, turns, lang=self.lang, card_extras=card_extras)
 
     def simulator_messages(self) -> list[dict]:
         """What the user simulator sees: its instructions, then the conversation with the sides swapped."""
@@ -403,6 +404,7 @@ def run_dialogues(
     temperature: float = 0.0,
     user_temperature: float = 0.0,
     seed: int = 0,
+    card_extras: bool = True,
 ) -> list[dict]:
     """Play every scenario between `user_client` (the simulated user) and `model_client` (the role), resumably.
 
@@ -419,6 +421,9 @@ def run_dialogues(
             of the simulator.
         temperature, user_temperature (`float`, *optional*, default to 0.0), seed (`int`, *optional*, defaults to
             0): sampling of the role and of the simulator (greedy by default: a run is reproducible).
+        card_extras (`bool`, *optional*, defaults to `True`): the role's messages carry a card's example dialogue
+            and post-history text (`build_chat_messages`); `False` for a model trained without them (a scenario's
+            greeting is its opening line either way).
 
     Returns:
         `list[dict]`: the transcripts, in scenario order: `id`, `role`, `lang`, `model`, `user_model`, `scenario`,
@@ -434,7 +439,7 @@ def run_dialogues(
     folder.mkdir(parents=True, exist_ok=True)
     played = [{k: v for k, v in asdict(s).items() if k != "num_turns"} for s in scenarios]  # more turns: go on
     run = {"model": model_client.model_name, "user_model": user_client.model_name, "scenarios": played,
-           "max_tokens": max_tokens, "temperature": temperature, "seed": seed}  # fmt: skip
+           "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "card_extras": card_extras}  # fmt: skip
     _check_run(folder, run)
     conversations = {s.id: _Conversation(s, profiles[s.role]) for s in scenarios}
     log_path = folder / TURNS_NAME
@@ -464,7 +469,8 @@ def run_dialogues(
                         c.error = f"user simulator, turn {turn}: {result.error}"
             speaking = [c for c in active if c.scenario.id in lines]
             requests = [
-                ChatRequest(c.role_messages(lines[c.scenario.id]), params=dict(model_params)) for c in speaking
+                ChatRequest(c.role_messages(lines[c.scenario.id], card_extras), params=dict(model_params))
+                for c in speaking
             ]
             for c, result in zip(speaking, model_client.generate(requests, desc=f"Role {turn}")):
                 if not result.ok:

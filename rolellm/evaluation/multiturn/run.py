@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client, resolve_card_extras
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
@@ -162,6 +162,7 @@ def run_dialogue_eval(config: DialogueConfig) -> dict:
     transcripts = run_dialogues(
         scenarios, profiles, model_client, user_client, output_dir, max_tokens=config.client.max_new_tokens,
         temperature=config.temperature, user_temperature=config.temperature, seed=config.seed,
+        card_extras=resolve_card_extras(config.client),
     )  # fmt: skip
     played = sum(len(t["turns"]) for t in transcripts)
     result = {"transcripts": transcripts, "played": played, "scores": None, "report": None}
