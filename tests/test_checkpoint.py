@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import datasets
 import pytest
@@ -312,3 +313,19 @@ def test_a_full_checkpoint_exports_without_its_trainer_state(tmp_path, tiny_mode
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "full")
     for name, parameter in trainer.model.named_parameters():
         torch.testing.assert_close(model.get_parameter(name), parameter.detach(), rtol=0, atol=0)
+
+
+def test_an_adapter_whose_base_is_gone_names_the_base(cli_lora, mini, tmp_path, capsys):
+    adapter = json.loads((cli_lora / "adapter_config.json").read_text())
+    assert Path(adapter["base_model_name_or_path"]).is_absolute()  # recorded so that it resolves from anywhere
+    moved = tmp_path / "moved"
+    subprocess.run(["cp", "-r", str(cli_lora), str(moved)], check=True)
+    adapter["base_model_name_or_path"] = "./tiny-llama"  # a relative path, as an older checkpoint may hold
+    (moved / "adapter_config.json").write_text(json.dumps(adapter))
+    code = cli.main(["evaluate", "--model", str(moved), "--dataset_name", "zh", "--data_dir", str(mini),
+                     "--output_dir", str(tmp_path / "eval"), "--device", "cpu"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert (
+        code == 2 and f"the base model of {moved} (adapter_config.json: base_model_name_or_path) ./tiny-llama" in err
+    )
+    assert "no such folder" in err and not (tmp_path / "eval" / "results.json").exists()

@@ -45,6 +45,20 @@ def check_model_source(model_name_or_path: str | os.PathLike, flag: str = "--mod
         )
 
 
+def check_adapter_base(adapter: str | os.PathLike) -> None:
+    """The base model an adapter folder names (`base_model_name_or_path` in `adapter_config.json`) must be there when
+    it is a local path: a missing one is a `FileNotFoundError` naming it and the adapter, not an error that blames
+    the adapter."""
+    config = Path(adapter) / ADAPTER_CONFIG
+    if not config.is_file():
+        return
+    import json
+
+    base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if base:
+        check_model_source(base, f"the base model of {adapter} ({ADAPTER_CONFIG}: base_model_name_or_path)")
+
+
 def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str | None = None, **kwargs):
     """Load a causal LM and the tokenizer saved with it, ready for `generate`.
 
@@ -70,6 +84,7 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
         kwargs["dtype"] = dtype
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, **{k: v for k, v in kwargs.items() if k != "dtype"})
     if find_adapter_config_file(str(model_name_or_path)) is not None:
+        check_adapter_base(model_name_or_path)
         from peft import AutoPeftModelForCausalLM
         from transformers.utils import logging as hf_logging
 

@@ -27,6 +27,7 @@ rolellm train --config examples/recipes/tiny-cpu.yaml --profiles my_card.png --r
 
 import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
@@ -144,6 +145,8 @@ def train(script_args, training_args, model_args):
         **(training_args.model_init_kwargs or {}),
     }
     check_model_source(model_args.model_name_or_path)
+    if Path(model_args.model_name_or_path).expanduser().is_dir():  # an adapter records its base: one that resolves
+        model_args.model_name_or_path = str(Path(model_args.model_name_or_path).expanduser().resolve())
     script_args.dataset_configs = default_configs(script_args)
     row_counts = {}
     train_rows = load_rows(script_args, script_args.dataset_train_split, row_counts)
