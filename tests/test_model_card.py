@@ -48,7 +48,11 @@ def test_lora_prefix_sharing_card_and_its_usage_example_runs(tmp_path, tiny_mode
     assert "- 1 optimizer step(s) (max_steps 1)" in body
     assert "rolellm's ChatML role template" in body and "placed in its own `system` turn" in body
     assert "<|im_start|>system\n{system text}<|im_end|>\n<|im_start|>user\n{question}<|im_end|>" in body
-    assert "- **Jack Sparrow** (en): A witty pirate captain." in body and "the paper's role system instruction" in body
+    assert "- **Jack Sparrow** (en): A witty pirate captain." in body
+    assert "the role's system text, built from its profile by the paper's instruction" in body
+    [shown] = re.findall(r"as it was trained:\n\n```text\n(.*?)\n```", body, flags=re.DOTALL)
+    samples = {c["messages"][0]["content"] for c in trainer.build_role_dataset(rows(), "check")}
+    assert shown in samples  # the system text of a real sample, rendered by the training builder
     assert "encode_chat(tokenizer, messages, add_generation_prompt=True)" in body
     assert "apply_chat_template(messages" not in body
     [example] = re.findall(r"```python\n(.*?)```", body, flags=re.DOTALL)
@@ -67,7 +71,8 @@ def test_trl_packing_full_training_custom_system_template_card(tmp_path, tiny_mo
     assert meta["library_name"] == "transformers" and "datasets" not in meta
     assert "- packing: TRL's best-fit-decreasing packing" in body and "- adapter: none, all weights trained" in body
     assert "a custom system text (from the run's `system_template_path`" in body
-    assert "the paper's role system instruction" not in body
+    assert "built from its profile by the paper's instruction" not in body
+    assert "```text\nYou are " in body and "Stay in character.\n```" in body  # the custom text, as trained
     assert "system text language: `en`" in body and 'lang="en"' in body
     assert (tmp_path / "out" / "system_template.jinja").read_text() == template.read_text()
     assert 'system_template=open(f"{folder}/system_template.jinja").read()' in body
@@ -115,7 +120,7 @@ def test_no_secret_and_no_claimed_dataset_or_profiles(tmp_path, tiny_model_path)
     meta, body = card_of(trainer, folder)
     assert "no dataset name was recorded" in body and "RoleBench" not in body.split("## Data")[1].split("##")[0]
     assert "datasets" not in meta and "No role profiles were saved with the model" in body
-    assert "given as ready conversations (`messages`)" in body and "the paper's role system instruction" not in body
+    assert "given as ready conversations (`messages`)" in body and "built from its profile" not in body
     assert not (folder / "role_profiles.jsonl").exists()
     for path in folder.iterdir():
         if path.suffix in (".md", ".json", ".jinja", ".jsonl"):

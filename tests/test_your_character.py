@@ -83,6 +83,10 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
     saved = (adapter / "role_profiles.jsonl").read_text("utf-8")
     assert "first_mes" in saved and "personality" in saved and "character_book" in saved
     assert not any(key in saved for key in ('"creator_notes"', '"tags"', '"creator"'))
+    # the model card shows the system text one sample was trained with, rendered: the card's own fields, no macros
+    card = (adapter / "README.md").read_text("utf-8")
+    assert "The system text of one training sample, as it was trained:" in card and "{{char}}" not in card
+    assert "personality" in card.lower() and "name, description, catchphrases" not in card
     results = json.loads((work / "eval" / "results.json").read_text("utf-8"))
     assert results["metrics"]["CUS"] is not None and results["metrics"]["SPE"] is not None
     assert results["counts"]["rows"] == len(rows["general", "test"]) + len(rows["role_specific", "test"])

@@ -98,6 +98,7 @@ def build_model_card(
     quantization: dict | None = None,
     template: dict | None = None,
     steps: int | None = None,
+    example_system: str | None = None,
 ) -> ModelCard:
     """The `README.md` of a RoCIT model, rendered from `rolellm/prompts/model_card.md` with `huggingface_hub`.
 
@@ -118,6 +119,7 @@ def build_model_card(
         quantization (`dict`, *optional*): the base model's `quantization_config` as a dict (QLoRA).
         template (`dict`, *optional*): `describe_chat_template(tokenizer)`.
         steps (`int`, *optional*): the optimizer steps taken when the card is written.
+        example_system (`str`, *optional*): the system text of one real training sample, shown as it was trained.
 
     Returns:
         `huggingface_hub.ModelCard`: `str(card)` is the file; `card.data` the metadata; `card.push_to_hub(repo)`.
@@ -135,6 +137,7 @@ def build_model_card(
         template_path=str(TEMPLATE_PATH),
         model_name=model_name,
         base_model=base_model,
+        example_system=example_system,
         roles=role_stats.get("train", {}).get("roles", []),
         dataset_name=dataset_name,
         dataset_configs=dataset_configs or {},

@@ -181,6 +181,7 @@ class RoCITTrainer(SFTTrainer):
                 peft_config.modules_to_save = [*(peft_config.modules_to_save or []), "lm_head"]
 
         self.role_stats = {}
+        self.example_system: str | None = None  # the system text of one training sample, for the model card
         self.role_metrics: dict[str, dict[str, list[float]]] = {"train": {}, "eval": {}}  # see `record_metric`
         self.num_train_tokens = 0
         train_dataset = self.build_role_dataset(train_dataset, "train")
@@ -260,6 +261,8 @@ class RoCITTrainer(SFTTrainer):
             template=self._system_template,
             num_proc=args.dataset_num_proc,
         )
+        if split == "train" and len(conversations):  # the card shows one sample's system text as it was trained
+            self.example_system = conversations[0]["messages"][0]["content"]
         self.role_stats[split] = {
             "rows": len(dataset),
             "samples": dict(Counter(conversations["subset"])),
@@ -456,6 +459,7 @@ class RoCITTrainer(SFTTrainer):
             quantization=quantization,
             template=describe_chat_template(self._tokenizer),
             steps=self.state.global_step,
+            example_system=self.example_system,
         )
 
     def _base_model_id(self):
