@@ -237,9 +237,14 @@ def test_gradio_ui_answers_two_messages_like_encode_chat_and_generate(chat_model
         components = {c.get("props", {}).get("label"): c["props"] for c in client.config["components"]}
         client.predict("Shifu", api_name="/start_over")  # what picking Shifu in the page does: a new conversation
         shifu_answer = client.predict("Hello there!", "Shifu", api_name="/chat")
+        with pytest.raises(Exception, match="unknown role 'Oogway'; the roles are Po, Shifu"):  # noqa: PT011
+            client.predict("Hello there!", "Oogway", api_name="/chat")
+        with pytest.raises(Exception, match="unknown role 'Oogway'"):  # noqa: PT011  (typed into the picker)
+            client.predict("Oogway", api_name="/start_over")
     finally:
         server.terminate()
         server.wait(timeout=30)
+    assert "Traceback" not in server.stderr.read()
     profile = profile_from_card(card("Po", GREETING))
     assert answers == expected_answers(chat_model_path, profile, questions, max_new_tokens=12)
     assert all(answer.strip() for answer in answers)

@@ -14,7 +14,7 @@ from rolellm.roles.resolve import select_roles
 def greeting_messages(session: ChatSession, role: str) -> list[dict]:
     """The opening of a conversation with `role` in the messages format: its greeting, or nothing."""
     [profile] = select_roles(session.profiles, [role]).values()
-    greeting = role_greeting(profile)
+    greeting = role_greeting(profile) if session.card_extras else None  # the conversation the model was trained on
     return [{"role": "assistant", "content": greeting}] if greeting else []
 
 
@@ -40,7 +40,16 @@ def build_chat_ui(session: ChatSession):
     except ImportError:
         raise ImportError("rolellm chat --ui needs Gradio: pip install 'rolellm[ui]'") from None
 
+    def known(role: str) -> str:
+        """A role typed or sent through the API that the profiles lack: one line to the caller, no traceback."""
+        if role not in session.profiles:
+            raise gr.Error(
+                f"unknown role {role!r}; the roles are {', '.join(session.profiles)}", print_exception=False
+            )
+        return role
+
     def respond(message: str, history: list[dict], role: str):
+        known(role)
         turns = [{"role": m["role"], "content": message_text(m["content"])} for m in history]
         answer = ""
         for piece in session.reply([*turns, {"role": "user", "content": message}], role=role):
@@ -50,7 +59,9 @@ def build_chat_ui(session: ChatSession):
     title = f"rolellm chat · {session.client.model_name}"
     with gr.Blocks(title=title, analytics_enabled=False, fill_height=True) as app:
         gr.Markdown(f"## {title}")
-        picker = gr.Dropdown(choices=list(session.profiles), value=session.role, label="Role", interactive=True)
+        picker = gr.Dropdown(
+            choices=list(session.profiles), value=session.role, label="Role", interactive=True, allow_custom_value=True
+        )
         chatbot = gr.Chatbot(
             value=greeting_messages(session, session.role), label=session.role, height="70vh", render=False
         )
@@ -60,7 +71,7 @@ def build_chat_ui(session: ChatSession):
         )  # fmt: skip
 
         def start_over(role: str):
-            opening = greeting_messages(session, role)
+            opening = greeting_messages(session, known(role))
             return gr.update(value=opening, label=role), opening
 
         picker.change(
