@@ -2,7 +2,8 @@
 
 - `rolellm.evaluation.judge`: the paper's pairwise GPT judge with its length-controlled win rate;
 - `rolellm.evaluation.benchmark`: the single-turn benchmark (ROUGE-L RAW/CUS/SPE, `run_benchmark`, its report);
-- `rolellm.evaluation.multiturn`: multi-turn evaluation (simulated users, rubric judges, agreement, `run_dialogue_eval`).
+- `rolellm.evaluation.multiturn`: multi-turn evaluation (simulated users, rubric judges, agreement,
+  `run_dialogue_eval`).
 
 `charts` and `pages` (SVG charts and the Markdown-to-HTML page) are shared by the reports of all three.
 """

@@ -244,8 +244,9 @@ def main(args=None):
         transformers_logging.disable_progress_bar()
     # the conversation the model was trained on, unless the user asks for another (then one line says so)
     template = Path(config.system_template).read_text(encoding="utf-8") if config.system_template else None
+    template = template or recorded_system_template(client)
     session = ChatSession(
-        load_client(client), profiles, role, lang=args.lang, system_template=template or recorded_system_template(client),
+        load_client(client), profiles, role, lang=args.lang, system_template=template,
         max_new_tokens=client.max_new_tokens, temperature=config.temperature, top_p=config.top_p, seed=config.seed,
         card_extras=resolve_card_extras(client),
     )  # fmt: skip
