@@ -27,9 +27,8 @@ logger = logging.getLogger(__name__)
 
 # the settings a checkpoint records for inference (`rolellm.training.checkpoint`), read by `make_client`
 INFERENCE_FILE = "rolellm_inference.json"
-SYSTEM_TEMPLATE_FILE = (
-    "system_template.jinja"  # a checkpoint's custom system text template, when it was trained with one
-)
+# a checkpoint's custom system text template, when it was trained with one (`recorded_system_template`)
+SYSTEM_TEMPLATE_FILE = "system_template.jinja"
 ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role template `rolellm train` installs
 # the fields each backend's client takes as they are (`make_client`)
 _ENDPOINT_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
