@@ -141,6 +141,14 @@ def load_prompt(name: str) -> jinja2.Template:
     return JINJA_ENV.from_string((PROMPTS_DIR / name).read_text(encoding="utf-8"))
 
 
+def has_role_text(profile: RoleProfile) -> bool:
+    """Whether a profile says anything about its role for a system text: a description, or a card's system prompt,
+    personality or scenario."""
+    card = card_data(profile) or {}
+    fields = [profile.description, *(card.get(key) for key in ("system_prompt", "personality", "scenario"))]
+    return any(isinstance(value, str) and value.strip() for value in fields)
+
+
 def build_system_instruction(
     profile: RoleProfile,
     lang: str | None = None,
@@ -184,6 +192,11 @@ def build_system_instruction(
     '李白 / 杜甫'
     """
     lang = lang if lang is not None else profile.lang
+    if template is None and not has_role_text(profile):
+        raise ValueError(
+            f"role {profile.name!r} has no description, so its system text would say nothing about the role: give "
+            "one (desc.json, a Character Card's description) or write one with `rolellm generate describe`"
+        )
     if template is None:
         if lang not in ("en", "zh"):
             raise ValueError(f"lang={lang!r} has no default system instruction: use 'en' or 'zh', or pass template=")
