@@ -19,7 +19,7 @@ from rolellm.roles.prompts import build_chat_messages
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts import cli
 from rolellm.scripts.chat import escape_line, free_port, unescape_line
-from rolellm.testing.server import ChatCompletionsServer, Fault
+from rolellm.testing.server import ChatCompletionsServer, Fault, json_server
 
 
 ROLELLM = [sys.executable, "-m", "rolellm"]
@@ -337,36 +337,17 @@ def test_profiles_repeat_and_a_system_template_replaces_the_instruction(cards, t
 
 
 def test_an_endpoint_that_answers_a_stream_with_one_json_body_is_read(cards, capsys, monkeypatch):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     answers = iter(["Skadoosh!", "   "])  # the second answer is empty: an error, never part of the history
 
-    class Plain(BaseHTTPRequestHandler):  # ignores stream=True, as some OpenAI-compatible servers do
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            completion = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                          "choices": [{"index": 0, "message": {"role": "assistant", "content": next(answers)},
-                                       "finish_reason": "stop"}]}  # fmt: skip
-            body = json.dumps(completion).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def plain(method):  # ignores stream=True, as some OpenAI-compatible servers do
+        message = {"role": "assistant", "content": next(answers)}
+        return 200, {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Plain)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with json_server(plain) as url:
         code, out, err = run_cli(
             ["--model", "m", "--base_url", url, "--profiles", str(cards / "po.json")], "Hi\nAgain\n", capsys,
             monkeypatch,
         )  # fmt: skip
-    finally:
-        server.shutdown()
     assert out.splitlines() == ["Skadoosh!"]  # the plain answer is read, not an empty line
     assert code == 3 and err.splitlines()[-1] == "rolellm chat: m gave an empty answer; the message was not kept"

@@ -6,6 +6,7 @@ the figures of the paper, and skip (naming `ROLEBENCH_DATA_DIR`) without the ful
 """
 
 import pytest
+from test_data_readers import RELEASE_FILES
 from test_rouge import ENGLISH_SPE, release_pairs
 from test_runner import _paper_rouge_l, _released
 
@@ -19,17 +20,6 @@ from rolellm.roles.release import read_screenplay_folder
 from rolellm.scripts import cli
 
 
-# (file, subset, lang) -> rows of the release
-RELEASE_ROWS = {
-    ("rolebench-zh/general/train.jsonl", "general", "zh"): 5933,
-    ("rolebench-zh/general/test.jsonl", "general", "zh"): 1451,
-    ("rolebench-zh/general/rolegpt_baseline.jsonl", "general", "zh"): 7395,
-    ("rolebench-zh/role_specific/train.jsonl", "role_specific", "zh"): 1535,
-    ("rolebench-zh/role_specific/test.jsonl", "role_specific", "zh"): 239,
-    ("rolebench-zh/role_specific/rolegpt_baseline.jsonl", "role_specific", "zh"): 239,
-    ("rolebench-eng/instruction-generalization/role_specific/test.jsonl", "role_specific", "en"): 4750,
-    ("rolebench-eng/instruction-generalization/role_specific/rolegpt_baseline.jsonl", "role_specific", "en"): 4750,
-}
 ZHENHUAN_LINES = {"华妃": 2723, "槿汐": 4467, "浣碧": 3531, "甄嬛": 12300, "皇后": 4189, "皇帝": 7220, "眉庄": 2812,
                   "苏培盛": 4957, "陵容": 3342}  # fmt: skip
 
@@ -41,8 +31,8 @@ def by_key(table):
 def test_release_rows_table_1_and_whole_scripts(full_release_dir, capsys):
     """Row counts of every release file, the paper's Table 1 from them, and the screenplay scripts' lengths."""
     rolebench_dir = full_release_dir / "rolebench"
-    rows = {key[0]: read_rolebench_jsonl(rolebench_dir / key[0], *key[1:]) for key in RELEASE_ROWS}
-    assert {key: len(rows[key[0]]) for key in RELEASE_ROWS} == RELEASE_ROWS
+    rows = {key[0]: read_rolebench_jsonl(rolebench_dir / key[0], *key[1:]) for key in RELEASE_FILES}
+    assert {key: len(rows[key[0]]) for key in RELEASE_FILES} == RELEASE_FILES
     train, test = rows["rolebench-zh/role_specific/train.jsonl"], rows["rolebench-zh/role_specific/test.jsonl"]
     assert sum(row["type"] == ["script_based"] for row in train) == 912
     assert sum(row["type"] == ["script_agnostic"] for row in train) == 623
@@ -99,22 +89,11 @@ def test_rolegpt_baseline_reproduces_the_papers_figures(full_release_dir, tmp_pa
     for (part, split), count in pairs.items():  # the Chinese baseline file answers the train questions too
         assert sum(map(len, release_pairs(rolebench_dir, part, split)[1])) == count
 
-    english = run_benchmark(
-        EvaluateConfig(
-            client=ClientConfig("rolegpt"),
-            dataset_name="en-instruction-role_specific",
-            data_dir=str(rolebench_dir),
-            output_dir=str(tmp_path / "en"),
-        )
-    )
-    chinese = run_benchmark(
-        EvaluateConfig(
-            client=ClientConfig("rolegpt"),
-            dataset_name="zh",
-            data_dir=str(rolebench_dir),
-            output_dir=str(tmp_path / "zh"),
-        )
-    )
+    english, chinese = (
+        run_benchmark(EvaluateConfig(str(tmp_path / name), ClientConfig("rolegpt"), dataset_name=name,
+                                     data_dir=str(rolebench_dir)))
+        for name in ("en-instruction-role_specific", "zh")
+    )  # fmt: skip
     # paper Table 3 and Table 4, RoleGPT rows
     assert round(english["metrics"]["SPE"], 4) == 0.3229
     assert round(chinese["metrics"]["SPE"], 4) == 0.2478

@@ -14,7 +14,7 @@ from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.roles.profile import RoleProfile, Utterance
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts.cli import main
-from rolellm.testing.server import ChatCompletionsServer
+from rolellm.testing.server import ChatCompletionsServer, json_server
 
 
 KEY = "sk-test-preflight"
@@ -135,30 +135,9 @@ def test_dialogue_checks_every_endpoint_before_the_first_turn(tmp_path, capsys):
 
 
 def test_an_endpoint_answering_503_is_reached_but_failing_not_unreachable():
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Loading(BaseHTTPRequestHandler):
-        def _answer(self):
-            body = json.dumps({"error": {"message": "Loading model", "type": "server_error"}}).encode()
-            self.send_response(503)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Loading)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    loading = {"error": {"message": "Loading model", "type": "server_error"}}
+    with json_server(lambda method: (503, loading)) as url:
         client = OpenAIChatClient("m", base_url=url, max_retries=1, initial_backoff=0.01, progress=False)
         with pytest.raises(EndpointError) as raised:
             client.check_endpoint()
-    finally:
-        server.shutdown()
     assert str(raised.value) == f"{url} answers with errors: HTTP 503: Loading model (2 tries)"

@@ -6,7 +6,8 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal, get_args
@@ -326,3 +327,40 @@ def _stream_events(completion: dict, body: dict) -> list[str]:
     if (body.get("stream_options") or {}).get("include_usage"):
         events.append({**head, "choices": [], "usage": completion["usage"]})
     return [json.dumps(event, ensure_ascii=False) for event in events] + ["[DONE]"]
+
+
+@contextmanager
+def json_server(respond: Callable[[str], tuple[int, dict]]) -> Iterator[str]:
+    """A bare HTTP server on 127.0.0.1 for what `ChatCompletionsServer` is too well-behaved to do: every request
+    (any method and path) gets `respond(method)` -> `(status, JSON body)` as a plain `application/json` answer, a
+    streamed request included. Yields the base URL (`http://127.0.0.1:PORT/v1`).
+
+    >>> import urllib.request
+    >>> with json_server(lambda method: (200, {"method": method})) as url:
+    ...     urllib.request.urlopen(url + "/models").read()
+    b'{"method": "GET"}'
+    """
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, answer = respond(self.command)
+            body = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
