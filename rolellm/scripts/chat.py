@@ -101,14 +101,14 @@ def make_parser(subparsers=None):
 def load_client(config: ClientConfig):
     """The chat client of `config` (no progress bars): an endpoint, or the model loaded in-process."""
     from rolellm.clients.config import make_client
-    from rolellm.clients.loading import check_model_source
 
     if config.backend == "openai":
         return make_client(replace(config, progress=False))
-    check_model_source(config.model, "--model")
-    path = Path(config.model).expanduser()
+    path = Path(config.model).expanduser()  # a missing folder is named by `make_client`, before anything loads
     try:
         return make_client(replace(config, model=str(path) if path.exists() else config.model, progress=False))
+    except FileNotFoundError:  # a local path that is not there: `make_client` names it
+        raise
     except OSError as error:
         first = str(error).strip().splitlines()[0]
         raise ValueError(

@@ -36,12 +36,15 @@ COMMANDS = {
 }
 
 
+def _not_a_library_notice(record: logging.LogRecord) -> bool:
+    return "gemm_4bit_forward" not in str(record.msg)
+
+
 def quiet_library_notices() -> None:
     """Keep notices that read like errors but change nothing off a command's output: bitsandbytes' "Failed to load
-    CPU gemm_4bit_forward ... pip install kernels" on import (4-bit layers then run its own CPU code)."""
-    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
-        lambda record: "gemm_4bit_forward" not in str(record.msg)
-    )
+    CPU gemm_4bit_forward ... pip install kernels" on import (4-bit layers then run its own CPU code). Added once,
+    however many commands one process runs."""
+    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_not_a_library_notice)
 
 
 def setup_logging(level: int = logging.INFO) -> None:
