@@ -92,15 +92,15 @@ def dataclasses_from(namespace, dataclass_types, **values) -> tuple:
     )
 
 
-def make_command_parser(name: str, dataclass_types, description: str, subparsers=None, aliases=()):
+def make_command_parser(name: str, dataclass_types, description: str, subparsers=None):
     """The parser of `rolellm {name}` over `dataclass_types`, with `--config recipe.yaml`.
 
     With `subparsers` (made with `parser_class=recipe_parser_class()`, e.g. by `make_command_group`) it is added as
-    the sub-command `name`, also called by its `aliases`.
+    the sub-command `name`.
     """
     if subparsers is not None:
         parser = subparsers.add_parser(
-            name, aliases=list(aliases), help=description, description=description, dataclass_types=dataclass_types
+            name, help=description, description=description, dataclass_types=dataclass_types
         )
     else:
         parser = recipe_parser_class()(dataclass_types, prog=f"rolellm {name}", description=description)
