@@ -128,6 +128,9 @@ class Profiles(Mapping[str, RoleProfile]):
     """
 
     def __init__(self, profiles: Mapping[str, RoleProfile] | Iterable = (), where: str | None = None):
+        if isinstance(profiles, Profiles) and where is None:  # the same profiles: their index as it is
+            self._profiles, self.names = profiles._profiles, profiles.names
+            return
         self._profiles = dict(profiles)
         where = where or (profiles.where if isinstance(profiles, Profiles) else "the profiles")
         aliases = {name: card_aliases(profile) for name, profile in self._profiles.items()}
