@@ -12,16 +12,18 @@ role-specific) with the paper's role system instruction:
 
 All three get the same conversations, tokenizer, chat template, initial weights and `max_length`, and run through
 their own dataset preparation, collator and `training_step` (forward, backward) plus an optimizer step. Steps of the
-three are interleaved, so the machine's drift affects them alike. Prints, per model size, samples/s, trained
-tokens/s, tokens processed per sample and the ratios of (c) to (a) and (b), then the ratios of both sizes side by
-side.
+three are interleaved, so the machine's drift affects them alike, and (b) and (c) get the same number of packed
+rows per step. The timed steps form `--runs` runs of `--rounds` steps of each layout; printed per model size are
+the minimum and the median over the runs of samples/s and trained tokens/s, tokens processed per sample, and the
+ratios of the medians of (c) to (a) and (b), then the ratios of both sizes side by side.
 
-    python bench/bench_packing.py [--rows 512] [--rounds 4] [--max_length 1024] [--sizes 7m 50m]
+    python bench/bench_packing.py [--rows 512] [--rounds 4] [--runs 3] [--max_length 1024] [--sizes 7m 50m]
 """
 
 import argparse
 import contextlib
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -54,7 +56,8 @@ SIZES = {
 def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=512, help="fixed sample of Chinese train rows (seed 0)")
-    parser.add_argument("--rounds", type=int, default=4, help="timed steps of each layout (after 2 warm-up steps)")
+    parser.add_argument("--rounds", type=int, default=4, help="timed steps of each layout per run")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs (after 2 warm-up steps of each layout)")
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="model sizes to run")
     parser.add_argument("--max_length", type=int, default=1024, help="row length of (b) and (c), truncation of (a)")
     parser.add_argument("--batch_size", type=int, default=8, help="samples per step of (a)")
@@ -158,56 +161,75 @@ def run_size(args, size, path, tmp, rows, conversations, profiles, tokenizer):
         data = trainer.train_dataset
         groups = f" ({sum(map(len, data['prefix_lengths']))} prefix groups)" if key.startswith("c") else ""
         print(f"({key}) {len(data)} dataset items{groups}, {sum(map(len, data['input_ids']))} tokens before padding")
-    loaders, totals = {}, {}
+    loaders, runs = {}, {}
     for key, trainer in layouts.items():
-        trainer.create_optimizer_and_scheduler(num_training_steps=args.rounds + 2)
+        trainer.create_optimizer_and_scheduler(num_training_steps=args.runs * args.rounds + 2)
         trainer.model.train()
         loaders[key] = iter(trainer.get_train_dataloader())
-        totals[key] = {"seconds": 0.0, "samples": 0, "trained": 0, "processed": 0}
+        runs[key] = [{"seconds": 0.0, "samples": 0, "trained": 0, "processed": 0} for _ in range(args.runs)]
 
-    def step(key, timed):
+    def next_batch(key):
+        try:
+            return next(loaders[key])
+        except StopIteration:  # a new epoch of the same rows
+            loaders[key] = iter(layouts[key].get_train_dataloader())
+            return next(loaders[key])
+
+    def step(key, run):
         trainer = layouts[key]
         start = time.perf_counter()
-        batch = trainer._prepare_inputs(next(loaders[key]))
+        batch = trainer._prepare_inputs(next_batch(key))
         samples, trained, processed = count(batch, key)
         with trl_fused_head(key == "c'"):
             trainer.training_step(trainer.model, batch, torch.tensor(trained))
         trainer.optimizer.step()
         trainer.optimizer.zero_grad()
-        if timed:
+        if run is not None:
             elapsed = time.perf_counter() - start
             for name, value in zip(
                 ("seconds", "samples", "trained", "processed"), (elapsed, samples, trained, processed)
             ):
-                totals[key][name] += value
+                runs[key][run][name] += value
 
-    for round_index in range(args.rounds + 2):
+    for _ in range(2):  # warm-up
         for key in layouts:
-            step(key, timed=round_index >= 2)
+            step(key, None)
+    for run in range(args.runs):
+        for _ in range(args.rounds):
+            for key in layouts:
+                step(key, run)
     results = {}
     params = sum(p.numel() for p in layouts["c"].model.parameters())
-    print(f"\n{size} model ({params / 1e6:.1f}M parameters): {args.rounds} interleaved steps each, max_length "
-          f"{args.max_length}, {torch.get_num_threads()} threads")  # fmt: skip
-    print(f"{'layout':44s} {'samples/s':>10s} {'trained tok/s':>14s} {'tokens/sample':>14s}")
-    for key, total in totals.items():
+    print(f"\n{size} model ({params / 1e6:.1f}M parameters): {args.runs} runs of {args.rounds} interleaved steps each, "
+          f"max_length {args.max_length}, {torch.get_num_threads()} threads; min / median over the runs")  # fmt: skip
+    print(f"{'layout':44s} {'samples/s':>14s} {'trained tok/s':>14s} {'tokens/sample':>14s}")
+    for key, per_run in runs.items():
+        samples = [r["samples"] / r["seconds"] for r in per_run]
+        trained = [r["trained"] / r["seconds"] for r in per_run]
         results[key] = {
-            "samples_per_s": total["samples"] / total["seconds"],
-            "trained_tokens_per_s": total["trained"] / total["seconds"],
-            "tokens_per_sample": total["processed"] / total["samples"],
+            "samples_per_s": statistics.median(samples),
+            "samples_per_s_min": min(samples),
+            "trained_tokens_per_s": statistics.median(trained),
+            "trained_tokens_per_s_min": min(trained),
+            "tokens_per_sample": sum(r["processed"] for r in per_run) / sum(r["samples"] for r in per_run),
         }
         r = results[key]
-        figures = f"{r['samples_per_s']:10.1f} {r['trained_tokens_per_s']:14.0f} {r['tokens_per_sample']:14.1f}"
+        figures = (
+            f"{r['samples_per_s_min']:6.1f} / {r['samples_per_s']:5.1f} "
+            f"{r['trained_tokens_per_s_min']:6.0f} / {r['trained_tokens_per_s']:5.0f} {r['tokens_per_sample']:14.1f}"
+        )
         print(f"({key}) {names[key]:40s} {figures}")
     for base in ("a", "b"):
         print(
             f"(c) vs ({base}): {results['c']['samples_per_s'] / results[base]['samples_per_s']:.2f}x samples/s, "
             f"{results['c']['trained_tokens_per_s'] / results[base]['trained_tokens_per_s']:.2f}x trained tokens/s, "
-            f"{results[base]['tokens_per_sample'] / results['c']['tokens_per_sample']:.2f}x fewer tokens per sample"
+            f"{results[base]['tokens_per_sample'] / results['c']['tokens_per_sample']:.2f}x fewer tokens per sample "
+            "(medians)"
         )
     loss_gain = results["c"]["samples_per_s"] / results["c'"]["samples_per_s"]
     print(f"(c) vs (c'): {loss_gain:.2f}x samples/s from the compact loss path alone (same rows)")
     print(json.dumps({"size": size, "parameters": params, "max_length": args.max_length, "rounds": args.rounds,
-                      **results}))  # fmt: skip
+                      "runs": args.runs, **results}))  # fmt: skip
     return params, results
 
 
