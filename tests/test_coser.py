@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.examples import run_example
 
 from rolellm.clients.config import ClientConfig
 from rolellm.evaluation.coser.judge import parse_flaws
@@ -472,3 +473,12 @@ def test_sigkill_midway_then_restart_loses_and_repeats_nothing(tmp_path):
     crashed, clean = (json.loads((folder / "results.json").read_text()) for folder in (out, tmp_path / "clean"))
     assert crashed["cases"] == clean["cases"] and crashed["scores"] == clean["scores"]
     shutil.rmtree(tmp_path / "clean")
+
+
+def test_the_example_runs_offline(tmp_path):
+    stdout = run_example("coser_eval.py", "--test_file", TEST_SET, "--output_dir", tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert "2 of 2 scenes scored; failures: 0" in stdout and "0 mismatches" in stdout
+    for case in results["cases"].values():  # the canned judge finds one flaw of severity 3 per dimension
+        rounds = sum(m["role"] != "Environment" for m in case["simulation"])
+        assert case["rounds"] == 6 and case["score"] == min(100, 100 - 5 * (3 - 0.3 * rounds))
