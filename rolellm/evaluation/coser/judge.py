@@ -13,6 +13,7 @@ and, after the client's `max_parse_attempts`, is a counted failure: the scene ge
 
 import json
 import re
+from functools import partial
 from collections.abc import Mapping, Sequence
 
 from rolellm.clients.base import ChatRequest
@@ -125,7 +126,7 @@ def judge_scenes(
             [request] = judge_requests(case, text, prompts, continue_from, max_tokens, seed, [dimension])
             request.metadata["index"] = index
             requests.append(request)
-        parse = lambda text, d=dimension: parse_flaws(text, d)  # noqa: E731
+        parse = partial(parse_flaws, dimension=dimension)
         for result in judge.generate(requests, parse=parse, desc=f"Judge: {dimension}", remind=True):
             verdict = verdicts[result.request.metadata["index"]]
             if result.ok:
