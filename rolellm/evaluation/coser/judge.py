@@ -13,8 +13,8 @@ and, after the client's `max_parse_attempts`, is a counted failure: the scene ge
 
 import json
 import re
-from functools import partial
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from rolellm.clients.base import ChatRequest
 from rolellm.evaluation.coser.prompts import DIMENSIONS, CoserPrompts
