@@ -29,7 +29,7 @@ from rolellm.evaluation.coser.scoring import (
 )
 from rolellm.evaluation.coser.simulation import END_CHAT, LOG_NAME, choose_next, parse_next_speaker
 from rolellm.evaluation.coser.testset import CoserCase, read_coser_test_set
-from rolellm.evaluation.coser.thoughts import remove_inner_thoughts
+from rolellm.evaluation.coser.thoughts import reference_without_thoughts, remove_inner_thoughts
 from rolellm.rewards.flaws import make_coser_flaw_reward
 from rolellm.roles.profile import DataFormatError
 from rolellm.scripts import coser as coser_script
@@ -249,6 +249,11 @@ def test_a_run_plays_judges_scores_and_resumes_without_asking_again(tmp_path, ca
         assert case["score"] == expected_scene_score(rounds)
         assert case["critique"]["Character Fidelity"]["flaws"][0]["severity"] == 1  # given none
     assert rescore_coser_results(results)["mismatches"] == []
+    reference = reference_without_thoughts(read_coser_test_set(TEST_SET)[0].reference)  # compared without thoughts
+    assert all("[" not in m["message"] for m in reference) and (
+        hamlet["critique"]["bleu"],
+        hamlet["critique"]["rouge_l"],
+    ) == bleu_rouge(reference, hamlet["simulation"])
     assert results["run"]["judge_model"] == "judge" and "not gpt-4o-2024-08-06" in results["run"]["warning"]
     assert results["run"]["prompts"] == "rolellm"
     # what each agent saw: the others' messages without thoughts, labelled; its own as its turns

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from rolellm.evaluation.coser.testset import ENVIRONMENT, CoserCase
-from rolellm.evaluation.coser.thoughts import remove_inner_thoughts
+from rolellm.evaluation.coser.thoughts import reference_without_thoughts
 from rolellm.roles.prompts import load_prompt
 
 
@@ -59,11 +59,9 @@ class CoserPrompts:
 
 def reference_text(case: CoserCase) -> str:
     """The reference conversation as the judge reads it: `Name: message`, thoughts removed (not the Environment's)."""
-    lines = []
-    for m in case.reference:
-        text = m["message"] if m["character"] == ENVIRONMENT else remove_inner_thoughts(m["message"])
-        lines.append(f"{m['character']}: {text}".strip("\n"))
-    return "\n\n".join(lines)
+    return "\n\n".join(
+        f"{m['character']}: {m['message']}".strip("\n") for m in reference_without_thoughts(case.reference)
+    )
 
 
 def builtin_prompts() -> CoserPrompts:

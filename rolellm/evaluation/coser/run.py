@@ -163,6 +163,7 @@ def run_coser(config: CoserConfig) -> dict:
     )
     from rolellm.evaluation.coser.simulation import check_continue_from, file_digest, run_simulations
     from rolellm.evaluation.coser.testset import read_coser_test_set, select_cases
+    from rolellm.evaluation.coser.thoughts import reference_without_thoughts
     from rolellm.evaluation.multiturn.dialogue import write_transcripts
 
     cases = select_cases(read_coser_test_set(config.test_file), config.cases, config.limit)
@@ -208,7 +209,8 @@ def run_coser(config: CoserConfig) -> dict:
         rounds = count_actor_rounds(simulation)
         critique = {d: {**verdict[d], "score": dimension_score(verdict[d]["flaws"], rounds)}
                     for d in DIMENSIONS if d in verdict}  # fmt: skip
-        bleu, rouge = bleu_rouge(scene.case.reference[config.continue_from :], simulation[config.continue_from :])
+        reference = reference_without_thoughts(scene.case.reference)
+        bleu, rouge = bleu_rouge(reference[config.continue_from :], simulation[config.continue_from :])
         critique.update(bleu=bleu, rouge_l=rouge)
         entry = {"simulation": simulation, "simulation_str": texts[scene.case.id], "score": None,
                  "critique": critique}  # fmt: skip

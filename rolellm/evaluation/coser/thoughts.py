@@ -11,6 +11,9 @@ collapses the blank lines left behind; `add_speaker_name` labels a message with 
 """
 
 import re
+from collections.abc import Mapping, Sequence
+
+from rolellm.evaluation.coser.testset import ENVIRONMENT
 
 
 _BRACKETS = re.compile(r"\[.*?\]")  # one line at a time, as the original does
@@ -36,3 +39,12 @@ def add_speaker_name(text: str, speaker: str) -> str:
     if any(line.startswith((f"{speaker}:", f"{speaker}：")) for line in lines):
         return text
     return f"{speaker}: {text}"
+
+
+def reference_without_thoughts(reference: Sequence[Mapping]) -> list[dict]:
+    """The reference conversation (`{"character", "message"}`) as it is judged and compared: thoughts removed from
+    every character's message, the Environment's as written."""
+    return [
+        dict(m) if m["character"] == ENVIRONMENT else {**m, "message": remove_inner_thoughts(m["message"])}
+        for m in reference
+    ]
