@@ -140,6 +140,31 @@ def run_record(config: CoserConfig, prompts_source: str) -> dict:
     return record
 
 
+def scene_result(scene, verdict: dict, text: str, continue_from: int = 0) -> dict:
+    """A played scene's entry of `results.json`: the judged simulation and text, the critique (each dimension's flaws
+    and score, BLEU and ROUGE-L), the scene score (`None` when a verdict failed, with `errors`), rounds, how the scene
+    ended and the next-speaker fallbacks."""
+    from rolellm.evaluation.coser.judge import judged_simulation
+    from rolellm.evaluation.coser.prompts import DIMENSIONS
+    from rolellm.evaluation.coser.scoring import bleu_rouge, count_actor_rounds, dimension_score, scene_score
+    from rolellm.evaluation.coser.thoughts import reference_without_thoughts
+
+    simulation = judged_simulation(scene.messages())
+    rounds = count_actor_rounds(simulation)
+    critique = {d: {**verdict[d], "score": dimension_score(verdict[d]["flaws"], rounds)}
+                for d in DIMENSIONS if d in verdict}  # fmt: skip
+    reference = reference_without_thoughts(scene.case.reference)
+    critique["bleu"], critique["rouge_l"] = bleu_rouge(reference[continue_from:], simulation[continue_from:])
+    entry = {"simulation": simulation, "simulation_str": text, "score": None, "critique": critique}
+    if verdict["errors"]:
+        entry["errors"] = verdict["errors"]
+    else:
+        entry["score"] = scene_score(critique)
+    transcript = scene.transcript()
+    entry.update(rounds=transcript["rounds"], ended=transcript["ended"], nsp_fallbacks=transcript["nsp_fallbacks"])
+    return entry
+
+
 def run_coser(config: CoserConfig) -> dict:
     """Play, judge and score the test scenes of `config`, and write the results and the report.
 
@@ -151,19 +176,11 @@ def run_coser(config: CoserConfig) -> dict:
         score), `requests` (a dry run's count of first-round requests) and `report` (the written report's paths).
     """
     from rolellm.evaluation.coser.judge import judge_scenes, judged_simulation, simulation_text
-    from rolellm.evaluation.coser.prompts import DIMENSIONS, load_prompts
+    from rolellm.evaluation.coser.prompts import load_prompts
     from rolellm.evaluation.coser.report import write_coser_report
-    from rolellm.evaluation.coser.scoring import (
-        bleu_rouge,
-        bleu_tokenizer_name,
-        count_actor_rounds,
-        dimension_score,
-        mean_scores,
-        scene_score,
-    )
+    from rolellm.evaluation.coser.scoring import bleu_tokenizer_name, mean_scores
     from rolellm.evaluation.coser.simulation import check_continue_from, file_digest, run_simulations
     from rolellm.evaluation.coser.testset import read_coser_test_set, select_cases
-    from rolellm.evaluation.coser.thoughts import reference_without_thoughts
     from rolellm.evaluation.multiturn.dialogue import write_transcripts
 
     cases = select_cases(read_coser_test_set(config.test_file), config.cases, config.limit)
@@ -204,24 +221,12 @@ def run_coser(config: CoserConfig) -> dict:
         if scene.error:
             cases_out[scene.case.id] = {"simulation": judged_simulation(scene.messages()), "score": None,
                                         "error": scene.error}  # fmt: skip
-            continue
-        simulation, verdict = judged_simulation(scene.messages()), verdicts[scene.case.id]
-        rounds = count_actor_rounds(simulation)
-        critique = {d: {**verdict[d], "score": dimension_score(verdict[d]["flaws"], rounds)}
-                    for d in DIMENSIONS if d in verdict}  # fmt: skip
-        reference = reference_without_thoughts(scene.case.reference)
-        bleu, rouge = bleu_rouge(reference[config.continue_from :], simulation[config.continue_from :])
-        critique.update(bleu=bleu, rouge_l=rouge)
-        entry = {"simulation": simulation, "simulation_str": texts[scene.case.id], "score": None,
-                 "critique": critique}  # fmt: skip
-        if verdict["errors"]:
-            entry["errors"] = verdict["errors"]
-            failures += [{"case": scene.case.id, "error": f"judge, {d}: {e}"} for d, e in verdict["errors"].items()]
         else:
-            entry["score"] = scene_score(critique)
-        transcript = scene.transcript()
-        entry.update(rounds=transcript["rounds"], ended=transcript["ended"], nsp_fallbacks=transcript["nsp_fallbacks"])
-        cases_out[scene.case.id] = entry
+            entry = scene_result(scene, verdicts[scene.case.id], texts[scene.case.id], config.continue_from)
+            failures += [
+                {"case": scene.case.id, "error": f"judge, {d}: {e}"} for d, e in entry.get("errors", {}).items()
+            ]
+            cases_out[scene.case.id] = entry
     record["bleu_tokenizer"] = bleu_tokenizer_name()
     results = {"scores": mean_scores(cases_out), "cases": cases_out, "run": record, "failures": failures}
     path = output_dir / RESULTS_NAME
