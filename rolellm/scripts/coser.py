@@ -33,8 +33,8 @@ from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_group, make_command_parser
 
 
-EnvOptions = endpoint_options("env", model_help=f"Environment agent model (default {DEFAULT_ENV_MODEL}).")
-NspOptions = endpoint_options("nsp", model_help=f"Next-speaker predictor model (default {DEFAULT_NSP_MODEL}).")
+EnvOptions = endpoint_options("env", model_help=f"Environment agent model ({DEFAULT_ENV_MODEL} when not given).")
+NspOptions = endpoint_options("nsp", model_help=f"Next-speaker predictor model ({DEFAULT_NSP_MODEL} when not given).")
 JudgeOptions = endpoint_options("judge", model_help="Judge model (CoSER pins gpt-4o-2024-08-06).")
 RUN_DATACLASSES = [ClientConfig, CoserConfig, EnvOptions, NspOptions, JudgeOptions]
 
