@@ -487,3 +487,39 @@ def test_the_example_runs_offline(tmp_path):
     for case in results["cases"].values():  # the canned judge finds one flaw of severity 3 per dimension
         rounds = sum(m["role"] != "Environment" for m in case["simulation"])
         assert case["rounds"] == 6 and case["score"] == min(100, 100 - 5 * (3 - 0.3 * rounds))
+
+
+def test_the_flaw_judge_as_a_rubric_of_rolellm_dialogue(tmp_path):
+    from rolellm.roles.profile import RoleProfile
+    from rolellm.roles.release import write_release_profiles
+    from rolellm.scripts import dialogue as dialogue_script
+
+    write_release_profiles({"Po": RoleProfile("Po", "en", "A clumsy, cheerful panda.")}, tmp_path / "profiles")
+    (tmp_path / "scenarios.yaml").write_text(
+        "- role: Po\n  situation: The Jade Palace at dawn.\n  user_persona: A new student.\n  opening_line: Master?\n"
+    )
+
+    def answer(body):
+        if body["model"] == "judge":
+            return judge_verdict(body)
+        return "Teach me more!" if body["model"] == "user-sim" else "[Be brave.] (bows) Skadoosh!"
+
+    argv = ["--profiles", str(tmp_path / "profiles"), "--scenarios", str(tmp_path / "scenarios.yaml"), "--model", "po",
+            "--user_model", "user-sim", "--judge_model", "judge", "--num_turns", "2", "--rubric", "coser_flaws",
+            "--output_dir", str(tmp_path / "run"), "--progress", "false"]  # fmt: skip
+    with ChatCompletionsServer(answer) as server:
+        parser = dialogue_script.make_parser()
+        assert dialogue_script.main(parser.parse_args([*argv, "--base_url", server.base_url])) == 0
+        judged = [r["body"]["messages"] for r in server.requests if r["body"]["model"] == "judge"]
+    scores = json.loads((tmp_path / "run" / "scores.json").read_text())
+    assert scores["rubric"] == "coser_flaws" and scores["scale"] == [0, 100]
+    assert scores["dimensions"] == ["Anthropomorphism", "Character Fidelity", "Storyline Quality"]
+    [item] = scores["items"]
+    # two lines of Po: 0.3 * 2 forgiven; FLAWS gives severities 3 + 1, one without (1), none
+    assert item["scores"] == {"Anthropomorphism": 83.0, "Character Fidelity": 98.0, "Storyline Quality": 100}
+    assert len(judged) == 3 and "original conversation" not in judged[0][0]["content"]
+    assert (
+        judged[0][1]["content"]
+        == "User: Master?\n\nPo: (bows) Skadoosh!\n\nUser: Teach me more!\n\nPo: (bows) Skadoosh!"
+    )
+    assert "scale 0-100" in (tmp_path / "run" / "report.md").read_text()

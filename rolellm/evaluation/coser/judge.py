@@ -112,15 +112,17 @@ def judge_scenes(
     continue_from: int = 0,
     max_tokens: int = 4096,
     seed: int = 0,
+    dimensions: Sequence[str] = DIMENSIONS,
 ) -> list[dict]:
-    """Ask the judge about every (case, judged simulation text) on the four dimensions, in one batch per dimension.
+    """Ask the judge about every (case, judged simulation text) on `dimensions` (CoSER's four by default), in one
+    batch per dimension.
 
     Returns:
         `list[dict]`: one per item, `{dimension: {"flaws": [...]}}` for every dimension that was read, plus
         `"errors"`: `{dimension: why}` for those that failed.
     """
     verdicts = [{"errors": {}} for _ in items]
-    for dimension in DIMENSIONS:
+    for dimension in dimensions:
         requests = []
         for index, (case, text) in enumerate(items):
             [request] = judge_requests(case, text, prompts, continue_from, max_tokens, seed, [dimension])
