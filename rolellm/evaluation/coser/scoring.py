@@ -81,9 +81,10 @@ def bleu_rouge(reference: Sequence[Mapping], simulation: Sequence[Mapping]) -> t
     """BLEU and ROUGE-L F of the simulated conversation against the reference, as the original computes them.
 
     Both texts are joined messages (`Name: message` for the reference, the messages as written for the simulation),
-    thoughts already removed (`reference_without_thoughts`, `judged_simulation`). BLEU is NLTK's `sentence_bleu` (4-grams, no smoothing) of the lower-cased texts cut
-    into words by NLTK's `word_tokenize` (with its Punkt sentence splitter when its data is installed, else on the
-    whole text); ROUGE-L is the F measure of `rouge` 1.0.1 (`rolellm.evaluation.benchmark.rouge.rouge_l_pairs`).
+    thoughts already removed (`reference_without_thoughts`, `judged_simulation`). BLEU is NLTK's `sentence_bleu`
+    (4-grams, no smoothing) of the lower-cased texts cut into words by NLTK's `word_tokenize` (with its Punkt
+    sentence splitter when its data is installed, else on the whole text); ROUGE-L is the F measure of `rouge` 1.0.1
+    (`rolellm.evaluation.benchmark.rouge.rouge_l_pairs`).
     """
     from nltk.translate.bleu_score import sentence_bleu
 

@@ -242,10 +242,9 @@ def run_simulations(
         return systems[key]
 
     def ask(client, asking: list[Scene], agent_of, step: str) -> list:
-        requests = [
-            ChatRequest(agent_view(s, agent_of(s), system(s, agent_of(s)), prompts.conversation_start), params=dict(params))
-            for s in asking
-        ]  # fmt: skip
+        start = prompts.conversation_start
+        views = [agent_view(s, agent_of(s), system(s, agent_of(s)), start) for s in asking]
+        requests = [ChatRequest(view, params=dict(params)) for view in views]
         results = client.generate(requests, desc=step) if requests else []
         for scene, result in zip(asking, results):
             if not result.ok:
@@ -259,15 +258,13 @@ def run_simulations(
             speaking = [s for s in scenes.values() if s.open and not s.needs_prediction]
             for scene in [s for s in speaking if s.rounds < continue_from]:
                 message = scene.case.reference[scene.rounds]
-                saved.append({"id": scene.case.id, "round": scene.rounds, "kind": "message",
-                              "speaker": message["character"], "content": message["message"], "reference": True})  # fmt: skip
+                saved.append(_message(scene, message["character"], message["message"], reference=True))
             speaking = [s for s in speaking if s.rounds >= continue_from]
             world = [s for s in speaking if s.speaker == ENVIRONMENT]
             people = [s for s in speaking if s.speaker != ENVIRONMENT]
             for client, group in ((environment, world), (actor, people)):
-                for scene, result in ask(client, group, lambda s: s.speaker, f"Round {step + 1}: {client.model_name}"):
-                    saved.append({"id": scene.case.id, "round": scene.rounds, "kind": "message",
-                                  "speaker": scene.speaker, "content": result.text.strip(), "reference": False})  # fmt: skip
+                asked = ask(client, group, lambda s: s.speaker, f"Round {step + 1}: {client.model_name}")
+                saved += [_message(scene, scene.speaker, result.text.strip()) for scene, result in asked]
             _apply(scenes, saved)
             append_synced(log, saved)  # the messages are on disk before the predictions are asked for
             saved = []
@@ -290,6 +287,11 @@ def run_simulations(
     if failed:
         logger.warning("%d of %d scenes stopped early, e.g. %s", len(failed), len(played), failed[0].error)
     return played
+
+
+def _message(scene: Scene, speaker: str, content: str, reference: bool = False) -> dict:
+    return {"id": scene.case.id, "round": scene.rounds, "kind": "message", "speaker": speaker, "content": content,
+            "reference": reference}  # fmt: skip
 
 
 def _prediction(scene: Scene, raw: str, name: str) -> dict:
