@@ -97,6 +97,12 @@ _EXPORTS = {
     "parse_rubric": "rolellm.evaluation.multiturn.rubric",
     "read_human_labels": "rolellm.evaluation.multiturn.agreement",
     "compare_with_humans": "rolellm.evaluation.multiturn.agreement",
+    "CoserConfig": "rolellm.evaluation.coser.run",
+    "run_coser": "rolellm.evaluation.coser.run",
+    "read_coser_test_set": "rolellm.evaluation.coser.testset",
+    "rescore_coser_results": "rolellm.evaluation.coser.scoring",
+    "write_coser_report": "rolellm.evaluation.coser.report",
+    "make_coser_flaw_reward": "rolellm.rewards.flaws",
     "lm_eval_tasks_dir": "rolellm.lm_eval_tasks.folder",
 }
 

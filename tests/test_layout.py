@@ -10,7 +10,8 @@ import rolellm
 PACKAGE = Path(rolellm.__file__).parent
 # Stage folders bottom-up; a module may import its own folder and the folders before it.
 FLOORS = [
-    "roles", "data", "encoding", "clients", "generation", "training", "evaluation", "metrics", "lm_eval_tasks", "scripts",
+    "roles", "data", "encoding", "clients", "generation", "training", "evaluation", "rewards", "metrics", "lm_eval_tasks",
+    "scripts",
 ]  # fmt: skip
 
 
@@ -119,8 +120,8 @@ def test_every_module_lives_in_a_stage_folder():
 
 
 # Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the single-turn
-# benchmark (which judges against a baseline) and the multi-turn evaluation.
-EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn"]
+# benchmark (which judges against a baseline), the multi-turn evaluation and CoSER (on the multi-turn log).
+EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn", "coser"]
 
 
 def room(module: str) -> int | None:
@@ -137,5 +138,5 @@ def test_evaluation_rooms_import_only_earlier_rooms():
     assert wrong == []
     inside = (PACKAGE / "evaluation").iterdir()
     assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == sorted(
-        ["__init__.py", "benchmark", "charts.py", "judge", "multiturn", "pages.py"]
+        ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py"]
     )

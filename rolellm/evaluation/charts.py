@@ -74,19 +74,19 @@ def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), leng
         rows, columns, figsize=(3.6 * columns, 3.4 * rows), subplot_kw={"projection": "polar"}, squeeze=False
     )
     angles = np.linspace(0, 2 * np.pi, len(dimensions), endpoint=False).tolist()
+    pad = (scale[1] - scale[0]) / 8  # room in the middle below the lowest score
     for ax, role in zip(axes.flat, roles):
         values = [np.nan if per_role[role][d] is None else per_role[role][d] for d in dimensions]
         ax.plot(angles + angles[:1], values + values[:1], color=COLORS["raw"], marker="o", markersize=3)
         if not np.isnan(values).any():
             ax.fill(angles + angles[:1], values + values[:1], color=COLORS["raw"], alpha=0.25)
         elif np.isnan(values).all():
-            ax.text(0, scale[0] - 0.5, "n/a", ha="center", va="center", fontsize=12, color="#666")
+            ax.text(0, scale[0] - pad, "n/a", ha="center", va="center", fontsize=12, color="#666")
         labels = [d.replace("_", " ") + (" (n/a)" if np.isnan(v) else "") for d, v in zip(dimensions, values)]
         ax.set_xticks(angles, labels=labels, fontsize=7)
-        ax.set_ylim(scale[0] - 0.5, scale[1])
-        ax.set_yticks(
-            range(scale[0], scale[1] + 1), labels=[str(v) for v in range(scale[0], scale[1] + 1)], fontsize=6
-        )
+        ax.set_ylim(scale[0] - pad, scale[1])
+        ticks = range(scale[0], scale[1] + 1, max(1, (scale[1] - scale[0]) // 5))  # 1-5: every point; 0-100: by 20
+        ax.set_yticks(ticks, labels=[str(v) for v in ticks], fontsize=6)
         length = (lengths or {}).get(role)
         ax.set_title(role if length is None else f"{role}\n{length:.0f} chars/answer", fontsize=10, pad=14)
     for ax in list(axes.flat)[len(roles) :]:

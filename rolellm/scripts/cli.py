@@ -26,6 +26,7 @@ COMMANDS = {
     "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
     "dialogue": ("rolellm.scripts.dialogue", "Multi-turn evaluation: a simulated user talks with the role model."),
+    "coser": ("rolellm.scripts.coser", "CoSER's given-circumstance acting evaluation: simulate, judge, rescore."),
     "judge": ("rolellm.scripts.judge", "Judge tools: agreement of a judge's scores with human labels."),
     "template": (
         "rolellm.scripts.template",

@@ -23,7 +23,9 @@ conversations as a page). Exit codes: 0 done, 1 some conversations or judge answ
 """
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from rolellm.clients.config import ClientConfig, derive_client, endpoint_options
 from rolellm.evaluation.multiturn.run import DialogueConfig
@@ -34,7 +36,24 @@ from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 UserOptions = endpoint_options("user", model_help="User simulator: a local folder, or an endpoint model name.")
 JudgeOptions = endpoint_options("judge", many=True, model_help="Rubric judge models (none: no scores).")
-DATACLASSES = [ClientConfig, DialogueConfig, UserOptions, JudgeOptions]
+
+
+@dataclass
+class RubricOptions:
+    """Which judge scores the conversations.
+
+    Args:
+        rubric (`Literal["rubric", "coser_flaws"]`, *optional*, defaults to `"rubric"`): rolellm's rubric (1 to 5 on
+            six dimensions, `rolellm.evaluation.multiturn.rubric`) or CoSER's flaw deduction (0 to 100 on three
+            dimensions, `rolellm.evaluation.coser.rubric`).
+    """
+
+    rubric: Literal["rubric", "coser_flaws"] = field(
+        default="rubric", metadata={"help": "rubric (1-5, six dimensions) or coser_flaws (CoSER's flaw deduction)."}
+    )
+
+
+DATACLASSES = [ClientConfig, DialogueConfig, UserOptions, JudgeOptions, RubricOptions]
 
 
 def make_parser(subparsers=None):
@@ -62,7 +81,10 @@ def main(args=None):
 
     setup_logging()
     config = dialogue_config(args)
-    result = run_dialogue_eval(config)
+    score_transcripts = None
+    if args.rubric == "coser_flaws":
+        from rolellm.evaluation.coser.rubric import judge_transcripts_by_flaws as score_transcripts
+    result = run_dialogue_eval(config, score_transcripts)
     transcripts, played = result["transcripts"], result["played"]
     output_dir = config.output_dir
     print(f"Played {played} turns in {len(transcripts)} conversations; wrote {Path(output_dir) / TRANSCRIPTS_NAME}")

@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -353,8 +353,10 @@ def parse_user_line(text: str) -> str:
     return line
 
 
-def _read_turns(path: Path, conversations: dict[str, _Conversation]) -> int:
-    """Restore the turns saved by an earlier run; a line cut short by a crash is dropped (its turn is played again)."""
+def read_log(path: Path, restore: Callable[[dict, str], None]) -> int:
+    """Replay an append-only JSONL log (`append_synced`): `restore(record, "path:line")` for each complete line, in
+    order; a line cut short by a crash is dropped (what it held is asked again) and the file is rewritten without it,
+    so the next append starts on a line of its own. Returns the number of records restored (0 without a file)."""
     if not path.exists():
         return 0
     kept, restored = [], 0
@@ -362,31 +364,47 @@ def _read_turns(path: Path, conversations: dict[str, _Conversation]) -> int:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            logger.warning("%s:%d: incomplete line dropped; that turn is played again", path, line_no)
+            logger.warning("%s:%d: incomplete line dropped; it is played again", path, line_no)
             continue
-        conversation = conversations.get(record.get("id"))
-        if conversation is None:
-            raise ValueError(
-                f"{path}:{line_no}: scenario {record.get('id')!r} is not in this run; use a new output_dir"
-            )
-        if record["turn"] != len(conversation.turns) + 1:
-            raise ValueError(f"{path}:{line_no}: turn {record['turn']} of {record['id']!r} is out of order")
-        conversation.turns.append({"user": record["user"], "assistant": record["assistant"]})
+        restore(record, f"{path}:{line_no}")
         kept.append(line if line.endswith("\n") else line + "\n")
         restored += 1
-    partial = path.with_suffix(".jsonl.tmp")  # rewritten without broken lines: appends start on a line of their own
+    partial = path.with_suffix(path.suffix + ".tmp")
     partial.write_text("".join(kept), encoding="utf-8")
     partial.replace(path)
     return restored
 
 
-def _check_run(folder: Path, run: dict) -> None:
-    """Refuse to resume a folder holding another run's turns (other models or scenarios)."""
-    path = folder / RUN_NAME
+def append_synced(log, records: Sequence[dict]) -> None:
+    """Append `records` to an open log file as JSON lines and sync them to disk before returning: a process killed
+    after this call loses none of them."""
+    log.write("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+    log.flush()
+    os.fsync(log.fileno())
+
+
+def _read_turns(path: Path, conversations: dict[str, _Conversation]) -> int:
+    """Restore the turns saved by an earlier run; a line cut short by a crash is dropped (its turn is played again)."""
+
+    def restore(record: dict, where: str) -> None:
+        conversation = conversations.get(record.get("id"))
+        if conversation is None:
+            raise ValueError(f"{where}: scenario {record.get('id')!r} is not in this run; use a new output_dir")
+        if record["turn"] != len(conversation.turns) + 1:
+            raise ValueError(f"{where}: turn {record['turn']} of {record['id']!r} is out of order")
+        conversation.turns.append({"user": record["user"], "assistant": record["assistant"]})
+
+    return read_log(path, restore)
+
+
+def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str = TURNS_NAME) -> None:
+    """Refuse to resume a folder whose log (`log_name`) holds another run's records (the settings in `run` differ
+    from those saved in `run_name`), then save `run`."""
+    path = folder / run_name
     if path.exists():
         previous = json.loads(path.read_text(encoding="utf-8"))
         changed = sorted(k for k in run if previous.get(k) != run[k])
-        if changed and (folder / TURNS_NAME).exists():
+        if changed and (folder / log_name).exists():
             raise ValueError(
                 f"{folder} holds turns of another run ({', '.join(changed)} differ): use a new output_dir"
             )
@@ -440,7 +458,7 @@ def run_dialogues(
     played = [{k: v for k, v in asdict(s).items() if k != "num_turns"} for s in scenarios]  # more turns: go on
     run = {"model": model_client.model_name, "user_model": user_client.model_name, "scenarios": played,
            "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "card_extras": card_extras}  # fmt: skip
-    _check_run(folder, run)
+    check_run(folder, run)
     conversations = {s.id: _Conversation(s, profiles[s.role]) for s in scenarios}
     log_path = folder / TURNS_NAME
     restored = _read_turns(log_path, conversations)
@@ -467,7 +485,7 @@ def run_dialogues(
                         lines[c.scenario.id] = result.parsed
                     else:
                         c.error = f"user simulator, turn {turn}: {result.error}"
-            speaking = [c for c in active if c.scenario.id in lines]
+            speaking, saved = [c for c in active if c.scenario.id in lines], []
             requests = [
                 ChatRequest(c.role_messages(lines[c.scenario.id], card_extras), params=dict(model_params))
                 for c in speaking
@@ -477,10 +495,9 @@ def run_dialogues(
                     c.error = f"role model, turn {turn}: {result.error}"
                     continue
                 record = {"user": lines[c.scenario.id], "assistant": result.text.strip()}
-                log.write(json.dumps({"id": c.scenario.id, "turn": turn, **record}, ensure_ascii=False) + "\n")
+                saved.append({"id": c.scenario.id, "turn": turn, **record})
                 c.turns.append(record)
-            log.flush()
-            os.fsync(log.fileno())  # the turn is on disk before the next one is asked for
+            append_synced(log, saved)  # the turn is on disk before the next one is asked for
     transcripts = [c.transcript(model_client.model_name, user_client.model_name) for c in conversations.values()]
     write_transcripts(transcripts, folder / TRANSCRIPTS_NAME)
     failed = [t for t in transcripts if t["error"]]

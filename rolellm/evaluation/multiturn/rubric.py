@@ -129,7 +129,8 @@ def build_rubric_messages(transcript: Mapping, profile: RoleProfile, dimensions:
     return [{"role": "system", "content": str(template.system()).strip()}, {"role": "user", "content": str(user)}]
 
 
-def _judge_names(judges) -> list[str]:
+def judge_names(judges) -> list[str]:
+    """The judges' model names, a repeated one numbered (`gpt-4o`, `gpt-4o#2`)."""
     names, seen = [], {}
     for judge in judges:
         seen[judge.model_name] = seen.get(judge.model_name, 0) + 1
@@ -176,7 +177,7 @@ def judge_transcripts(
     missing = sorted({t["role"] for t in transcripts if t["role"] not in profiles})
     if missing:
         raise ValueError(f"no profile for roles {missing}: the judge needs each role's description")
-    names = _judge_names(judges)
+    names = judge_names(judges)
     judgeable = [i for i, t in enumerate(transcripts) if t["turns"]]
     requests = []
     for i in judgeable:

@@ -130,9 +130,13 @@ def read_run_scenarios(config: DialogueConfig, profiles, user_client) -> list:
     return scenarios
 
 
-def run_dialogue_eval(config: DialogueConfig) -> dict:
+def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     """Play the scenarios of `config` between its user simulator and its model, score them with its judges and write
     the report into `config.output_dir`.
+
+    `score_transcripts(transcripts, profiles, judges, seed=...)` scores the conversations; it defaults to the rubric
+    judges (`judge_transcripts`), and CoSER's flaw deduction takes its place with
+    `rolellm.evaluation.coser.rubric.judge_transcripts_by_flaws` (`rolellm dialogue --rubric coser_flaws`).
 
     Every endpoint is checked before the first turn (`check_endpoints`: an `EndpointError` stops the run); a run
     where no turn could be played writes no scores and no report.
@@ -170,7 +174,7 @@ def run_dialogue_eval(config: DialogueConfig) -> dict:
     if played == 0:
         return result
     if judges:
-        scores = judge_transcripts(transcripts, profiles, judges, seed=config.seed)
+        scores = (score_transcripts or judge_transcripts)(transcripts, profiles, judges, seed=config.seed)
         (output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n", "utf-8")
         result["scores"] = scores
         result["failures"] += scores["failures"]["count"]

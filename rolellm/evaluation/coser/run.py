@@ -1,0 +1,239 @@
+"""`CoserConfig` and `run_coser`: CoSER's given-circumstance acting evaluation as a library call, beside
+`run_dialogue_eval(DialogueConfig)`.
+
+The actor (`client`) plays every character of each test scene, `env` plays the world and `nsp` predicts the next
+speaker (`rolellm.evaluation.coser.simulation`); the judge lists the flaws of each simulated scene on four
+dimensions (`rolellm.evaluation.coser.judge`), which the flaw-deduction score turns into numbers
+(`rolellm.evaluation.coser.scoring`). Every client is a `ClientConfig`; answers are cached in
+`<output_dir>/cache.sqlite` unless a client sets its own `cache_path`, and every message is saved as it is played:
+a run that stops, even killed, goes on where it was when started again, asking nothing twice.
+
+Writes `results.json` (the original's format, `{"scores", "cases"}`, plus `run`: the models, judge and prompts),
+`simulations.jsonl` (every scene with its next-speaker predictions), `report.md`, `report.html`,
+`conversations.html` and the charts.
+
+>>> import json, tempfile
+>>> from rolellm.clients.config import ClientConfig
+>>> from rolellm.testing.server import ChatCompletionsServer
+>>> folder = tempfile.mkdtemp()
+>>> case = {"book": "Othello", "i_c": 0, "scenario": "A street.", "plot": {"i_p": 9, "summary": "Iago plots."},
+...         "key_characters": [], "speaking_characters_w_env": ["Iago", "Othello"], "major_characters": ["Iago"],
+...         "character_profiles": {}, "dialogues": [{"character": "Iago", "message": "My lord?"}]}
+>>> _ = open(folder + "/test.json", "w").write(json.dumps([case]))
+>>> def answer(body):
+...     if body["model"] == "judge":
+...         return '{"flaws": [{"instance": "flat", "type": "Emotional Depth", "severity": 2}]}'
+...     return "Next Speaker: <END CHAT>" if body["model"] == "nsp" else "(bows) My lord."
+>>> with ChatCompletionsServer(answer) as server:
+...     endpoint = dict(base_url=server.base_url, progress=False)
+...     config = CoserConfig(test_file=folder + "/test.json", output_dir=folder + "/run",
+...                          client=ClientConfig("actor", **endpoint), env=ClientConfig("env", **endpoint),
+...                          nsp=ClientConfig("nsp", **endpoint), judge=ClientConfig("judge", **endpoint))
+...     result = run_coser(config)
+>>> scene = result["results"]["cases"]["Othello-9-0"]  # <END CHAT> counts from round 5: 6 rounds, 3 of Iago
+>>> [m["role"] for m in scene["simulation"]], scene["score"]  # 100 - 5 * (2 - 0.3 * 3)
+(['Iago', 'Environment', 'Iago', 'Environment', 'Iago', 'Environment'], 94.5)
+"""
+
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
+
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ENV_MODEL = "gpt-4o"
+DEFAULT_NSP_MODEL = "gpt-4o-mini"
+PINNED_JUDGE = "gpt-4o-2024-08-06"  # the judge the CoSER authors pin for comparable numbers
+RESULTS_NAME = "results.json"
+SIMULATIONS_NAME = "simulations.jsonl"
+
+
+@dataclass
+class CoserConfig:
+    """What `run_coser` and `rolellm coser run` read, who plays and judges, and where they write.
+
+    The clients are values (`ClientConfig`): `rolellm coser run` builds `client` (the actor) from its
+    `ClientConfig` flags (`--actor_model`/`--model`, `--base_url`, `--max_new_tokens`, ...) and derives `env`, `nsp`
+    and `judge` from the `--env_*`, `--nsp_*` and `--judge_*` flags (`rolellm.clients.config.derive_client`).
+
+    > Parameters that control the test set
+
+    Args:
+        test_file (`str`): the test set JSON (CoSER's `data/test/test_set.json` schema).
+        cases (`list[str]`, *optional*): only these case ids (`"{book}-{i_p}-{i_c}"`).
+        limit (`int`, *optional*): only the first `limit` cases (after `cases`).
+
+    > Parameters that control the protocol
+
+        continue_from (`int`, *optional*, defaults to 0): the first rounds are the reference conversation's.
+        no_thoughts (`bool`, *optional*, defaults to `False`): the characters write no inner thoughts.
+        prompts_from (`str`, *optional*): a local checkout of the CoSER repository whose prompt templates to use
+            instead of rolellm's own (for numbers comparable with published ones).
+        seed (`int`, *optional*, defaults to 0): every request's seed (all agents decode greedily).
+        judge_max_tokens (`int`, *optional*, defaults to 4096): the answer budget of a judge call.
+
+    > Parameters that control the models
+
+        client (`ClientConfig`): the actor; its `max_new_tokens` is every agent's answer budget (`rolellm coser run`
+            defaults it to the original's 512).
+        env (`ClientConfig`): the Environment agent.
+        nsp (`ClientConfig`): the next-speaker predictor.
+        judge (`ClientConfig`, *optional*): the judge; required unless `dry_run`.
+
+    > Parameters that control the output
+
+        output_dir (`str`): where the log, results and report go.
+        dry_run (`bool`, *optional*, defaults to `False`): check the test file and the prompts, count what would be
+            asked, send nothing.
+        allow_partial (`bool`, *optional*, defaults to `False`): `rolellm coser run` exits 0 although some scenes
+            failed.
+    """
+
+    test_file: str = field(metadata={"help": "CoSER test set JSON (data/test/test_set.json schema)."})
+    output_dir: str = field(metadata={"help": "Where the log, results.json and the report go."})
+    client: ClientConfig = field(metadata={"help": "The actor (from the ClientConfig flags)."})
+    env: ClientConfig = field(metadata={"help": "The Environment agent (--env_* flags)."})
+    nsp: ClientConfig = field(metadata={"help": "The next-speaker predictor (--nsp_* flags)."})
+    judge: ClientConfig | None = field(default=None, metadata={"help": "The judge (--judge_* flags)."})
+    cases: list[str] | None = field(default=None, metadata={"help": "Only these case ids ('{book}-{i_p}-{i_c}')."})
+    limit: int | None = field(default=None, metadata={"help": "Only the first N cases."})
+    continue_from: int = field(default=0, metadata={"help": "Rounds taken from the reference before simulating."})
+    no_thoughts: bool = field(default=False, metadata={"help": "Characters write no inner thoughts."})
+    prompts_from: str | None = field(
+        default=None, metadata={"help": "A local checkout of the CoSER repository: use its prompt templates."}
+    )
+    seed: int = field(default=0, metadata={"help": "Sampling seed of every request (decoding is greedy)."})
+    judge_max_tokens: int = field(default=4096, metadata={"help": "Answer budget of a judge call."})
+    dry_run: bool = field(default=False, metadata={"help": "Check the test file and prompts; send nothing."})
+    allow_partial: bool = field(default=False, metadata={"help": "Exit 0 although some scenes failed."})
+
+    def __post_init__(self):
+        check_minimums(self, limit=1, continue_from=0, judge_max_tokens=1)
+        if self.judge is None and not self.dry_run:
+            raise ValueError("the following argument is required: --judge_model")
+        cache = str(Path(self.output_dir) / "cache.sqlite")  # one cache for all: its keys hold the model's name
+        self.client, self.env, self.nsp = (_with_cache(c, cache) for c in (self.client, self.env, self.nsp))
+        self.judge = _with_cache(self.judge, cache) if self.judge is not None else None
+
+
+def _with_cache(client: ClientConfig, path: str) -> ClientConfig:
+    return replace(client, cache_path=path) if client.cache_path is None else client
+
+
+def run_record(config: CoserConfig, prompts_source: str) -> dict:
+    """What a results file records of its run: the models, the judge, the prompts and the settings."""
+    judge = config.judge.model if config.judge else None
+    record = {
+        "actor_model": config.client.model, "env_model": config.env.model, "nsp_model": config.nsp.model,
+        "judge_model": judge, "prompts": prompts_source, "continue_from": config.continue_from,
+        "no_thoughts": config.no_thoughts, "max_tokens": config.client.max_new_tokens, "seed": config.seed,
+        "test_file": str(config.test_file), "pinned_judge": PINNED_JUDGE,
+    }  # fmt: skip
+    if judge is not None and judge != PINNED_JUDGE:
+        record["warning"] = (
+            f"the judge is {judge}, not {PINNED_JUDGE}: scores are not comparable with numbers judged by the pinned one"
+        )
+    return record
+
+
+def scene_result(scene, verdict: dict, text: str, continue_from: int = 0) -> dict:
+    """A played scene's entry of `results.json`: the judged simulation and text, the critique (each dimension's flaws
+    and score, BLEU and ROUGE-L), the scene score (`None` when a verdict failed, with `errors`), rounds, how the scene
+    ended and the next-speaker fallbacks."""
+    from rolellm.evaluation.coser.judge import judged_simulation
+    from rolellm.evaluation.coser.prompts import DIMENSIONS
+    from rolellm.evaluation.coser.scoring import bleu_rouge, count_actor_rounds, dimension_score, scene_score
+    from rolellm.evaluation.coser.thoughts import reference_without_thoughts
+
+    simulation = judged_simulation(scene.messages())
+    rounds = count_actor_rounds(simulation)
+    critique = {d: {**verdict[d], "score": dimension_score(verdict[d]["flaws"], rounds)}
+                for d in DIMENSIONS if d in verdict}  # fmt: skip
+    reference = reference_without_thoughts(scene.case.reference)
+    critique["bleu"], critique["rouge_l"] = bleu_rouge(reference[continue_from:], simulation[continue_from:])
+    entry = {"simulation": simulation, "simulation_str": text, "score": None, "critique": critique}
+    if verdict["errors"]:
+        entry["errors"] = verdict["errors"]
+    else:
+        entry["score"] = scene_score(critique)
+    transcript = scene.transcript()
+    entry.update(rounds=transcript["rounds"], ended=transcript["ended"], nsp_fallbacks=transcript["nsp_fallbacks"])
+    return entry
+
+
+def run_coser(config: CoserConfig) -> dict:
+    """Play, judge and score the test scenes of `config`, and write the results and the report.
+
+    Every endpoint is checked before the first request (`check_endpoints`: an `EndpointError` stops the run).
+
+    Returns:
+        `dict`: `results` (what `results.json` holds; `None` on a dry run), `scenes` (how many), `failures`
+        (`[{"case", "error"}]`: scenes stopped early and judge answers that never fit), `scored` (scenes with a
+        score), `requests` (a dry run's count of first-round requests) and `report` (the written report's paths).
+    """
+    from rolellm.evaluation.coser.judge import judge_scenes, judged_simulation, simulation_text
+    from rolellm.evaluation.coser.prompts import load_prompts
+    from rolellm.evaluation.coser.report import write_coser_report
+    from rolellm.evaluation.coser.scoring import bleu_tokenizer_name, mean_scores
+    from rolellm.evaluation.coser.simulation import check_continue_from, file_digest, run_simulations
+    from rolellm.evaluation.coser.testset import read_coser_test_set, select_cases
+    from rolellm.evaluation.multiturn.dialogue import write_transcripts
+
+    cases = select_cases(read_coser_test_set(config.test_file), config.cases, config.limit)
+    check_continue_from(cases, config.continue_from)
+    prompts = load_prompts(config.prompts_from)
+    record = run_record(config, prompts.source)
+    if record.get("warning"):
+        logger.warning("%s", record["warning"])
+    if config.dry_run:
+        for case in cases:  # every prompt renders
+            prompts.environment(case), prompts.nsp(case)
+            for character in case.characters:
+                prompts.actor(case, character, not config.no_thoughts, config.client.model)
+        most = len(cases) * (2 * 20 + 4)
+        logger.info("dry run: %d scenes; at most %d requests (20 rounds of 2, 4 judge calls each)", len(cases), most)
+        return {"results": None, "scenes": len(cases), "failures": [], "scored": 0, "requests": most, "report": None}
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    actor, env, nsp, judge = (make_client(c) for c in (config.client, config.env, config.nsp, config.judge))
+    check_endpoints(actor, env, nsp, judge)  # every endpoint answers before the first scene is played
+    identity = {k: v for k, v in record.items() if k not in ("judge_model", "warning", "pinned_judge", "test_file")}
+    identity["test_set_sha256"] = file_digest(config.test_file)
+    scenes = run_simulations(
+        cases, prompts, actor, env, nsp, output_dir, identity, continue_from=config.continue_from,
+        thoughts=not config.no_thoughts, max_tokens=config.client.max_new_tokens, seed=config.seed,
+    )  # fmt: skip
+    write_transcripts([s.transcript() for s in scenes], output_dir / SIMULATIONS_NAME)
+    failures = [{"case": s.case.id, "error": s.error} for s in scenes if s.error]
+    finished = [(s, judged_simulation(s.messages())) for s in scenes if s.error is None]
+    texts = {s.case.id: simulation_text(simulation, prompts.name_speakers) for s, simulation in finished}
+    verdicts = judge_scenes(
+        [(s.case, texts[s.case.id]) for s, _ in finished], judge, prompts, config.continue_from,
+        config.judge_max_tokens, config.seed,
+    )  # fmt: skip
+    verdicts = {s.case.id: verdict for (s, _), verdict in zip(finished, verdicts)}
+    cases_out = {}
+    for scene in scenes:
+        if scene.error:
+            cases_out[scene.case.id] = {"simulation": judged_simulation(scene.messages()), "score": None,
+                                        "error": scene.error}  # fmt: skip
+        else:
+            entry = scene_result(scene, verdicts[scene.case.id], texts[scene.case.id], config.continue_from)
+            failures += [
+                {"case": scene.case.id, "error": f"judge, {d}: {e}"} for d, e in entry.get("errors", {}).items()
+            ]
+            cases_out[scene.case.id] = entry
+    record["bleu_tokenizer"] = bleu_tokenizer_name()
+    results = {"scores": mean_scores(cases_out), "cases": cases_out, "run": record, "failures": failures}
+    path = output_dir / RESULTS_NAME
+    partial = path.with_suffix(".json.tmp")
+    partial.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial.replace(path)
+    scored = sum(1 for c in cases_out.values() if c["score"] is not None)
+    report = write_coser_report(output_dir) if cases_out else None
+    return {"results": results, "scenes": len(scenes), "failures": failures, "scored": scored, "requests": None,
+            "report": report}  # fmt: skip
