@@ -8,7 +8,6 @@ each dimension scores `max(0, min(100, 100 - 5 * (sum of severities - 0.3 * the 
 (scale 0 to 100), so the dialogue report, the judges' agreement and `rolellm judge agreement` read it as they are.
 """
 
-import logging
 from collections.abc import Mapping, Sequence
 
 from rolellm.evaluation.coser.judge import judge_scenes, simulation_text
@@ -16,14 +15,11 @@ from rolellm.evaluation.coser.prompts import DIMENSIONS, builtin_prompts
 from rolellm.evaluation.coser.scoring import dimension_score
 from rolellm.evaluation.coser.testset import ENVIRONMENT, CoserCase
 from rolellm.evaluation.coser.thoughts import remove_inner_thoughts
-from rolellm.evaluation.multiturn.dialogue import answer_length
-from rolellm.evaluation.multiturn.rubric import _mean, judge_agreement, judge_names, summarize
+from rolellm.evaluation.multiturn.rubric import judge_names, rubric_result
 from rolellm.roles.card_prompts import role_description
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
 
-
-logger = logging.getLogger(__name__)
 
 DIALOGUE_DIMENSIONS = DIMENSIONS[1:]  # Storyline Consistency compares with a reference a dialogue does not have
 SCALE = (0, 100)
@@ -78,54 +74,24 @@ def judge_transcripts_by_flaws(
             items_to_judge, judge, prompts, max_tokens=max_tokens, seed=seed, dimensions=DIALOGUE_DIMENSIONS
         )
         verdicts[name] = dict(zip(judgeable, found))
-    items, reasons = [], []
-    for i, transcript in enumerate(transcripts):
-        role = transcript["role"]
-        answers = ([transcript["greeting"]] if transcript.get("greeting") else []) + [
-            turn["assistant"] for turn in transcript["turns"]
-        ]
-        length = answer_length(answers)
-        length["chars_per_answer"] = round(length["chars"] / length["answers"], 2) if answers else None
-        per_judge = {}
-        for name in names:
-            verdict = verdicts[name].get(i)
-            if verdict is None:
-                per_judge[name] = {"error": "no turns to judge"}
-            elif verdict["errors"]:
-                per_judge[name] = {"error": "; ".join(f"{d}: {e}" for d, e in verdict["errors"].items())}
-            else:
-                rounds = sum(m["role"] != USER for m in scenes[i][1])  # the role's lines
-                per_judge[name] = {
-                    "scores": {d: dimension_score(verdict[d]["flaws"], rounds) for d in DIALOGUE_DIMENSIONS},
-                    "rationales": {
-                        d: "; ".join(
-                            f"{f.get('type', '')} ({f.get('severity')}): {f.get('instance', '')}"
-                            for f in verdict[d]["flaws"]
-                        )
-                        or "no flaw"
-                        for d in DIALOGUE_DIMENSIONS
-                    },  # fmt: skip
-                }
-            if "error" in per_judge[name]:
-                reasons.append({"id": transcript["id"], "judge": name, "error": per_judge[name]["error"]})
-        scores = {d: _mean(v.get("scores", {}).get(d) for v in per_judge.values()) for d in DIALOGUE_DIMENSIONS}
-        items.append({"id": transcript["id"], "role": role, "complete": transcript.get("complete", True),
-                      "scores": scores, "judges": per_judge, "length": length})  # fmt: skip
-    result = {
-        "rubric": "coser_flaws",
-        "dimensions": list(DIALOGUE_DIMENSIONS),
-        "scale": list(SCALE),
-        "judges": names,
-        "items": items,
-        "summary": summarize(items, DIALOGUE_DIMENSIONS, names),
-        "failures": {
-            "count": len(reasons),
-            "unscored": sum(all(v is None for v in item["scores"].values()) for item in items),
-            "reasons": reasons,
-        },
-    }
-    if len(judges) > 1:
-        result["agreement"] = judge_agreement(items, DIALOGUE_DIMENSIONS, names)
-    if reasons:
-        logger.warning("flaw judges: %d verdicts failed, e.g. %s", len(reasons), reasons[0])
-    return result
+
+    def entry(i: int, name: str) -> dict | None:
+        verdict = verdicts[name].get(i)
+        if verdict is None:
+            return None
+        if verdict["errors"]:
+            return {"error": "; ".join(f"{d}: {e}" for d, e in verdict["errors"].items())}
+        rounds = sum(m["role"] != USER for m in scenes[i][1])  # the role's lines
+        return {
+            "scores": {d: dimension_score(verdict[d]["flaws"], rounds) for d in DIALOGUE_DIMENSIONS},
+            "rationales": {
+                d: "; ".join(
+                    f"{f.get('type', '')} ({f.get('severity')}): {f.get('instance', '')}" for f in verdict[d]["flaws"]
+                )
+                or "no flaw"
+                for d in DIALOGUE_DIMENSIONS
+            },
+        }
+
+    result = rubric_result(transcripts, names, entry, DIALOGUE_DIMENSIONS, SCALE, judges_name="flaw judges")
+    return {"rubric": "coser_flaws", **result}

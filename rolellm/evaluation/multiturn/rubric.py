@@ -191,6 +191,33 @@ def judge_transcripts(
             requests, parse=lambda text: parse_rubric(text, dimensions), desc=f"Rubric ({name})", remind=True
         )
         verdicts[name] = dict(zip(judgeable, results))
+
+    def entry(i: int, name: str) -> dict | None:
+        result = verdicts[name].get(i)
+        if result is None:
+            return None
+        if not result.ok:
+            return {"error": result.error}
+        return {
+            "scores": {d: v["score"] for d, v in result.parsed.items()},
+            "rationales": {d: v["rationale"] for d, v in result.parsed.items()},
+            "attempts": result.attempts,
+        }
+
+    return rubric_result(transcripts, names, entry, dimensions, SCALE, judges_name="rubric judges")
+
+
+def rubric_result(
+    transcripts: Sequence[Mapping],
+    names: Sequence[str],
+    entry,
+    dimensions: Sequence[str],
+    scale: Sequence[float],
+    judges_name: str,
+) -> dict:
+    """What `judge_transcripts` returns, from each judge's verdict on each transcript: `entry(i, name)` gives
+    `{"scores", "rationales", ...}`, `{"error"}`, or None when the transcript was not sent (no turns). Every rubric
+    of `rolellm dialogue` returns this shape, so one report, one agreement and one failure count read them all."""
     items, reasons = [], []
     for i, transcript in enumerate(transcripts):
         answers = ([transcript["greeting"]] if transcript.get("greeting") else []) + [
@@ -200,20 +227,13 @@ def judge_transcripts(
         length["chars_per_answer"] = round(length["chars"] / length["answers"], 2) if answers else None
         per_judge = {}
         for name in names:
-            result = verdicts[name].get(i)
-            if result is None:
+            found = entry(i, name)
+            if found is None:
                 error = "no turns to judge" + (f" ({transcript['error']})" if transcript.get("error") else "")
-                per_judge[name] = {"error": error}
-            elif not result.ok:
-                per_judge[name] = {"error": result.error}
-            else:
-                per_judge[name] = {
-                    "scores": {d: v["score"] for d, v in result.parsed.items()},
-                    "rationales": {d: v["rationale"] for d, v in result.parsed.items()},
-                    "attempts": result.attempts,
-                }
-            if "error" in per_judge[name]:
-                reasons.append({"id": transcript["id"], "judge": name, "error": per_judge[name]["error"]})
+                found = {"error": error}
+            per_judge[name] = found
+            if "error" in found:
+                reasons.append({"id": transcript["id"], "judge": name, "error": found["error"]})
         scores = {d: _mean(v.get("scores", {}).get(d) for v in per_judge.values()) for d in dimensions}
         items.append(
             {
@@ -227,8 +247,8 @@ def judge_transcripts(
         )
     result = {
         "dimensions": list(dimensions),
-        "scale": list(SCALE),
-        "judges": names,
+        "scale": list(scale),
+        "judges": list(names),
         "items": items,
         "summary": summarize(items, dimensions, names),
         "failures": {
@@ -237,10 +257,10 @@ def judge_transcripts(
             "reasons": reasons,
         },
     }
-    if len(judges) > 1:
+    if len(names) > 1:
         result["agreement"] = judge_agreement(items, dimensions, names)
     if reasons:
-        logger.warning("rubric judges: %d answers failed, e.g. %s", len(reasons), reasons[0])
+        logger.warning("%s: %d verdicts failed, e.g. %s", judges_name, len(reasons), reasons[0])
     return result
 
 
