@@ -251,8 +251,9 @@ class RoleGRPOTrainer(GRPOTrainer):
 
             def to_prompt(row):
                 profile = profiles[row["role"]]
+                # the answer is the policy's: the row's references are only what some rewards compare with
                 system, question, _ = to_role_messages(
-                    row, profile, "first", args.seed, args.system_lang, self._system_template
+                    {**row, "generated": [""]}, profile, "first", args.seed, args.system_lang, self._system_template
                 )[0]
                 return {
                     "prompt": [system, question],
