@@ -13,8 +13,8 @@ from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS
 from rolellm.rewards.combine import per_role_normalized, reward_settings
 from rolellm.rewards.judge import RubricJudgeReward
 from rolellm.rewards.reference import reference_rouge_l
-from rolellm.rewards.text import completion_text
 from rolellm.rewards.style import CatchphraseReward, LanguageReward, LengthPenalty
+from rolellm.rewards.text import completion_text
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import to_role_messages
 from rolellm.testing.server import ChatCompletionsServer
@@ -33,11 +33,12 @@ def rows(references=("Why is the rum always gone? Savvy?",), role="Jack Sparrow"
 
 
 def config(tmp_path, **overrides):
-    values = dict(use_cpu=True, max_steps=2, learning_rate=1e-3, num_generations=4, per_device_train_batch_size=8,
-                  max_completion_length=8, beta=0.0, report_to="none", save_strategy="no", disable_tqdm=True,
-                  logging_steps=1, activation_checkpointing=False, seed=0)  # fmt: skip
-    values.update(overrides)
-    return RoleGRPOConfig(str(tmp_path / "out"), **values)
+    values = {
+        "use_cpu": True, "max_steps": 2, "learning_rate": 1e-3, "num_generations": 4, "per_device_train_batch_size": 8,
+        "max_completion_length": 8, "beta": 0.0, "report_to": "none", "save_strategy": "no", "disable_tqdm": True,
+        "logging_steps": 1, "activation_checkpointing": False, "seed": 0,
+    }  # fmt: skip
+    return RoleGRPOConfig(str(tmp_path / "out"), **{**values, **overrides})
 
 
 @pytest.fixture
@@ -128,6 +129,7 @@ def test_an_adapter_checkpoint_is_trained_as_an_adapter(tiny_model_path, tmp_pat
     adapter = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     adapter.save_pretrained(tmp_path / "rocit")
     tokenizer.save_pretrained(tmp_path / "rocit")
+
     def answer_length(prompts, completions, **kwargs):  # differs between any two answers: every group has a signal
         return [float(len(completion_text(c))) for c in completions]
 
@@ -137,7 +139,9 @@ def test_an_adapter_checkpoint_is_trained_as_an_adapter(tiny_model_path, tmp_pat
     assert trained and all("lora_" in n for n in trained)
     trainer.train()
     trainer.save_model(str(tmp_path / "out"))
-    assert (tmp_path / "out" / "adapter_config.json").is_file() and not (tmp_path / "out" / "model.safetensors").exists()
+    assert (tmp_path / "out" / "adapter_config.json").is_file() and not (
+        tmp_path / "out" / "model.safetensors"
+    ).exists()
     from safetensors.torch import load_file
 
     weights = load_file(tmp_path / "out" / "adapter_model.safetensors")
@@ -155,7 +159,9 @@ def test_every_reward_none_stops_the_run_with_a_clear_error(tiny_model_path, tmp
 
 def test_rows_without_profiles_and_prompts_too_long_are_refused_before_training(tiny_model_path, tmp_path):
     with pytest.raises(ValueError, match=r"no profile for 1 role\(s\) of the train rows: \['Shifu'\]"):
-        RoleGRPOTrainer(str(tiny_model_path), LengthPenalty(5), config(tmp_path), rows(role="Shifu"), profiles=PROFILES)
+        RoleGRPOTrainer(
+            str(tiny_model_path), LengthPenalty(5), config(tmp_path), rows(role="Shifu"), profiles=PROFILES
+        )
     with pytest.raises(ValueError, match=r"4 of 4 train prompts are longer than 10 tokens .* row 0 \(role 'Jack"):
         RoleGRPOTrainer(str(tiny_model_path), LengthPenalty(5), config(tmp_path, max_prompt_length=10), rows(),
                         profiles=PROFILES)  # fmt: skip

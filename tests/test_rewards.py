@@ -33,10 +33,15 @@ def conversational(text):
 def test_reference_rouge_l_exact_copy_scores_one_plain_and_conversational():
     references = [[" The sea is a cruel mistress. ", "Savvy?"], ["俺老孙来也！"], ["Arr."]]
     plain = reference_rouge_l([PROMPT] * 3, [" The sea is a cruel mistress. ", "俺老孙来也！", "Arr."], references)
-    chats = reference_rouge_l([PROMPT] * 3, [conversational(t) for t in ("Savvy?", "俺老孙来也！", "Arr.")], references)
+    chats = reference_rouge_l(
+        [PROMPT] * 3, [conversational(t) for t in ("Savvy?", "俺老孙来也！", "Arr.")], references
+    )
     assert plain == [1.0, 1.0, 1.0] and chats == [1.0, 1.0, 1.0]
     # the benchmark's own numbers: 4 of 5 characters, half of the English words
-    assert reference_rouge_l([PROMPT] * 2, ["俺老孙去也", "The sea."], [["俺老孙来也"], ["The sea is cruel."]]) == [0.8, 0.5]
+    assert reference_rouge_l([PROMPT] * 2, ["俺老孙去也", "The sea."], [["俺老孙来也"], ["The sea is cruel."]]) == [
+        0.8,
+        0.5,
+    ]
 
 
 def test_reference_rouge_l_counts_rows_without_references_and_scores_empty_answers_zero(caplog):
@@ -51,13 +56,21 @@ def test_reference_rouge_l_counts_rows_without_references_and_scores_empty_answe
 
 def test_style_rewards_read_the_profile():
     roles = ["Jack Sparrow", "Jack Sparrow", "孙悟空", "孙悟空", "Po"]
-    texts = ["Rum, SAVVY ?".replace(" ?", "?"), "Where is the ship?", "俺老孙来也！妖怪休走", "Arr, matey.", "Skadoosh!"]
+    texts = [
+        "Rum, SAVVY ?".replace(" ?", "?"),
+        "Where is the ship?",
+        "俺老孙来也！妖怪休走",
+        "Arr, matey.",
+        "Skadoosh!",
+    ]
     assert CatchphraseReward(PROFILES)([PROMPT] * 5, texts, role=roles) == [1.0, 0.0, 1.0, 0.0, None]
     assert LanguageReward(PROFILES)([PROMPT] * 5, texts, role=roles) == [1.0, 1.0, 1.0, 0.0, 1.0]
     # the row's `lang` column wins over the profile's language; an empty answer is in no language
     assert LanguageReward(PROFILES)([PROMPT] * 2, ["Arr.", ""], role=["孙悟空", "Po"], lang=["en", "en"]) == [1.0, 0.0]
     penalty = LengthPenalty(max_length=4)
-    assert penalty([PROMPT] * 4, ["one two three four", "one two three four five six", "一二三四五六七八九十", ""]) == [
+    assert penalty(
+        [PROMPT] * 4, ["one two three four", "one two three four five six", "一二三四五六七八九十", ""]
+    ) == [
         0.0,
         -0.5,
         -1.0,
@@ -77,9 +90,9 @@ def test_rows_whose_roles_have_no_profile_are_an_error_naming_them():
 
 def test_multi_turn_transcripts_score_the_role_lines_only():
     transcript = [{"turns": [{"user": "Savvy?", "assistant": "Arr."}, {"user": "?", "assistant": "Aye."}]}]
-    assert CatchphraseReward(PROFILES)([PROMPT], ["Savvy? Arr. Aye."], role=["Jack Sparrow"], transcript=transcript) == [
-        0.0
-    ]
+    assert CatchphraseReward(PROFILES)(
+        [PROMPT], ["Savvy? Arr. Aye."], role=["Jack Sparrow"], transcript=transcript
+    ) == [0.0]
     assert reference_rouge_l([PROMPT], ["x"], references=[["Arr.\nAye."]], transcript=transcript) == [1.0]
 
 
@@ -158,7 +171,9 @@ def test_per_role_normalisation_is_a_running_z_score_per_role():
         return [1.0, 3.0]
 
     wrapped = per_role_normalized(judge)
-    assert asyncio.run(wrapped([PROMPT] * 2, ["a", "b"], role=["Po", "Po"])) == pytest.approx([-1 / 1.0001, 1 / 1.0001])
+    assert asyncio.run(wrapped([PROMPT] * 2, ["a", "b"], role=["Po", "Po"])) == pytest.approx(
+        [-1 / 1.0001, 1 / 1.0001]
+    )
     with pytest.raises(ValueError, match="'role' column"):
         asyncio.run(wrapped([PROMPT] * 2, ["a", "b"]))
 

@@ -82,7 +82,7 @@ def per_role_normalized(reward_func: Callable, eps: float = 1e-4) -> Callable:
         stats.update(role, rewards)
         return stats.normalize(role, rewards, eps)
 
-    if inspect.iscoroutinefunction(reward_func) or inspect.iscoroutinefunction(getattr(reward_func, "__call__", None)):
+    if inspect.iscoroutinefunction(reward_func) or inspect.iscoroutinefunction(type(reward_func).__call__):
 
         async def normalized(prompts, completions, role=None, **kwargs):
             return finish(await reward_func(prompts, completions, role=role, **kwargs), role)

@@ -14,7 +14,7 @@ failed verdict: its reward is `None` (TRL leaves it out for that completion) and
 verdicts, or of all verdicts so far, fail, the run stops with `JudgeFailureError`, naming the share and a reason:
 a policy trained on the few verdicts a dying judge still gives learns from noise.
 
->>> import json
+>>> import asyncio, json
 >>> from rolellm.clients.openai_compatible import OpenAIChatClient
 >>> from rolellm.roles.profile import RoleProfile
 >>> from rolellm.testing.server import ChatCompletionsServer
@@ -28,7 +28,6 @@ a policy trained on the few verdicts a dying judge still gives learns from noise
 [0.75]
 """
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -114,7 +113,9 @@ class RubricJudgeReward:
         judged = [i for i, item in enumerate(items) if item["turns"]]
         requests = [
             ChatRequest(
-                build_rubric_messages(items[i], profiles[i], dimensions, (lang[i] if lang else None) or profiles[i].lang),
+                build_rubric_messages(
+                    items[i], profiles[i], dimensions, (lang[i] if lang else None) or profiles[i].lang
+                ),
                 params=dict(self.params),
             )
             for i in judged

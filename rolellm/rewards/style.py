@@ -23,7 +23,7 @@ the profiles it was given; a row whose role has no profile is an error that name
 import logging
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from rolellm.evaluation.multiturn.dialogue import answer_length
 from rolellm.rewards.text import profiles_of, role_texts

@@ -108,16 +108,21 @@ class RoleGRPOConfig(GRPOConfig):
     )
     keep_think: bool | None = field(
         default=None,
-        metadata={"help": "Keep the template's think blocks (default: what the checkpoint recorded).", "nargs": "?",
-                  "const": True},  # fmt: skip
+        metadata={
+            "help": "Keep the template's think blocks (default: what the checkpoint recorded).",
+            "nargs": "?",
+            "const": True,
+        },  # fmt: skip
     )
     keep_card_metadata: bool = field(
         default=False, metadata={"help": "Write Character Card metadata into role_profiles.jsonl."}
     )
     max_prompt_length: int | None = field(
         default=None,
-        metadata={"help": "Longest prompt in tokens; a longer one is an error (default: what the model's window "
-                  "leaves after max_completion_length)."},  # fmt: skip
+        metadata={
+            "help": "Longest prompt in tokens; a longer one is an error (default: what the model's window "
+            "leaves after max_completion_length)."
+        },  # fmt: skip
     )
 
     def __post_init__(self):
@@ -263,9 +268,7 @@ class RoleGRPOTrainer(GRPOTrainer):
                     "subset": row.get("subset") or "",
                 }
 
-            dataset = dataset.map(
-                to_prompt, remove_columns=dataset.column_names, desc="Role prompts"
-            )
+            dataset = dataset.map(to_prompt, remove_columns=dataset.column_names, desc="Role prompts")
         self.check_prompt_lengths(dataset, split, args, window)
         roles = dataset.unique("role") if "role" in dataset.column_names else []
         self.role_stats[split] = {"rows": len(dataset), "roles": sorted(roles)}
