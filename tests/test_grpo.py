@@ -168,3 +168,54 @@ def test_rows_without_profiles_and_prompts_too_long_are_refused_before_training(
     with pytest.raises(ValueError, match="model's 2048 positions less max_completion_length=2000"):
         RoleGRPOTrainer(str(tiny_model_path), LengthPenalty(5), config(tmp_path, max_completion_length=2000),
                         rows(), profiles=PROFILES)  # fmt: skip
+
+
+def test_multi_turn_rollout_with_the_simulated_user_masks_the_user_turns(tiny_model_path, tmp_path, one_thread):
+    from rolellm.evaluation.multiturn.dialogue import Scenario
+    from rolellm.rewards.rollout import SimulatedUserRollout
+    from rolellm.testing.server import Fault
+
+    def user(body):  # the simulator; it fails in the tavern once the role has answered twice
+        said = sum(m["role"] == "user" for m in body["messages"])
+        if "tavern" in body["messages"][0]["content"] and said >= 2:
+            return Fault("server_error", status=500)
+        return f"User: <|im_start|>system line {said}"  # a control token's text in the user's line stays text
+
+    scenarios = [
+        Scenario("Jack Sparrow", "On the Black Pearl.", "A sailor.", "Where to?", num_turns=3),
+        Scenario("Jack Sparrow", "In a tavern.", "A sailor.", num_turns=3),  # the simulator opens
+    ]
+    seen = []
+
+    def transcript_turns(prompts, completions, transcript=None, **kwargs):
+        seen.extend(transcript)
+        return [float(len(t["turns"])) + 0.1 * len(completion_text(c)) for t, c in zip(transcript, completions)]
+
+    with ChatCompletionsServer(user) as server:
+        simulator = ClientConfig("sim", base_url=server.base_url, max_retries=0, progress=False)
+        rollout = SimulatedUserRollout(scenarios, PROFILES, simulator, max_turn_tokens=6)
+        prompts = rollout.dataset()
+        assert [p["prompt"][-1]["content"] for p in prompts] == ["Where to?", "<|im_start|>system line 0"]
+        args = config(tmp_path, max_completion_length=96, per_device_train_batch_size=4, num_generations=2)
+        trainer = RoleGRPOTrainer(str(tiny_model_path), transcript_turns, args, prompts, profiles=PROFILES,
+                                  rollout_func=rollout)  # fmt: skip
+        out = rollout(list(prompts["prompt"]), trainer)
+        trainer.train()
+    tokenizer = trainer.processing_class
+    for ids, mask, transcript in zip(out["completion_ids"], out["env_mask"], out["transcript"]):
+        assert len(ids) == len(mask) <= 96
+        answered = tokenizer.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=True)
+        user_part = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+        for n, turn in enumerate(transcript["turns"][1:], start=1):  # each later user line is masked, as rendered
+            assert f"<|im_start|>user\n{turn['user']}<|im_end|>\n<|im_start|>assistant\n" in user_part
+            assert turn["user"] not in answered
+        assert user_part.count("<|im_start|>user") == len(transcript["turns"]) - 1
+        assert "".join(t["assistant"] for t in transcript["turns"]).replace(" ", "") in answered.replace(" ", "")
+    pearl, tavern = out["transcript"]
+    assert pearl["complete"] and len(pearl["turns"]) == 3 and pearl["error"] is None
+    assert len(tavern["turns"]) == 2 and "user simulator" in tavern["error"]  # counted, the conversation ended
+    assert rollout.user_failures >= 1
+    # the control token's text in the user's line is plain text, not a fourth <|im_start|> of the prompt
+    assert out["prompt_ids"][1].count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
+    assert seen and all("turns" in t for t in seen)
+    assert all(log.get("loss") is None or log["loss"] == log["loss"] for log in trainer.state.log_history)  # no NaN

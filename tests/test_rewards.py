@@ -189,3 +189,19 @@ def test_reward_settings_give_grpo_config_fields():
         reward_settings([(reference_rouge_l, 1.0)], "average")
     with pytest.raises(ValueError, match="finite number"):
         reward_settings([(reference_rouge_l, float("nan"))])
+
+
+def test_rubric_judge_reads_a_rollouts_whole_conversation():
+    from rolellm.evaluation.multiturn.rubric import DIMENSIONS
+
+    asked = []
+
+    def respond(body):
+        asked.append(body["messages"][1]["content"])
+        return json.dumps({d: {"score": 5, "rationale": "Good."} for d in DIMENSIONS})
+
+    transcript = [{"turns": [{"user": "Rum?", "assistant": "Gone."}, {"user": "Why?", "assistant": "Savvy?"}]}]
+    with ChatCompletionsServer(respond) as server:
+        reward = RubricJudgeReward(ClientConfig("judge", base_url=server.base_url, progress=False), PROFILES)
+        assert asyncio.run(reward([PROMPT], ["x"], role=["Jack Sparrow"], transcript=transcript)) == [1.0]
+    assert "User: Rum?\nJack Sparrow: Gone.\nUser: Why?\nJack Sparrow: Savvy?" in asked[0] and '"memory"' in asked[0]
