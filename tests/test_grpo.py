@@ -206,7 +206,7 @@ def test_multi_turn_rollout_with_the_simulated_user_masks_the_user_turns(tiny_mo
         assert len(ids) == len(mask) <= 96
         answered = tokenizer.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=True)
         user_part = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
-        for n, turn in enumerate(transcript["turns"][1:], start=1):  # each later user line is masked, as rendered
+        for turn in transcript["turns"][1:]:  # each later user line is masked, as rendered
             assert f"<|im_start|>user\n{turn['user']}<|im_end|>\n<|im_start|>assistant\n" in user_part
             assert turn["user"] not in answered
         assert user_part.count("<|im_start|>user") == len(transcript["turns"]) - 1
