@@ -73,6 +73,8 @@ _EXPORTS = {
     "set_role_chat_template": "rolellm.encoding.chat_template",
     "RoCITConfig": "rolellm.training.config",
     "RoCITTrainer": "rolellm.training.trainer",
+    "RoleGRPOConfig": "rolellm.training.grpo",
+    "RoleGRPOTrainer": "rolellm.training.grpo",
     "rouge_l": "rolellm.evaluation.benchmark.rouge",
     "rouge_l_scores": "rolellm.evaluation.benchmark.rouge",
     "judge_win_rate": "rolellm.evaluation.judge.pairwise",
@@ -104,6 +106,14 @@ _EXPORTS = {
     "write_coser_report": "rolellm.evaluation.coser.report",
     "make_coser_flaw_reward": "rolellm.rewards.flaws",
     "lm_eval_tasks_dir": "rolellm.lm_eval_tasks.folder",
+    "reference_rouge_l": "rolellm.rewards.reference",
+    "RubricJudgeReward": "rolellm.rewards.judge",
+    "CatchphraseReward": "rolellm.rewards.style",
+    "LanguageReward": "rolellm.rewards.style",
+    "LengthPenalty": "rolellm.rewards.style",
+    "per_role_normalized": "rolellm.rewards.combine",
+    "reward_settings": "rolellm.rewards.combine",
+    "SimulatedUserRollout": "rolellm.rewards.rollout",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -219,3 +219,43 @@ def test_multi_turn_rollout_with_the_simulated_user_masks_the_user_turns(tiny_mo
     assert out["prompt_ids"][1].count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
     assert seen and all("turns" in t for t in seen)
     assert all(log.get("loss") is None or log["loss"] == log["loss"] for log in trainer.state.log_history)  # no NaN
+
+
+DEMO = "examples/data/demo-rolebench"
+
+
+def test_rolellm_train_stage_grpo_runs_the_recipe_and_a_judge(tiny_model_path, tmp_path, capsys, one_thread):
+    from rolellm.scripts import cli
+
+    out = tmp_path / "recipe"
+    flags = ["--model_name_or_path", str(tiny_model_path), "--max_steps", "1", "--max_completion_length", "8"]
+    assert cli.main(["train", "--config", "examples/recipes/grpo-tiny-cpu.yaml", *flags, "--output_dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "GRPO on 12 prompts of 2 roles in 1 steps, rewards reference_rouge_l, catchphrase, length_penalty" in printed
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "| `reference_rouge_l` | 1.0 |" in card and "examples/data/demo-rolebench" in card
+    assert {"Sherlock Holmes"} <= {json.loads(line)["name"] for line in open(out / "role_profiles.jsonl")}
+    with ChatCompletionsServer(rubric_judge) as server:
+        judged = ["--stage=grpo", "--data_dir", DEMO, "--dataset_configs", "en-instruction", "--rewards", "rubric_judge",
+                  "--judge_model", "judge", "--judge_base_url", server.base_url, "--num_generations", "2",
+                  "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "judged"), "--use_cpu",
+                  "--bf16", "false", "--activation_checkpointing", "false", "--report_to", "none"]  # fmt: skip
+        assert cli.main(["train", *flags, *judged]) == 0
+        assert len(server.requests) == 4 and len(server.model_listings) == 1  # one verdict per answer; the pre-flight
+    assert (tmp_path / "judged" / "judge_cache.sqlite").is_file()
+
+
+def test_rolellm_train_stage_grpo_fails_fast_in_a_line(tiny_model_path, tmp_path, capsys):
+    from rolellm.scripts import cli
+
+    base = ["train", "--stage", "grpo", "--model_name_or_path", str(tiny_model_path), "--data_dir", DEMO,
+            "--output_dir", str(tmp_path / "out"), "--use_cpu", "--rewards", "reference_rouge_l", "rubric_judge"]  # fmt: skip
+    assert cli.main(base) == 2
+    assert "--rewards rubric_judge needs --judge_model" in capsys.readouterr().err
+    dead = ["--judge_model", "judge", "--judge_base_url", "http://127.0.0.1:9/v1", "--judge_max_retries", "0",
+            "--judge_timeout", "2"]  # fmt: skip
+    assert cli.main([*base, *dead]) == 3
+    err = capsys.readouterr().err
+    assert "127.0.0.1:9" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3
+    assert cli.main([*base[:-1], "--reward_weights", "1", "2"]) == 2
+    assert "--reward_weights has 2 values for 1 --rewards" in capsys.readouterr().err

@@ -190,6 +190,10 @@ def main(args):
 
     from rolellm.training.config import RoCITConfig
 
+    if getattr(args, "stage", None) == "grpo":  # `--stage grpo`: rolellm.scripts.train_grpo, on the same data
+        from rolellm.scripts.train_grpo import main as train_grpo
+
+        return train_grpo(args, RoleBenchArguments, (default_configs, load_rows, load_profiles_for))
     train(*dataclasses_from(args, (RoleBenchArguments, RoCITConfig, ModelConfig)))
 
 
@@ -199,10 +203,12 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None):
     dataclasses, `parse_args` the namespace `main` takes."""
     from trl import ModelConfig
 
+    from rolellm.scripts.train_grpo import add_grpo_stage
     from rolellm.training.config import RoCITConfig
 
     description = "Train with RoCIT on RoleBench rows and role profiles (LoRA, QLoRA, full)."
-    return make_command_parser("train", (RoleBenchArguments, RoCITConfig, ModelConfig), description, subparsers)
+    parser = make_command_parser("train", (RoleBenchArguments, RoCITConfig, ModelConfig), description, subparsers)
+    return add_grpo_stage(parser, RoleBenchArguments)  # `--stage grpo` parses with the GRPO stage's fields
 
 
 if __name__ == "__main__":

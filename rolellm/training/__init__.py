@@ -1,7 +1,8 @@
-"""RoCIT training. Modules:
+"""RoCIT training, and GRPO after it. Modules:
 
 - `config`: `RoCITConfig` (a `trl.SFTConfig`);
 - `trainer`: `RoCITTrainer` (a `trl.SFTTrainer`) and `DataCollatorForRoleLM`;
+- `grpo`: `RoleGRPOConfig` and `RoleGRPOTrainer` (a `trl.GRPOTrainer` on role prompts; rewards are arguments);
 - `data`: the RoleBench-to-chat conversion (`rolebench_to_conversations`, `mix_subsets`);
 - `packing`, `attention`: prefix-shared packing and its attention;
 - `card`, `checkpoint`, `export`: the model card, checkpoints and adapter merging.
