@@ -157,6 +157,27 @@ def test_every_reward_none_stops_the_run_with_a_clear_error(tiny_model_path, tmp
         trainer.train()
 
 
+def test_a_judge_that_dies_mid_run_stops_training_with_its_cause(tiny_model_path, tmp_path, one_thread):
+    from rolellm.rewards.judge import JudgeFailureError
+    from rolellm.testing.server import Fault
+
+    answered = []
+
+    def dying(body):  # the first step's eight verdicts, then HTTP 503 for good
+        answered.append(1)
+        return rubric_judge(body) if len(answered) <= 8 else Fault("server_error", status=503)
+
+    with ChatCompletionsServer(dying) as server:
+        judge = RubricJudgeReward(ClientConfig("judge", base_url=server.base_url, max_retries=0, progress=False),
+                                  PROFILES)  # fmt: skip
+        trainer = RoleGRPOTrainer(
+            str(tiny_model_path), judge, config(tmp_path, max_steps=3), rows(), profiles=PROFILES
+        )
+        with pytest.raises(JudgeFailureError, match="8 of 8 verdicts of this batch failed .* HTTP 503"):
+            trainer.train()
+    assert trainer.state.global_step == 1 and judge.asked == 16 and judge.failures == 8
+
+
 def test_rows_without_profiles_and_prompts_too_long_are_refused_before_training(tiny_model_path, tmp_path):
     with pytest.raises(ValueError, match=r"no profile for 1 role\(s\) of the train rows: \['Shifu'\]"):
         RoleGRPOTrainer(
@@ -264,3 +285,44 @@ def test_rolellm_train_stage_grpo_fails_fast_in_a_line(tiny_model_path, tmp_path
     assert "127.0.0.1:9" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3
     assert cli.main([*base[:-1], "--reward_weights", "1", "2"]) == 2
     assert "--reward_weights has 2 values for 1 --rewards" in capsys.readouterr().err
+
+
+def corpus_folders() -> list:
+    from rolellm.testing.data import find_test_data
+
+    data = find_test_data()
+    corpus = data / "chat-templates" if data is not None else None
+    if corpus is None or not corpus.is_dir():
+        return [pytest.param(None, marks=pytest.mark.skip(reason="no chat-templates corpus (ROLEBENCH_DATA_DIR)"))]
+    return sorted(p for p in corpus.iterdir() if (p / "tokenizer_config.json").exists())
+
+
+@pytest.mark.parametrize("folder", corpus_folders(), ids=lambda p: getattr(p, "name", "none"))
+def test_grpo_prompts_and_rollout_turns_are_exact_on_every_real_template(folder):
+    """On every template of the corpus: a GRPO prompt is exactly the tokens a RoCIT sample has before its answer, and
+    a rollout's user turn continues the generated answer into exactly the tokens of the whole conversation."""
+    from rolellm.encoding.encode import encode_chat_turns
+    from rolellm.encoding.layout import added_token_ids
+    from rolellm.evaluation.multiturn.dialogue import Scenario, _Conversation
+    from rolellm.rewards.rollout import SimulatedUserRollout
+    from rolellm.testing.models import tiny_tokenizer_for_template
+    from rolellm.training.grpo import encode_prompt
+
+    tokenizer = tiny_tokenizer_for_template(folder)
+    conversation = _Conversation(Scenario("Jack Sparrow", "A tavern.", "A sailor.", "Rum?"), JACK)
+    prompt = conversation.role_messages("Where is the <|im_start|>rum?", card_extras=False)
+    [sample] = encode_chat_turns(tokenizer, [*prompt, {"role": "assistant", "content": "Gone, mate."}])
+    first = sample["assistant_masks"].index(1)
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    assert sample["input_ids"][:first] == prompt_ids
+    eos_ids = added_token_ids(tokenizer)
+    conversation.turns.append({"user": prompt[-1]["content"], "assistant": "Gone, mate."})
+    following = conversation.role_messages("Who are you?", card_extras=False)
+    if len(encode_chat_turns(tokenizer, [*following, {"role": "assistant", "content": "Jack."}])) > 1:
+        with pytest.raises(ValueError, match="does not begin with the conversation so far"):
+            SimulatedUserRollout.user_turn_ids(tokenizer, conversation, "Who are you?", False, eos_ids)
+        return
+    end, suffix = SimulatedUserRollout.user_turn_ids(tokenizer, conversation, "Who are you?", False, eos_ids)
+    trained = sample["input_ids"][first:]
+    answer = trained[: len(trained) - trained[::-1].index(end)]  # the answer as generated, to its end of turn
+    assert prompt_ids + answer + suffix == encode_prompt(tokenizer, following)

@@ -215,9 +215,14 @@ class SimulatedUserRollout:
         that: the user's `line` and the header of the next answer, from the conversation encoded with and without
         `line`."""
         asked = conversation.role_messages(line, card_extras=False)  # the turns so far, then `line`
-        answered = encode_chat(tokenizer, asked[:-1], keep_think=keep_think)["input_ids"]
-        ends = [n for n, token in enumerate(answered) if token in eos_ids]
-        answered = answered[: ends[-1] + 1] if ends else answered
+        encoded = encode_chat(tokenizer, asked[:-1], keep_think=keep_think)
+        ids, mask = encoded["input_ids"], encoded["assistant_masks"]
+        start = len(mask) - mask[::-1].index(1) if 1 in mask else len(ids)  # the last answer: its trained span
+        while start > 0 and mask[start - 1]:
+            start -= 1
+        # the answer ends at its first end-of-turn token (a template may write more after the last answer only)
+        end = next((n for n in range(start, len(ids)) if mask[n] and ids[n] in eos_ids), len(ids) - 1)
+        answered = ids[: end + 1]
         following = encode_chat(tokenizer, asked, add_generation_prompt=True, keep_think=keep_think)["input_ids"]
         if following[: len(answered)] != answered:
             raise ValueError(

@@ -49,6 +49,13 @@ logger = logging.getLogger(__name__)
 CARD_TEMPLATE = Path(__file__).parent.parent / "prompts" / "model_card_grpo.md"
 
 
+def encode_prompt(tokenizer, prompt: list[dict], keep_think: bool = False) -> list[int]:
+    """The token ids of a conversational prompt, ready for the answer: `encode_chat` with the generation prompt, the
+    tokens a RoCIT sample of the same conversation has before its answer (text that looks like a control token stays
+    plain text)."""
+    return encode_chat(tokenizer, prompt, add_generation_prompt=True, keep_think=keep_think)["input_ids"]
+
+
 class UnscorableBatchError(ValueError):
     """No reward function gave any completion of a batch a reward (every one returned `None`)."""
 
@@ -233,9 +240,8 @@ class RoleGRPOTrainer(GRPOTrainer):
 
     # ----------------------------------------------------------------------------------------------- prompts
     def encode_prompt(self, prompt: list[dict]) -> list[int]:
-        """The token ids of a conversational prompt, ready for the answer (`encode_chat`, injection-safe)."""
-        tokenizer = self._tokenizer_for_prompts
-        return encode_chat(tokenizer, prompt, add_generation_prompt=True, keep_think=self.keep_think)["input_ids"]
+        """The token ids of a conversational prompt, ready for the answer (`encode_prompt`, injection-safe)."""
+        return encode_prompt(self._tokenizer_for_prompts, prompt, self.keep_think)
 
     def build_prompt_dataset(self, dataset, split: str, args: RoleGRPOConfig, window: int | None = None):
         """RoleBench rows -> `prompt` rows (`prompt`, `role`, `lang`, `references`, `subset`); rows that already have
