@@ -23,6 +23,7 @@ import copy
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import datasets
 import torch
@@ -106,7 +107,7 @@ class RoleGRPOConfig(GRPOConfig):
         help="Role profiles read when the trainer is not given profiles= (repeatable); default: the starting "
         "checkpoint's role_profiles.jsonl."
     )
-    system_lang: str | None = field(
+    system_lang: Literal["en", "zh"] | None = field(
         default=None, metadata={"help": "Language of the system instruction; None uses each row's lang."}
     )
     system_template_path: str | None = field(
@@ -141,8 +142,6 @@ class RoleGRPOConfig(GRPOConfig):
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
-        if self.system_lang not in (None, "en", "zh"):
-            raise ValueError(f"system_lang={self.system_lang!r} is not 'en' or 'zh' (or None for each row's lang)")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise ValueError(f"max_prompt_length={self.max_prompt_length} must be at least 1")
 
@@ -221,6 +220,7 @@ class RoleGRPOTrainer(GRPOTrainer):
         window = getattr(config, "max_position_embeddings", None)
 
         self.role_stats = {}
+        self.example_system: str | None = None  # the system text of one training prompt, for the model card
         train_dataset = self.build_prompt_dataset(train_dataset, "train", args, window)
         if eval_dataset is not None:
             eval_dataset = self.build_prompt_dataset(eval_dataset, "eval", args, window)
@@ -373,7 +373,7 @@ class RoleGRPOTrainer(GRPOTrainer):
             dataset_name=self.dataset_name,
             dataset_configs=self.dataset_configs or {},
             custom_system_template=self._system_template is not None,
-            example_system=getattr(self, "example_system", None),
+            example_system=self.example_system,
             rewards=list(zip(self.reward_func_names, weights)),
             multi_turn=self.rollout_func is not None,
             unscored=self.unscored,
