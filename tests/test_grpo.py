@@ -148,6 +148,9 @@ def test_an_adapter_checkpoint_is_trained_as_an_adapter(tiny_model_path, tmp_pat
     assert any("lora_B" in name and weight.abs().sum() > 0 for name, weight in weights.items())  # B starts at zero
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "the local checkpoint `rocit`" in card and "adapter: LORA, r=4" in card
+    with pytest.raises(ValueError, match="is an adapter checkpoint, trained on as it is: drop peft_config"):
+        RoleGRPOTrainer(str(tmp_path / "rocit"), answer_length, config(tmp_path), rows(), profiles=PROFILES,
+                        peft_config=LoraConfig(r=4, task_type="CAUSAL_LM"))  # fmt: skip
 
 
 def test_every_reward_none_stops_the_run_with_a_clear_error(tiny_model_path, tmp_path, one_thread):

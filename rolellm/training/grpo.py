@@ -202,21 +202,27 @@ class RoleGRPOTrainer(GRPOTrainer):
             self.keep_think = bool(read_inference_settings(model_id).get("keep_think", False)) if folder else False
         self.dataset_name, self.dataset_configs = dataset_name, dataset_configs
 
-        if isinstance(model, (str, Path)) and is_adapter_checkpoint(model_id):
-            # a RoCIT adapter: trained on as it is (a new `peft_config` would stack a second adapter on it)
+        if isinstance(model, Path):
+            model = model_id
+        if isinstance(model, str) and is_adapter_checkpoint(model_id):
+            if peft_config is not None:
+                raise ValueError(
+                    f"{model_id} is an adapter checkpoint, trained on as it is: drop peft_config (--use_peft), which "
+                    "would put a second adapter on it, or merge it first (rolellm export --merge)"
+                )
             model, tokenizer = load_model_and_tokenizer(model_id, is_trainable=True)
             model.train()
             processing_class = processing_class or tokenizer
         if processing_class is None:
             processing_class = AutoTokenizer.from_pretrained(model_id, trust_remote_code=args.trust_remote_code)
         if processing_class.chat_template is None:
-            if isinstance(model, (str, Path)):
+            if isinstance(model, str):
                 from trl.trainer.utils import create_model_from_path
 
                 model = create_model_from_path(model_id, **(args.model_init_kwargs or {}))
             set_role_chat_template(processing_class, model)
         self._tokenizer_for_prompts = processing_class
-        config = model.config if not isinstance(model, (str, Path)) else AutoConfig.from_pretrained(model_id)
+        config = AutoConfig.from_pretrained(model_id) if isinstance(model, str) else model.config
         window = getattr(config, "max_position_embeddings", None)
 
         self.role_stats = {}
@@ -226,7 +232,7 @@ class RoleGRPOTrainer(GRPOTrainer):
             eval_dataset = self.build_prompt_dataset(eval_dataset, "eval", args, window)
         self.unscored = 0  # completions no reward function scored, over the run
         trl_args = copy.copy(args)
-        trl_args.model_init_kwargs = None if not isinstance(model, (str, Path)) else args.model_init_kwargs
+        trl_args.model_init_kwargs = args.model_init_kwargs if isinstance(model, str) else None
         super().__init__(
             model,
             reward_funcs=reward_funcs,
