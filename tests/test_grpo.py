@@ -274,6 +274,27 @@ def test_rolellm_train_stage_grpo_runs_the_recipe_and_a_judge(tiny_model_path, t
     assert (tmp_path / "judged" / "judge_cache.sqlite").is_file()
 
 
+def test_rolellm_train_stage_grpo_on_conversations_with_the_simulated_user(tiny_model_path, tmp_path, one_thread):
+    from rolellm.scripts import cli
+
+    scenarios = tmp_path / "scenarios.yaml"
+    scenarios.write_text(
+        "- role: Sherlock Holmes\n  situation: Baker Street.\n  user_persona: A client.\n  opening_line: Help me!\n"
+        "  num_turns: 2\n"
+    )
+    with ChatCompletionsServer(lambda body: "User: And then?") as server:
+        flags = ["--model_name_or_path", str(tiny_model_path), "--data_dir", DEMO, "--scenarios", str(scenarios),
+                 "--user_model", "sim", "--user_base_url", server.base_url, "--rewards", "length_penalty",
+                 "--max_turn_tokens", "4", "--max_completion_length", "64", "--num_generations", "2",
+                 "--per_device_train_batch_size", "2", "--max_steps", "1", "--output_dir", str(tmp_path / "out"),
+                 "--use_cpu", "--bf16", "false", "--activation_checkpointing", "false", "--report_to", "none"]  # fmt: skip
+        assert cli.main(["train", "--stage", "grpo", *flags]) == 0
+        simulated = [r for r in server.requests if r["body"]["messages"][0]["role"] == "system"]
+    assert len(simulated) == 2  # one user line for each of the two conversations of the step
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "whole conversations with a simulated user" in card and str(scenarios) in card
+
+
 def test_rolellm_train_stage_grpo_fails_fast_in_a_line(tiny_model_path, tmp_path, capsys):
     from rolellm.scripts import cli
 
