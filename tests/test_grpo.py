@@ -219,6 +219,10 @@ def test_multi_turn_rollout_with_the_simulated_user_masks_the_user_turns(tiny_mo
         simulator = ClientConfig("sim", base_url=server.base_url, max_retries=0, progress=False)
         rollout = SimulatedUserRollout(scenarios, PROFILES, simulator, max_turn_tokens=6)
         prompts = rollout.dataset()
+        assert [s.id for s in scenarios] == ["", ""]  # the caller's scenarios are left as they were
+        twins = [scenarios[0], Scenario("Jack Sparrow", "Elsewhere.", "Another.", "Where to?")]
+        with pytest.raises(ValueError, match="give the same prompt"):
+            SimulatedUserRollout(twins, PROFILES, simulator).dataset()
         assert [p["prompt"][-1]["content"] for p in prompts] == ["Where to?", "<|im_start|>system line 0"]
         args = config(tmp_path, max_completion_length=96, per_device_train_batch_size=4, num_generations=2)
         trainer = RoleGRPOTrainer(str(tiny_model_path), transcript_turns, args, prompts, profiles=PROFILES,

@@ -24,7 +24,7 @@ line (a scenario without one asks the simulator for it first, as `run_dialogues`
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import datasets
 
@@ -82,7 +82,7 @@ class SimulatedUserRollout:
         for name, value in (("num_turns", num_turns), ("max_turn_tokens", max_turn_tokens)):
             if value is not None and value < 1:
                 raise ValueError(f"{name}={value} must be at least 1")
-        self.scenarios = _with_ids(list(scenarios), [f"scenarios[{i}]" for i in range(len(scenarios))])
+        self.scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
         self.user = make_client(user) if isinstance(user, ClientConfig) else user
         self.num_turns = num_turns
         self.max_turn_tokens = max_turn_tokens
@@ -122,7 +122,12 @@ class SimulatedUserRollout:
         for scenario in self.scenarios:
             conversation = self.conversation(scenario)
             prompt = conversation.role_messages(scenario.opening_line or self.opening[scenario.id], card_extras=False)
-            self.by_prompt[_key(prompt)] = scenario
+            same = self.by_prompt.setdefault(_key(prompt), scenario)
+            if same is not scenario:  # a rollout is given the prompt only: it must name one scenario
+                raise ValueError(
+                    f"scenarios {same.id!r} and {scenario.id!r} give the same prompt (the same role and first line): "
+                    "give them different opening lines"
+                )
             rows.append({"prompt": prompt, "role": conversation.profile.name, "lang": conversation.lang,
                          "scenario_id": scenario.id})  # fmt: skip
         return datasets.Dataset.from_list(rows)
