@@ -229,6 +229,17 @@ def test_multi_turn_rollout_with_the_simulated_user_masks_the_user_turns(tiny_mo
                                   rollout_func=rollout)  # fmt: skip
         out = rollout(list(prompts["prompt"]), trainer)
         trainer.train()
+
+        class ReportsLogprobs(RoleGRPOTrainer):  # a generation backend that reports sampling log-probs, as vLLM does
+            def _generate_single_turn(self, prompt_ids, images, fields, num_generations, has_tool_images=False):
+                ids, _ = super()._generate_single_turn(prompt_ids, images, fields, num_generations)
+                return ids, [[-1.0] * len(sequence) for sequence in ids]
+
+        reporting = ReportsLogprobs(str(tiny_model_path), transcript_turns, args, prompts, profiles=PROFILES)
+        with_logprobs = rollout(list(prompts["prompt"]), reporting)
+    assert out["logprobs"] is None  # transformers' generate reports none
+    for mask, logprobs in zip(with_logprobs["env_mask"], with_logprobs["logprobs"]):
+        assert logprobs == [-1.0 if generated else 0.0 for generated in mask] and 0 in mask
     tokenizer = trainer.processing_class
     for ids, mask, transcript in zip(out["completion_ids"], out["env_mask"], out["transcript"]):
         assert len(ids) == len(mask) <= 96
