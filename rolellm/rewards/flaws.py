@@ -34,13 +34,7 @@ from rolellm.evaluation.coser.judge import judge_scenes, judged_simulation, simu
 from rolellm.evaluation.coser.prompts import CoserPrompts, builtin_prompts
 from rolellm.evaluation.coser.scoring import count_actor_rounds, dimension_score, scene_score
 from rolellm.evaluation.coser.testset import case_from_dict
-
-
-def _text(completion) -> str:
-    """A completion's text: a string, or the last message of a conversational completion."""
-    if isinstance(completion, str):
-        return completion
-    return completion[-1]["content"]
+from rolellm.rewards.text import completion_text
 
 
 def make_coser_flaw_reward(
@@ -69,7 +63,7 @@ def make_coser_flaw_reward(
             record = json.loads(case[index]) if isinstance(case[index], str) else case[index]
             scene = case_from_dict(record, f"case column, row {index}")
             before = list(simulation[index] or []) if simulation is not None else []
-            judged = judged_simulation([*before, {"role": character[index], "content": _text(completion)}])
+            judged = judged_simulation([*before, {"role": character[index], "content": completion_text(completion)}])
             items.append((scene, simulation_text(judged, judge_prompts.name_speakers)))
             rounds.append(count_actor_rounds(judged))
         verdicts = judge_scenes(items, client, judge_prompts, max_tokens=max_tokens, seed=seed)
