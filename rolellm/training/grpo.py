@@ -12,6 +12,8 @@ What it adds to `GRPOTrainer`, each at one override point:
 - `_calculate_rewards`: a batch for which no reward function gave any completion a reward stops the run with
   `UnscorableBatchError` (TRL would train on all-zero advantages, silently); completions with no reward at all
   are counted (the logged `rewards/unscored`);
+- `_get_per_token_logps_and_entropies`: with `prefix_sharing` (the default), the completions of a group share one
+  copy of their prompt in a packed row (`rolellm.training.grouped`), with TRL's log-probs (tested to 1e-5);
 - `_save`: every checkpoint holds the role files of a RoCIT checkpoint (`rolellm.training.checkpoint`) and a model
   card stating the GRPO run: the starting checkpoint, rewards and weights, the GRPO settings, the roles and data.
 
@@ -42,8 +44,10 @@ from rolellm.roles.card_prompts import prompt_only
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import to_role_messages
 from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
+from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import _adapter_settings, describe_chat_template
 from rolellm.training.checkpoint import inference_settings, save_role_files, save_training_args, trained_profiles
+from rolellm.training.grouped import grouped_token_logps
 
 
 logger = logging.getLogger(__name__)
@@ -83,6 +87,11 @@ class RoleGRPOConfig(GRPOConfig):
             recorded (`rolellm_inference.json`), else `False`.
         keep_card_metadata (`bool`, *optional*, defaults to `False`):
             Write the whole profiles into the checkpoint's `role_profiles.jsonl` (see `RoCITConfig`).
+        prefix_sharing (`bool`, *optional*, defaults to `True`):
+            Compute each prompt once for all its completions: a group's completions share one copy of the prompt in
+            a packed row, each attending to the prompt and itself (`rolellm.training.grouped`), with the log-probs
+            and loss of TRL's padded rows. `False` runs TRL's forward. Batches it cannot pack exactly (images, a
+            model whose attention takes no custom mask) run TRL's forward.
         max_prompt_length (`int`, *optional*):
             The longest prompt, in tokens, the run accepts; a longer one is an error naming the row (never cut: the
             cut would remove the role's system text). `None` accepts prompts that leave `max_completion_length`
@@ -124,6 +133,10 @@ class RoleGRPOConfig(GRPOConfig):
     )
     keep_card_metadata: bool = field(
         default=False, metadata={"help": "Write Character Card metadata into role_profiles.jsonl."}
+    )
+    prefix_sharing: bool = field(
+        default=True,
+        metadata={"help": "Compute each prompt once for all its completions (prefix-shared rows); False: TRL's path."},
     )
     max_prompt_length: int | None = field(
         default=None,
@@ -231,6 +244,7 @@ class RoleGRPOTrainer(GRPOTrainer):
         if eval_dataset is not None:
             eval_dataset = self.build_prompt_dataset(eval_dataset, "eval", args, window)
         self.unscored = 0  # completions no reward function scored, over the run
+        self._attention_backends = {}  # id of a model -> the mask its attention takes for prefix-shared rows
         trl_args = copy.copy(args)
         trl_args.model_init_kwargs = args.model_init_kwargs if isinstance(model, str) else None
         super().__init__(
@@ -311,6 +325,37 @@ class RoleGRPOTrainer(GRPOTrainer):
         if not isinstance(prompts[0], list):  # plain-text prompts: TRL's own tokenization
             return super()._tokenize_prompts(prompts)
         return [self.encode_prompt(prompt) for prompt in prompts], None, {}
+
+    # ----------------------------------------------------------------------------------------------- log-probs
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):  # fmt: skip
+        """TRL's per-token log-probs and entropies, with each prompt computed once for all its completions
+        (`prefix_sharing`); batches with images or an aux loss, and models whose attention takes no custom mask,
+        run TRL's forward."""
+        backend = None
+        if self.args.prefix_sharing and not compute_aux_loss and all(v is None for v in multimodal.values()):
+            backend = self._attention_backend(model)
+        if backend is not None:
+            with self.accelerator.autocast():
+                result = grouped_token_logps(
+                    model, backend, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
+                    self.accelerator.unwrap_model(model).dtype, batch_size, compute_entropy,
+                )  # fmt: skip
+            if result is not None:
+                return *result, None
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+            **multimodal,
+        )  # fmt: skip
+
+    def _attention_backend(self, model):
+        """The mask `model` takes for prefix-shared rows (`choose_attention_backend`, asked once per model)."""
+        base = self.accelerator.unwrap_model(model)
+        if id(base) not in self._attention_backends:
+            self._attention_backends[id(base)] = choose_attention_backend(base)
+        return self._attention_backends[id(base)]
 
     # ----------------------------------------------------------------------------------------------- rewards
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
