@@ -1,0 +1,153 @@
+"""Shared prompts computed once: RoleGRPOTrainer's prefix-shared log-probs, loss and gradients equal TRL's padded path
+(tiny model, prompts of two lengths, left padding, completions of every length up to the maximum)."""
+
+import datasets
+import pytest
+import torch
+
+from rolellm.roles.profile import RoleProfile
+from rolellm.training.grouped import grouped_token_logps, plan_grouped_rows
+from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
+
+
+PROFILES = {"Po": RoleProfile("Po", "en", "A kung fu panda.", ["ar"])}
+T = 8  # max_completion_length
+LENGTHS = [8, 3, 5, 1, 8, 2, 7, 4]  # two completions reach the maximum, one has a single token
+
+
+def prompts():
+    system = "You are Po, the Dragon Warrior of the Valley of Peace, who loves dumplings. "
+    return datasets.Dataset.from_list(
+        [
+            {"role": "Po", "prompt": [{"role": "system", "content": system}, {"role": "user", "content": "Who?"}]},
+            {"role": "Po", "prompt": [{"role": "system", "content": system * 3}, {"role": "user", "content": "Eat?"}]},
+        ]
+    )
+
+
+def config(tmp_path, **overrides):
+    values = {
+        "use_cpu": True, "max_steps": 2, "learning_rate": 1e-2, "num_generations": 4, "per_device_train_batch_size": 8,
+        "max_completion_length": T, "beta": 0.0, "report_to": "none", "save_strategy": "no", "disable_tqdm": True,
+        "logging_steps": 1, "activation_checkpointing": False, "seed": 0,
+    }  # fmt: skip
+    return RoleGRPOConfig(str(tmp_path / "out"), **{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trainer(tiny_model_path, tmp_path_factory):
+    args = config(tmp_path_factory.mktemp("grouped"))
+    return RoleGRPOTrainer(str(tiny_model_path), lambda completions, **_: [1.0] * len(completions), args, prompts(),
+                           profiles=PROFILES)  # fmt: skip
+
+
+def batch(trainer, seed=0):
+    """TRL's layout: eight completions of the two prompts, interleaved, prompts left-padded, completions
+    right-padded after their end (random tokens, padding with a real id to show it is never read)."""
+    encoded = [trainer.encode_prompt(prompt) for prompt in prompts()["prompt"]]
+    width = max(map(len, encoded))
+    generator = torch.Generator().manual_seed(seed)
+    ids, mask = [], []
+    for i, n in enumerate(LENGTHS):
+        prompt, completion = encoded[i % 2], torch.randint(5, 300, (T,), generator=generator).tolist()
+        pad = width - len(prompt)
+        ids.append([7] * pad + prompt + completion)
+        mask.append([0] * pad + [1] * len(prompt) + [1] * n + [0] * (T - n))
+    return torch.tensor(ids), torch.tensor(mask), width
+
+
+def per_token(trainer, prefix_sharing, *args, **kwargs):
+    trainer.args.prefix_sharing = prefix_sharing
+    try:
+        return trainer._get_per_token_logps_and_entropies(trainer.model, *args, **kwargs)
+    finally:
+        trainer.args.prefix_sharing = True
+
+
+def test_log_probs_and_entropies_equal_trls_path(trainer):
+    assert trainer.args.prefix_sharing  # on by default
+    ids, mask, width = batch(trainer)
+    plan = plan_grouped_rows(ids, mask, T, pad_token_id=0)
+    assert plan is not None and plan.batch["input_ids"].shape[0] == 2  # one row per prompt
+    assert plan.tokens < plan.padded_tokens / 2  # each prompt once instead of four times
+    with torch.no_grad():
+        expected, expected_entropy, _ = per_token(trainer, False, ids, mask, T, compute_entropy=True)
+        for batch_size in (None, 3):  # chunks of whole groups, as for the reference model's forward
+            got, entropy, _ = per_token(trainer, True, ids, mask, T, batch_size=batch_size, compute_entropy=True)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+            torch.testing.assert_close(entropy, expected_entropy, atol=1e-5, rtol=0)
+    completion_mask = mask[:, width:].bool()
+    assert (got[~completion_mask] == 0).all() and (got[completion_mask] < 0).all()
+    assert got.shape == (8, T) and completion_mask.sum(1).tolist() == LENGTHS
+
+
+def loss_and_grads(trainer, inputs, prefix_sharing):
+    trainer.args.prefix_sharing = prefix_sharing
+    try:
+        trainer.model.zero_grad()
+        loss = trainer._compute_loss(trainer.model, inputs)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        trainer.model.zero_grad()
+        return loss.detach(), grads
+    finally:
+        trainer.args.prefix_sharing = True
+
+
+def test_loss_and_gradients_equal_trls_path(trainer):
+    ids, mask, width = batch(trainer, seed=1)
+    inputs = {
+        "prompt_ids": ids[:, :width], "prompt_mask": mask[:, :width],
+        "completion_ids": ids[:, width:], "completion_mask": mask[:, width:],
+        "advantages": torch.tensor([1.0, -0.5, 0.25, -1.0, 0.5, -0.25, 0.75, 1.5]),
+        "num_items_in_batch": mask[:, width:].sum(),
+    }  # fmt: skip
+    expected_loss, expected_grads = loss_and_grads(trainer, inputs, False)
+    loss, grads = loss_and_grads(trainer, inputs, True)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=0)
+    assert grads.keys() == expected_grads.keys() and len(grads) == len(list(trainer.model.parameters()))
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert any(grad.abs().max() > 1e-3 for grad in grads.values())
+
+
+def test_a_layout_it_cannot_pack_exactly_runs_trls_path(trainer):
+    """A completion mask with a hole (not TRL's layout, but possible from a custom rollout) is not packed: the
+    trainer computes it TRL's way."""
+    ids, mask, width = batch(trainer)
+    mask[0, width + 2] = 0
+    model = trainer.model
+    with torch.no_grad():
+        assert grouped_token_logps(model, "sdpa", ids, mask, T, 0, torch.float32) is None
+        got, _, _ = per_token(trainer, True, ids, mask, T)
+        expected, _, _ = per_token(trainer, False, ids, mask, T)
+    assert torch.equal(got, expected)
+
+
+def test_training_with_a_reference_model_ends_where_trls_path_ends(tiny_model_path, tmp_path):
+    """Two GRPO steps from one seed with KL to a reference model (whose forward is grouped too): the same losses and
+    the same parameters as with prefix_sharing=False."""
+    torch.set_num_threads(1)
+
+    def run(prefix_sharing):
+        # plain SGD: Adam's first step moves every weight by about the learning rate whatever the size of its
+        # gradient, so a gradient of 1e-9 against -1e-9 (float rounding) would show as a difference of 2 * lr
+        args = config(tmp_path / str(prefix_sharing), beta=0.1, prefix_sharing=prefix_sharing, optim="sgd",
+                      learning_rate=0.5)  # fmt: skip
+
+        def reward(completions, **_):  # depends on the completion, so the advantages are not all zero
+            return [float(len(str(c))) for c in completions]
+
+        trainer = RoleGRPOTrainer(str(tiny_model_path), reward, args, prompts(), profiles=PROFILES)
+        assert trainer.ref_model is not None
+        trainer.train()
+        losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+        kl = [log["kl"] for log in trainer.state.log_history if "kl" in log]
+        return losses, kl, {n: p.detach() for n, p in trainer.model.named_parameters()}
+
+    losses, kl, params = run(True)
+    expected_losses, expected_kl, expected_params = run(False)
+    assert len(losses) == 2 and kl[-1] > 0  # the second step is off the reference: the KL term is live
+    assert losses == pytest.approx(expected_losses, abs=1e-5) and kl == pytest.approx(expected_kl, abs=1e-5)
+    for name, value in params.items():
+        torch.testing.assert_close(value, expected_params[name], atol=1e-5, rtol=0, msg=name)
