@@ -44,8 +44,13 @@ from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
 K = 8
 SIZES = {
     "tiny": {},  # build_tiny_llama's defaults: 2 layers, 64 wide
-    "50m": {"hidden_size": 640, "intermediate_size": 1792, "num_hidden_layers": 10, "num_attention_heads": 10,
-            "num_key_value_heads": 10},  # fmt: skip
+    "50m": {
+        "hidden_size": 640,
+        "intermediate_size": 1792,
+        "num_hidden_layers": 10,
+        "num_attention_heads": 10,
+        "num_key_value_heads": 10,
+    },
 }
 SIDES = {"trl": "TRL's forward (K padded rows)", "grouped": "RoleGRPOTrainer, prompt once per group"}
 
@@ -107,11 +112,13 @@ def run_size(args, size, path, tmp, rows, profiles, tokenizer):
         plan = plan_grouped_rows(ids, mask, batch["completion_ids"].shape[1], tokenizer.pad_token_id)
         tokens["trl"] += ids.numel()
         tokens["grouped"] += plan.batch["input_ids"].numel()
+    advantages = torch.cat([b["advantages"] for b in batches])
     prompt_lengths = [int(b["prompt_mask"].sum(1).float().mean()) for b in batches]
     completion_lengths = [float(b["completion_mask"].sum(1).float().mean()) for b in batches]
     print(f"\n{size}: generated {args.batches} batches of {args.groups} x {K} completions in "
           f"{time.perf_counter() - start:.1f}s (not timed); mean prompt {statistics.mean(prompt_lengths):.0f} tokens, "
-          f"mean completion {statistics.mean(completion_lengths):.1f} tokens (max {args.completion_length})")  # fmt: skip
+          f"mean completion {statistics.mean(completion_lengths):.1f} tokens (max {args.completion_length}); "
+          f"{int((advantages != 0).sum())} of {len(advantages)} advantages non-zero")  # fmt: skip
 
     def step(side, batch):
         trainer.args.prefix_sharing = side == "grouped"
@@ -119,10 +126,12 @@ def run_size(args, size, path, tmp, rows, profiles, tokenizer):
         loss = trainer.compute_loss(trainer.model, batch)
         trainer.accelerator.backward(loss)
         elapsed = time.perf_counter() - begin
+        with torch.no_grad():  # the gradient, not the loss, is what depends on the log-probs on-policy
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in trainer.model.parameters()])).item()
         trainer.model.zero_grad(set_to_none=True)
-        return elapsed, float(loss)
+        return elapsed, norm
 
-    losses = {side: [] for side in SIDES}
+    norms = {side: [] for side in SIDES}
     for side in SIDES:  # warm-up
         step(side, batches[0])
     runs = {side: [0.0] * args.runs for side in SIDES}
@@ -130,13 +139,14 @@ def run_size(args, size, path, tmp, rows, profiles, tokenizer):
         for i in range(args.rounds):
             batch = batches[(run * args.rounds + i) % len(batches)]
             for side in SIDES:
-                seconds, loss = step(side, batch)
+                seconds, norm = step(side, batch)
                 runs[side][run] += seconds / args.rounds
-                losses[side].append(loss)
+                norms[side].append(norm)
     params = sum(p.numel() for p in trainer.model.parameters())
-    gap = max(abs(a - b) for a, b in zip(losses["trl"], losses["grouped"]))
+    gap = max(abs(a - b) / a for a, b in zip(norms["trl"], norms["grouped"]))
     print(f"{size} model ({params / 1e6:.1f}M parameters): {args.runs} runs of {args.rounds} interleaved steps, "
-          f"{torch.get_num_threads()} threads; largest loss difference between the sides {gap:.1e}")  # fmt: skip
+          f"{torch.get_num_threads()} threads; gradient norms {min(norms['trl']):.3g} to {max(norms['trl']):.3g}, "
+          f"largest relative difference between the sides {gap:.1e}")  # fmt: skip
     result = {"parameters": params}
     print(f"{'side':50s} {'s/step min':>11s} {'median':>8s} {'tokens/step':>12s}")
     for side, name in SIDES.items():
