@@ -56,6 +56,12 @@ def batch(trainer, seed=0):
     return torch.tensor(ids), torch.tensor(mask), width
 
 
+def completion_part(mask, width):
+    completion = mask.clone()
+    completion[:, :width] = 0
+    return completion
+
+
 def per_token(trainer, prefix_sharing, *args, **kwargs):
     trainer.args.prefix_sharing = prefix_sharing
     try:
@@ -67,7 +73,7 @@ def per_token(trainer, prefix_sharing, *args, **kwargs):
 def test_log_probs_and_entropies_equal_trls_path(trainer):
     assert trainer.args.prefix_sharing  # on by default
     ids, mask, width = batch(trainer)
-    plan = plan_grouped_rows(ids, mask, T, pad_token_id=0)
+    plan = plan_grouped_rows(ids, mask, completion_part(mask, width), pad_token_id=0)
     assert plan is not None and plan.batch["input_ids"].shape[0] == 2  # one row per prompt
     assert plan.tokens < plan.padded_tokens / 2  # each prompt once instead of four times
     with torch.no_grad():
@@ -118,7 +124,7 @@ def test_a_layout_it_cannot_pack_exactly_runs_trls_path(trainer):
     mask[0, width + 2] = 0
     model = trainer.model
     with torch.no_grad():
-        assert grouped_token_logps(model, "sdpa", ids, mask, T, 0, torch.float32) is None
+        assert grouped_token_logps(model, "sdpa", ids, mask, completion_part(mask, width), 0, torch.float32) is None
         got, _, _ = per_token(trainer, True, ids, mask, T)
         expected, _, _ = per_token(trainer, False, ids, mask, T)
     assert torch.equal(got, expected)

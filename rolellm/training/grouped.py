@@ -1,8 +1,9 @@
 """Shared prompts computed once: the per-token log-probs of completions that share a prompt, from one packed row.
 
-A GRPO group's K completions (and a DPO pair's chosen and rejected answers) follow one prompt. TRL scores them as K
-padded rows `[prompt][completion_k]`, so the prompt, often a long role system text, goes through the model K times.
-`grouped_token_logps` lays each group out as one prefix-shared row (`rolellm.training.packing`):
+A GRPO group's K completions and a DPO pair's chosen and rejected answers follow one prompt. TRL scores them as
+padded rows `[prompt][completion]`, so the prompt, often a long role system text, goes through the model once per
+completion. `grouped_token_logps` lays the completions of each prompt out as one prefix-shared row
+(`rolellm.training.packing`):
 
 ```
 [prompt minus its last token][last prompt token, completion 1][last prompt token, completion 2] ... padding
@@ -11,18 +12,19 @@ padded rows `[prompt][completion_k]`, so the prompt, often a long role system te
 under the attention mask of `rolellm.training.attention.build_attention_mask` (each segment sees the shared prompt
 and itself). The last prompt token is repeated in every segment because it predicts the completion's first token:
 it sees the same tokens at the same position in every segment, so its hidden state is the one of the unpacked row.
-The position ids are those of the padded layout (a left-padded prompt's tokens keep their column), so every token
-sees what it sees in TRL's row, and the log-probs come back in TRL's `(rows, completion length)` layout, `0` after a
-completion's end, as the model's fused LM head (`trl.trainer.utils.add_fused_lm_head`) computes them.
+Every token keeps the position of its column in TRL's padded row (TRL's forward passes no position ids), so each
+token sees what it sees there, and the log-probs come back in the layout of the model's fused LM head
+(`trl.trainer.utils.add_fused_lm_head`) on the padded rows: `(rows, columns - 1)`, the log-prob of the token of
+column `t` at `t - 1`, `0` where no completion token is.
 
 >>> import torch
->>> prompt_mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1]])
->>> input_ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0], [4, 5, 6, 7, 0]])
->>> completion_mask = torch.tensor([[1, 1], [1, 0], [1, 0]])
->>> plan = plan_grouped_rows(input_ids, torch.cat([prompt_mask, completion_mask], 1), 2, pad_token_id=0)
+>>> input_ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0], [4, 5, 6, 7, 0]])  # TRL's GRPO layout
+>>> attention_mask = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0], [1, 1, 1, 1, 0]])
+>>> completion_mask = attention_mask * torch.tensor([0, 0, 0, 1, 1])
+>>> plan = plan_grouped_rows(input_ids, attention_mask, completion_mask, pad_token_id=0)
 >>> plan.batch["input_ids"].tolist()  # two prompts: one row each
 [[5, 6, 7, 8, 6, 9], [4, 5, 6, 7, 0, 0]]
->>> plan.batch["position_ids"].tolist()  # the columns of the padded layout
+>>> plan.batch["position_ids"].tolist()  # the columns of the padded rows
 [[1, 2, 3, 4, 2, 3], [0, 1, 2, 3, 0, 0]]
 """
 
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
-    """The rows of a batch grouped by identical prompts (the same tokens under the same mask), in first-seen order.
+    """The rows of a batch grouped by identical prompts (the same tokens in the same columns), in first-seen order.
 
     >>> prompt_groups(torch.tensor([[1, 2], [3, 4], [1, 2]]), torch.ones(3, 2, dtype=torch.long))
     [[0, 2], [1]]
@@ -52,87 +54,103 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[l
     return list(groups.values())
 
 
-def _contiguous(mask: torch.Tensor, side: str) -> bool:
-    """Whether each row of a 0/1 mask is one run of ones against its `side` (`"left"`: ones then zeros)."""
-    columns = torch.arange(mask.shape[1], device=mask.device)
-    counts = mask.sum(dim=1, keepdim=True)
-    expected = columns < counts if side == "left" else columns >= mask.shape[1] - counts
-    return bool((mask.bool() == expected).all())
-
-
 @dataclass
 class GroupedRows:
     """The packed batch of one call (`batch`: model inputs with segment ids) and where each completion token's
-    log-prob is in it: `source` (row, position) of the shifted outputs, `target` (row, column) of TRL's layout."""
+    log-prob is in it: `source` (row, position) of the packed outputs, `target` (row, position) of the padded ones."""
 
     batch: dict
     source: tuple[torch.Tensor, torch.Tensor]
     target: tuple[torch.Tensor, torch.Tensor]
     shape: tuple[int, int]
     tokens: int  # real tokens of the packed rows
-    padded_tokens: int  # tokens of TRL's padded rows
+    padded_tokens: int  # tokens of the padded rows
+
+
+def _spans(attention_mask: torch.Tensor, completion_mask: torch.Tensor):
+    """Per row (start, completion start, end) of its attended columns, or `None` unless every row is one run of
+    attended columns ending in one run of completion columns after at least one prompt column."""
+    columns = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    attended, completion = attention_mask.bool(), completion_mask.bool() & attention_mask.bool()
+    n_attended, n_completion = attended.sum(1), completion.sum(1)
+    start = torch.where(attended.any(1), attended.int().argmax(1), 0)
+    end = start + n_attended
+    middle = end - n_completion
+    run = (columns >= start[:, None]) & (columns < end[:, None])
+    tail = (columns >= middle[:, None]) & (columns < end[:, None])
+    if not (torch.equal(run, attended) and torch.equal(tail, completion)) or bool((middle <= start).any()):
+        return None
+    return list(zip(start.tolist(), middle.tolist(), end.tolist()))
+
+
+def _groups(input_ids: torch.Tensor, spans: list[tuple[int, int, int]]) -> list[list[int]]:
+    """Rows share a prompt when its tokens, and so its columns (positions), are the same."""
+    prompt_columns = torch.zeros_like(input_ids)
+    for i, (start, middle, _) in enumerate(spans):
+        prompt_columns[i, start:middle] = 1
+    return prompt_groups(input_ids, prompt_columns)
 
 
 def plan_grouped_rows(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
-    logits_to_keep: int,
+    completion_mask: torch.Tensor,
     pad_token_id: int,
     rows: list[int] | None = None,
 ) -> GroupedRows | None:
-    """Lay out TRL's `[left-padded prompt][right-padded completion]` rows as one prefix-shared row per prompt.
+    """Lay out padded `[prompt][completion]` rows as one prefix-shared row per prompt.
 
     Args:
-        input_ids, attention_mask (`torch.LongTensor` of shape `(N, P + T)`): prompts and completions, as TRL
-            concatenates them.
-        logits_to_keep (`int`): `T`, the completion columns.
+        input_ids, attention_mask (`torch.LongTensor` of shape `(N, L)`): the padded rows (left- or right-padded).
+        completion_mask (`torch.LongTensor` of shape `(N, L)`): `1` on the completion's columns.
         pad_token_id (`int`): the id that pads the packed rows.
         rows (`list[int]`, *optional*): only these rows of the batch (default: all).
 
     Returns:
-        `GroupedRows`, or `None` when the layout is not the one the packing reproduces exactly: a prompt that is
-        not one run of tokens against the completion, a completion with a hole in its mask, or an empty prompt.
+        `GroupedRows`, or `None` when a row is not a layout the packing reproduces exactly: attended columns that are
+        not one run, completion columns that are not one run at its end, or no prompt column.
     """
     rows = list(range(input_ids.shape[0])) if rows is None else rows
     ids, mask = input_ids[rows], attention_mask[rows]
-    width = ids.shape[1] - logits_to_keep
-    prompt_mask, completion_mask = mask[:, :width], mask[:, width:]
-    if width < 1 or not _contiguous(prompt_mask, "right") or not _contiguous(completion_mask, "left"):
-        return None
-    prompt_lengths, completion_lengths = prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist()
-    if min(prompt_lengths) < 1:
+    spans = _spans(mask, completion_mask[rows])
+    if spans is None:
         return None
     ids_list = ids.tolist()
     packed, offsets = [], []
-    source_rows, source_positions, target_rows, target_columns = [], [], [], []
-    for b, group in enumerate(prompt_groups(ids[:, :width], prompt_mask)):
-        n_prompt = prompt_lengths[group[0]]
-        pad = width - n_prompt
-        prompt = ids_list[group[0]][pad:width]
+    source_rows, source_positions, target_rows, target_positions = [], [], [], []
+    for b, group in enumerate(_groups(ids, spans)):
+        start, middle, _ = spans[group[0]]
+        n_prompt = middle - start
+        prompt = ids_list[group[0]][start:middle]
         samples = []
-        start = n_prompt - 1  # the first segment starts after the shared prompt minus its last token
-        for row in group:
-            completion = ids_list[row][width : width + completion_lengths[row]]
+        position = n_prompt - 1  # the first segment starts after the shared prompt minus its last token
+        for i in group:
+            _, _, end = spans[i]
+            completion = ids_list[i][middle:end]
             samples.append({"input_ids": prompt + completion, "labels": [IGNORE_INDEX] * n_prompt + completion})
-            # completion token j sits at start + 1 + j; the shifted outputs hold its log-prob at start + j
+            # completion token j sits at position + 1 + j; the shifted outputs hold its log-prob at position + j,
+            # and the padded rows' at (column of the token) - 1 = middle + j - 1
             source_rows += [b] * len(completion)
-            source_positions += range(start, start + len(completion))
-            target_rows += [rows[row]] * len(completion)
-            target_columns += range(len(completion))
-            start += 1 + len(completion)
+            source_positions += range(position, position + len(completion))
+            target_rows += [rows[i]] * len(completion)
+            target_positions += range(middle - 1, end - 1)
+            position += 1 + len(completion)
         packed.append(pack_samples([(n_prompt - 1, samples)]))
-        offsets.append(pad)
+        offsets.append(start)
     batch = DataCollatorForPrefixSharing(pad_token_id=pad_token_id)(packed)
     real = batch["segment_ids"] >= 0
-    batch["position_ids"] += torch.tensor(offsets)[:, None] * real  # the columns of TRL's padded layout
+    batch["position_ids"] += torch.tensor(offsets)[:, None] * real  # the columns of the padded rows
     device = input_ids.device
     batch = {k: v.to(device) for k, v in batch.items()}
-    as_tensor = lambda values: torch.tensor(values, dtype=torch.long, device=device)  # noqa: E731
+
+    def as_tensor(values):
+        return torch.tensor(values, dtype=torch.long, device=device)
+
     return GroupedRows(
         batch=batch,
         source=(as_tensor(source_rows), as_tensor(source_positions)),
-        target=(as_tensor(target_rows), as_tensor(target_columns)),
-        shape=(input_ids.shape[0], logits_to_keep),
+        target=(as_tensor(target_rows), as_tensor(target_positions)),
+        shape=(input_ids.shape[0], input_ids.shape[1] - 1),
         tokens=int(real.sum()),
         padded_tokens=ids.numel(),
     )
@@ -154,7 +172,7 @@ def grouped_token_logps(
     backend: AttentionBackend,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
-    logits_to_keep: int,
+    completion_mask: torch.Tensor,
     pad_token_id: int,
     dtype: torch.dtype,
     batch_size: int | None = None,
@@ -162,21 +180,20 @@ def grouped_token_logps(
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """Per-token log-probs (and entropies) of the completions with each prompt computed once.
 
-    `model` must carry TRL's fused LM head (`add_fused_lm_head`), as `GRPOTrainer` and `DPOTrainer` models do; it runs
-    with the mask `backend` takes (`choose_attention_backend`). Rows are processed in chunks of whole groups of about
-    `batch_size` rows. Returns tensors of shape `(N, logits_to_keep)` equal to what the model computes on TRL's padded
-    rows, `0` where the completion mask is `0`, or `None` when the layout cannot be packed exactly (see
-    `plan_grouped_rows`): the caller then runs its own path.
+    `model` must carry TRL's fused LM head (`add_fused_lm_head`), as the models of `GRPOTrainer` and `DPOTrainer` do;
+    it runs with the mask `backend` takes (`choose_attention_backend`). Rows are processed in chunks of whole groups
+    of about `batch_size` rows. Returns tensors of shape `(N, L - 1)`, the fused head's layout on the padded rows:
+    the log-prob of the completion token of column `t` at `t - 1`, `0` elsewhere. `None` when a row cannot be
+    packed exactly (see `plan_grouped_rows`): the caller then runs its own forward.
     """
     n = input_ids.shape[0]
-    width = input_ids.shape[1] - logits_to_keep
-    groups = prompt_groups(input_ids[:, :width], attention_mask[:, :width])
-    chunks = chunk_groups(groups, batch_size or n)
-    plans = [plan_grouped_rows(input_ids, attention_mask, logits_to_keep, pad_token_id, rows) for rows in chunks]
-    if any(plan is None for plan in plans):
+    spans = _spans(attention_mask, completion_mask)
+    if spans is None:
         return None
+    chunks = chunk_groups(_groups(input_ids, spans), batch_size or n)
     logps = entropies = None
-    for plan in plans:
+    for rows in chunks:
+        plan = plan_grouped_rows(input_ids, attention_mask, completion_mask, pad_token_id, rows)
         inputs = prepare_model_inputs(plan.batch, backend, dtype)
         outputs = model(**inputs, fused_lm_head=True)
         values = outputs.log_probs[plan.source]

@@ -338,13 +338,16 @@ class RoleGRPOTrainer(GRPOTrainer):
         if self.args.prefix_sharing and not compute_aux_loss and all(v is None for v in multimodal.values()):
             backend = self._attention_backend(model)
         if backend is not None:
+            completion_mask = attention_mask.clone()
+            completion_mask[:, :-logits_to_keep] = 0
             with self.accelerator.autocast():
                 result = grouped_token_logps(
-                    model, backend, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
+                    model, backend, input_ids, attention_mask, completion_mask, self._tokenizer.pad_token_id or 0,
                     self.accelerator.unwrap_model(model).dtype, batch_size, compute_entropy,
                 )  # fmt: skip
             if result is not None:
-                return *result, None
+                logps, entropies = result
+                return logps[:, -logits_to_keep:], None if entropies is None else entropies[:, -logits_to_keep:], None
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
             **multimodal,
