@@ -157,3 +157,28 @@ def test_training_with_a_reference_model_ends_where_trls_path_ends(tiny_model_pa
     assert losses == pytest.approx(expected_losses, abs=1e-5) and kl == pytest.approx(expected_kl, abs=1e-5)
     for name, value in params.items():
         torch.testing.assert_close(value, expected_params[name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_right_padded_pairs_as_dpo_lays_them_out(trainer):
+    """TRL's DPO layout: `[prompt][chosen]` rows then `[prompt][rejected]` rows, right-padded, one completion mask; a
+    pair's two rows become one packed row, and the log-probs are those of the padded rows (the fused head's layout)."""
+    encoded = [trainer.encode_prompt(prompt) for prompt in prompts()["prompt"]]
+    generator = torch.Generator().manual_seed(2)
+    sequences, completions = [], []
+    for n, prompt in zip([5, 1, 8, 3], encoded * 2):  # chosen of pairs 0 and 1, then their rejected
+        sequences.append(prompt + torch.randint(5, 300, (n,), generator=generator).tolist())
+        completions.append([0] * len(prompt) + [1] * n)
+    width = max(map(len, sequences))
+    ids = torch.tensor([s + [7] * (width - len(s)) for s in sequences])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
+    completion_mask = torch.tensor([c + [0] * (width - len(c)) for c in completions])
+    plan = plan_grouped_rows(ids, mask, completion_mask, pad_token_id=0)
+    assert plan.batch["input_ids"].shape[0] == 2 and plan.tokens < plan.padded_tokens * 0.6
+    model = trainer.model
+    with torch.no_grad():
+        labels = ids.masked_fill(completion_mask == 0, -100)
+        expected = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True).log_probs
+        got, _ = grouped_token_logps(model, "sdpa", ids, mask, completion_mask, 0, torch.float32)
+    assert got.shape == expected.shape == (4, width - 1)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert (got != 0).sum() == 5 + 1 + 8 + 3
