@@ -182,3 +182,17 @@ def test_right_padded_pairs_as_dpo_lays_them_out(trainer):
     assert got.shape == expected.shape == (4, width - 1)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     assert (got != 0).sum() == 5 + 1 + 8 + 3
+
+
+def test_eager_attention_gets_the_additive_mask(tiny_model_path, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, attn_implementation="eager")
+    eager = RoleGRPOTrainer(model, lambda completions, **_: [1.0] * len(completions), config(tmp_path), prompts(),
+                            processing_class=None, profiles=PROFILES)  # fmt: skip
+    ids, mask, _ = batch(eager)
+    with torch.no_grad():
+        expected, _, _ = per_token(eager, False, ids, mask, T)
+        got, _, _ = per_token(eager, True, ids, mask, T)
+    assert eager._attention_backend(eager.model) == "eager"
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)

@@ -69,10 +69,13 @@ def build_block_mask(segment_ids: torch.Tensor, prefix_segment_ids: torch.Tensor
     return create_block_mask(mask_mod, batch, None, length, length, device=segment_ids.device)
 
 
-def choose_attention_backend(model, device: torch.device | str | None = None) -> AttentionBackend | None:
+def choose_attention_backend(
+    model, device: torch.device | str | None = None, switch_to_flex: bool = True
+) -> AttentionBackend | None:
     """Choose how prefix-shared rows are masked for `model`, switching it to FlexAttention on GPU when it can.
 
-    - On CUDA, a model that supports FlexAttention is switched to it (a block-sparse mask, no L*L tensor).
+    - On CUDA, a model that supports FlexAttention is switched to it (a block-sparse mask, no L*L tensor), unless
+      `switch_to_flex=False` (a model that also generates keeps the attention it generates with).
     - Otherwise a model running SDPA or eager attention gets a dense 4D mask; a model set to FlexAttention on a CPU
       is switched to SDPA (FlexAttention has no CPU backward).
     - Any other backend (FlashAttention kernels, ...) takes no custom mask: `None`, the caller falls back.
@@ -86,7 +89,12 @@ def choose_attention_backend(model, device: torch.device | str | None = None) ->
     current = base.config._attn_implementation
     device = torch.device(device) if device is not None else next(base.parameters()).device
     chosen = current
-    if device.type == "cuda" and current in ("sdpa", "eager", "flex_attention") and base._supports_flex_attn:
+    if (
+        device.type == "cuda"
+        and switch_to_flex
+        and current in ("sdpa", "eager", "flex_attention")
+        and base._supports_flex_attn
+    ):
         chosen = "flex_attention" if is_torch_flex_attn_available() else current
     elif current == "flex_attention":
         chosen = "sdpa"

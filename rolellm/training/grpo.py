@@ -354,10 +354,11 @@ class RoleGRPOTrainer(GRPOTrainer):
         )  # fmt: skip
 
     def _attention_backend(self, model):
-        """The mask `model` takes for prefix-shared rows (`choose_attention_backend`, asked once per model)."""
+        """The mask `model` takes for prefix-shared rows (`choose_attention_backend`, asked once per model). The
+        policy generates too: it keeps its attention (no switch to FlexAttention on GPU), with a dense mask."""
         base = self.accelerator.unwrap_model(model)
         if id(base) not in self._attention_backends:
-            self._attention_backends[id(base)] = choose_attention_backend(base)
+            self._attention_backends[id(base)] = choose_attention_backend(base, switch_to_flex=False)
         return self._attention_backends[id(base)]
 
     # ----------------------------------------------------------------------------------------------- rewards
