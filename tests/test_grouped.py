@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rolellm.roles.profile import RoleProfile
-from rolellm.training.grouped import grouped_token_logps, plan_grouped_rows
+from rolellm.training.grouped import grouped_fused_forward, grouped_token_logps, plan_grouped_rows
 from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
 
 
@@ -177,11 +177,13 @@ def test_right_padded_pairs_as_dpo_lays_them_out(trainer):
     model = trainer.model
     with torch.no_grad():
         labels = ids.masked_fill(completion_mask == 0, -100)
-        expected = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True).log_probs
-        got, _ = grouped_token_logps(model, "sdpa", ids, mask, completion_mask, 0, torch.float32)
-    assert got.shape == expected.shape == (4, width - 1)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
-    assert (got != 0).sum() == 5 + 1 + 8 + 3
+        expected = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        got = grouped_fused_forward(model, "sdpa", ids, mask, completion_mask, 0, torch.float32)
+    assert set(got) == {"log_probs", "entropy", "label_mask"}  # what GRPOTrainer set the head up for
+    assert got["log_probs"].shape == (4, width - 1)
+    for name, value in got.items():
+        torch.testing.assert_close(value, getattr(expected, name), atol=1e-5, rtol=0, msg=name)
+    assert (got["log_probs"] != 0).sum() == got["label_mask"].sum() == 5 + 1 + 8 + 3
 
 
 def test_eager_attention_gets_the_additive_mask(tiny_model_path, tmp_path):

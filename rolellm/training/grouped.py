@@ -167,6 +167,51 @@ def chunk_groups(groups: list[list[int]], batch_size: int) -> list[list[int]]:
     return chunks + ([current] if current else [])
 
 
+PER_TOKEN_FIELDS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+
+
+def grouped_fused_forward(
+    model,
+    backend: AttentionBackend,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_mask: torch.Tensor,
+    pad_token_id: int,
+    dtype: torch.dtype,
+    batch_size: int | None = None,
+) -> dict[str, torch.Tensor] | None:
+    """The per-token outputs of the model's fused LM head on padded `[prompt][completion]` rows, scoring the
+    completion tokens, with each prompt computed once.
+
+    `model` must carry TRL's fused LM head (`add_fused_lm_head`), as the models of `GRPOTrainer` and `DPOTrainer` do;
+    it runs with the mask `backend` takes (`choose_attention_backend`). Rows are processed in chunks of whole groups
+    of about `batch_size` rows.
+
+    Returns:
+        `dict[str, torch.Tensor]`: every per-token field the head computes (`log_probs`, and `entropy`,
+        `log_sum_sq_probs`, `mean_logits`, `is_top1` when it was set up for them) and `label_mask`, each of shape
+        `(N, L - 1)`, the head's layout on the padded rows: the value for the completion token of column `t` at
+        `t - 1`, `0` elsewhere. `None` when a row cannot be packed exactly (see `plan_grouped_rows`): the caller then
+        runs its own forward.
+    """
+    n = input_ids.shape[0]
+    spans = _spans(attention_mask, completion_mask)
+    if spans is None:
+        return None
+    fields = {}
+    for rows in chunk_groups(_groups(input_ids, spans), batch_size or n):
+        plan = plan_grouped_rows(input_ids, attention_mask, completion_mask, pad_token_id, rows)
+        outputs = model(**prepare_model_inputs(plan.batch, backend, dtype), fused_lm_head=True)
+        for name in (*PER_TOKEN_FIELDS, "label_mask"):
+            packed = getattr(outputs, name, None)
+            if packed is None:
+                continue
+            values = packed[plan.source]
+            padded = fields[name] if name in fields else values.new_zeros(plan.shape)
+            fields[name] = padded.index_put(plan.target, values)
+    return fields
+
+
 def grouped_token_logps(
     model,
     backend: AttentionBackend,
@@ -178,29 +223,11 @@ def grouped_token_logps(
     batch_size: int | None = None,
     compute_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """Per-token log-probs (and entropies) of the completions with each prompt computed once.
-
-    `model` must carry TRL's fused LM head (`add_fused_lm_head`), as the models of `GRPOTrainer` and `DPOTrainer` do;
-    it runs with the mask `backend` takes (`choose_attention_backend`). Rows are processed in chunks of whole groups
-    of about `batch_size` rows. Returns tensors of shape `(N, L - 1)`, the fused head's layout on the padded rows:
-    the log-prob of the completion token of column `t` at `t - 1`, `0` elsewhere. `None` when a row cannot be
-    packed exactly (see `plan_grouped_rows`): the caller then runs its own forward.
-    """
-    n = input_ids.shape[0]
-    spans = _spans(attention_mask, completion_mask)
-    if spans is None:
+    """`grouped_fused_forward`'s per-token log-probs and, with `compute_entropy`, entropies; `None` when a row cannot
+    be packed exactly."""
+    fields = grouped_fused_forward(
+        model, backend, input_ids, attention_mask, completion_mask, pad_token_id, dtype, batch_size
+    )
+    if fields is None:
         return None
-    chunks = chunk_groups(_groups(input_ids, spans), batch_size or n)
-    logps = entropies = None
-    for rows in chunks:
-        plan = plan_grouped_rows(input_ids, attention_mask, completion_mask, pad_token_id, rows)
-        inputs = prepare_model_inputs(plan.batch, backend, dtype)
-        outputs = model(**inputs, fused_lm_head=True)
-        values = outputs.log_probs[plan.source]
-        logps = (logps if logps is not None else values.new_zeros(plan.shape)).index_put(plan.target, values)
-        if compute_entropy:
-            values = outputs.entropy[plan.source]
-            entropies = (entropies if entropies is not None else values.new_zeros(plan.shape)).index_put(
-                plan.target, values
-            )
-    return logps, entropies
+    return fields["log_probs"], fields.get("entropy") if compute_entropy else None
