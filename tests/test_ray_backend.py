@@ -62,7 +62,9 @@ def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path
             return "not a number"
         return str(len(question))
 
-    requests = [ChatRequest([{"role": "user", "content": f"question {i}"}], params={"max_tokens": 8}) for i in range(8)]
+    requests = [
+        ChatRequest([{"role": "user", "content": f"question {i}"}], params={"max_tokens": 8}) for i in range(8)
+    ]
     cache = tmp_path / "cache.sqlite"
     with ChatCompletionsServer(responder) as server:
         # two answers are in the cache already (the default backend's, the same keys)
@@ -94,7 +96,7 @@ def generate_command(profiles, instructions, output_dir, base_url, *backend):
     return [
         "generate", "rolegpt", "--config", str(RECIPES / "generate_rolegpt.yaml"), "--profiles", str(profiles),
         "--instructions", str(instructions), "--max_instructions", "12", "--num_samples", "2",
-        "--output_dir", str(output_dir), "--base_url", base_url, "--model", "test-model", "--max_concurrency", "8",
+        "--output_dir", str(output_dir), "--base_url", base_url, "--model", "test-model", "--max_concurrency", "4",
         *backend,
     ]  # fmt: skip
 

@@ -14,7 +14,7 @@ from rolellm.clients.base import ChatRequest
 from rolellm.clients.config import ClientConfig, make_client
 from rolellm.clients.engines import ENGINES, EngineUnavailable, engine_version, require_engine
 from rolellm.clients.local import LocalChatClient
-from rolellm.clients.vllm_backend import VLLMChatClient
+from rolellm.clients.vllm_backend import VLLMChatClient, smoke
 from rolellm.generation.profile_description import ProfileDescriber, ProfileDescriptionConfig
 from rolellm.roles.prompts import build_chat_messages
 from rolellm.scripts.cli import main
@@ -87,6 +87,18 @@ def test_json_generator_sends_its_schema_as_structured_outputs_and_resumes_from_
     client = VLLMChatClient(tiny_model_path, chat_template="chatml", cache_path=cache, progress=False, engine=again)
     assert describer.generate(client, [zhenhuan["华妃"], zhenhuan["皇帝"]]).stats["usage"]["cached"] == 2
     assert again.calls == []
+
+
+def test_smoke_entry_point_times_plain_and_json_requests(tiny_model_path):
+    def answer(ids, settings):
+        return '{"name": "Drunken Sailor", "verses": 6}' if "structured_outputs" in settings else "Way hey"
+
+    engine = RecordingEngine(answer)
+    report = smoke(str(tiny_model_path), requests=16, max_new_tokens=8, chat_template="chatml", engine=engine)
+    assert (report["requests"], report["completion_tokens"]) == (16, 16 * 3)
+    assert (report["json_requests"], report["json_ok"]) == (2, 2)
+    assert [len(prompts) for prompts, _ in engine.calls] == [16, 2]
+    assert report["requests_per_s"] > 0
 
 
 def test_unsupported_parameter_is_named_before_the_engine_runs(tiny_model_path):

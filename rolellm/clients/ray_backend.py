@@ -160,13 +160,15 @@ class RayChatClient(ChatClient):
                 max_retries=s["max_retries"],
                 base_retry_wait_time_in_s=0.5,
                 batch_size=s["batch_size"],
-                concurrency=s["workers"],
+                concurrency=(s["workers"], s["workers"]),  # all of them from the start: the run is short
                 session_factory=functools.partial(
                     aiohttp.ClientSession, timeout=aiohttp.ClientTimeout(total=s["timeout"])
                 ),
                 http_request_stage={"num_cpus": HTTP_WORKER_CPUS},
             )
-            return build_processor(config, preprocess=_http_payload, postprocess=_http_answer)
+            return build_processor(
+                config, postprocess=_http_answer, postprocess_map_kwargs={"num_cpus": HTTP_WORKER_CPUS}
+            )
         from ray.data.llm import vLLMEngineProcessorConfig
 
         s = self.settings
@@ -181,15 +183,22 @@ class RayChatClient(ChatClient):
             detokenize_stage=False,  # the engine returns the text
             should_continue_on_error=True,  # a failed prompt is a failure row, not a failed run
         )
-        return build_processor(config, preprocess=_engine_inputs, postprocess=_engine_answer)
+        return build_processor(config, postprocess=_engine_answer)
 
     def _rows(self, request: ChatRequest, index: int, json_schema) -> dict:
         if self.base_url is not None:
-            body = {"model": self.model_name, "messages": request.messages, **request.params}
-            return {"index": index, "body": json.dumps(body, ensure_ascii=False)}
-        prompts = self.prompts
-        settings = _vllm_settings(request, prompts, json_schema)
-        return {"index": index, "prompt": prompts.encode_prompt(request.messages), "settings": json.dumps(settings)}
+            return {
+                "index": index,
+                "payload": {"model": self.model_name, "messages": request.messages, **request.params},
+            }
+        settings = _vllm_settings(request, self.prompts, None)
+        if json_schema is not None:  # as JSON text: one Arrow type whatever the schema holds
+            settings["structured_outputs"] = {"json": json.dumps(json_schema)}
+        return {
+            "index": index,
+            "tokenized_prompt": self.prompts.encode_prompt(request.messages),
+            "sampling_params": settings,
+        }
 
     def _read(self, row: dict) -> tuple[str, dict]:
         """`(text, usage)` of a processed row; raises `MalformedResponse` with the reason for a row with no answer."""
@@ -268,8 +277,10 @@ class RayChatClient(ChatClient):
     def _run(self, rows: list[dict], json_schema, receive) -> None:
         """Run `rows` through the processor and hand each answer to `receive` as it arrives.
 
-        Rows of one shape (the same parameter names and types) go through one dataset: Ray Data stores a column in
-        one Arrow type, so a parameter missing from some rows would reach the others as `null`."""
+        The rows are the stages' own inputs (`payload`, or `tokenized_prompt` and `sampling_params`), with no
+        preprocess: a row function before the HTTP stage would make its workers run one batch at a time. Rows of one
+        shape (the same parameter names and types) go through one dataset: Ray Data stores a column in one Arrow
+        type, so a parameter missing from some rows would reach the others as `null`."""
         import ray
 
         processor = self._processor(json_schema)
@@ -277,13 +288,14 @@ class RayChatClient(ChatClient):
         for row in rows:
             shapes.setdefault(_shape(row), []).append(row)
         for group in shapes.values():
-            for row in processor(ray.data.from_items(group)).iter_rows():
+            blocks = math.ceil(len(group) / self.settings["batch_size"])  # one block per batch: spread over workers
+            for row in processor(ray.data.from_items(group, override_num_blocks=blocks)).iter_rows():
                 receive(row)
 
 
 def _shape(row: dict) -> str:
-    """The parameter names and value types of a row's request body or settings."""
-    body = json.loads(row.get("body") or row["settings"])
+    """The parameter names and value types of a row's request body or sampling settings."""
+    body = row.get("payload") or row["sampling_params"]
     return repr(sorted((name, type(value).__name__) for name, value in body.items()))
 
 
@@ -293,21 +305,8 @@ def _vllm_settings(request: ChatRequest, prompts, json_schema) -> dict:
     return sampling_settings(request, prompts.max_new_tokens, prompts.stop_ids, json_schema)
 
 
-def _http_payload(row: dict) -> dict:
-    # the body travels as JSON text and is read back here, on the worker, as the dictionary the HTTP stage sends
-    return {"index": row["index"], "payload": json.loads(row["body"])}
-
-
 def _http_answer(row: dict) -> dict:
     return {"index": row["index"], "response": json.dumps(row["http_response"])}
-
-
-def _engine_inputs(row: dict) -> dict:
-    return {
-        "index": row["index"],
-        "tokenized_prompt": list(row["prompt"]),
-        "sampling_params": json.loads(row["settings"]),
-    }
 
 
 def _engine_answer(row: dict) -> dict:

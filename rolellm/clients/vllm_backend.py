@@ -157,6 +157,10 @@ class VLLMChatClient(ChatClient):
     ):
         from transformers import AutoTokenizer, GenerationConfig
 
+        if engine is None:  # a missing vLLM is named before anything is loaded
+            from rolellm.clients.engines import require_engine
+
+            require_engine("vllm")
         super().__init__(str(model_name_or_path), cache_path, max_parse_attempts, progress)
         self.tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
         self.chat_template = read_chat_template(chat_template)
@@ -236,3 +240,61 @@ class VLLMChatClient(ChatClient):
             pending = next_pending
         self._report(bar, desc)
         return results
+
+
+def smoke(model: str, requests: int = 256, max_new_tokens: int = 128, **client_options) -> dict:
+    """A timed run of the vLLM backend on `model`: `requests` chat requests, then an eighth as many with a JSON schema
+    (structured outputs), each answer checked. The figures `bench/gpu_check.sh` prints in its vLLM row.
+
+    Returns:
+        `dict`: `requests`, `seconds`, `requests_per_s`, `completion_tokens`, `tokens_per_s` (of the plain requests;
+        the engine's start-up excluded), `json_requests` and `json_ok` (answers that parse and fit the schema).
+    """
+    import time
+
+    client = VLLMChatClient(model, max_new_tokens=max_new_tokens, progress=False, **client_options)
+    asked = [
+        ChatRequest([{"role": "user", "content": f"Tell me about sea shanty number {i}."}]) for i in range(requests)
+    ]
+    start = time.perf_counter()
+    results = client.generate(asked)
+    seconds = time.perf_counter() - start
+    tokens = sum(r.usage.get("completion_tokens", 0) for r in results if r.ok)
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "verses": {"type": "integer"}},
+              "required": ["name", "verses"]}  # fmt: skip
+    questions = [ChatRequest([{"role": "user", "content": f"Shanty {i} as JSON: name, verses."}]) for i in range(max(1, requests // 8))]  # fmt: skip
+    fits = client.generate(questions, parse=_fits(schema), json_schema=schema)
+    return {
+        "requests": requests, "seconds": round(seconds, 2), "requests_per_s": round(requests / seconds, 1),
+        "completion_tokens": tokens, "tokens_per_s": round(tokens / seconds, 1),
+        "json_requests": len(questions), "json_ok": sum(r.ok for r in fits),
+    }  # fmt: skip
+
+
+def _fits(schema: dict):
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(schema)
+
+    def parse(text: str):
+        value = json.loads(text)
+        errors = list(validator.iter_errors(value))
+        if errors:
+            raise ValueError(errors[0].message)
+        return value
+
+    return parse
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Time the vLLM backend on a model folder; prints one JSON line.")
+    parser.add_argument("model", help="a model folder (or Hub id) vLLM can load")
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--max_new_tokens", type=int, default=128)
+    parser.add_argument("--tensor_parallel_size", type=int, default=1)
+    parser.add_argument("--chat_template", default=None, help="'chatml' for a tokenizer without a template")
+    options = parser.parse_args()
+    print(json.dumps(smoke(options.model, options.requests, options.max_new_tokens,
+                           tensor_parallel_size=options.tensor_parallel_size, chat_template=options.chat_template)))  # fmt: skip
