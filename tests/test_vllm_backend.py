@@ -139,7 +139,7 @@ def test_engine_ranges_are_the_extras_pins():
 
 
 def test_backend_vllm_refuses_a_base_url():
-    with pytest.raises(ValueError, match="backend='vllm' runs the model on this machine: drop base_url"):
+    with pytest.raises(ValueError, match="backend='vllm' runs the model on this node: drop base_url"):
         ClientConfig("m", backend="vllm", base_url="http://localhost:8000/v1")
     with pytest.raises(ValueError, match="tensor_parallel_size=0 must be at least 1"):
         ClientConfig("m", backend="vllm", tensor_parallel_size=0)

@@ -151,9 +151,8 @@ class ClientConfig:
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
         if self.backend in ("local", "vllm") and self.base_url is not None:
-            raise ValueError(
-                f"backend={self.backend!r} runs the model on this machine: drop base_url={self.base_url!r}"
-            )
+            where = "in-process" if self.backend == "local" else "on this node"
+            raise ValueError(f"backend={self.backend!r} runs the model {where}: drop base_url={self.base_url!r}")
 
     @property
     def runs_weights(self) -> bool:
