@@ -13,10 +13,12 @@ written to the cache the moment it streams back to the driver: a run killed at a
 missing. Requests that get no answer are failures (`ChatResult.error`, the generators' `failures.jsonl`), never
 dropped. The driver joins the cluster at `$RAY_ADDRESS` (or starts a local one) unless `ray.init` already ran.
 
->>> from rolellm.testing.server import ChatCompletionsServer   # doctest: +SKIP
->>> with ChatCompletionsServer(lambda body: "Aye") as server:   # doctest: +SKIP
-...     client = RayChatClient("test-model", base_url=server.base_url, progress=False)
-...     [result] = client.generate([[{"role": "user", "content": "Ahoy?"}]])
+```python
+import ray
+ray.init(address="auto")  # or nothing: the client joins $RAY_ADDRESS, else starts a local cluster
+client = RayChatClient("my-model", base_url="http://llm-lb.internal:8000/v1", max_concurrency=256)
+results = client.generate(requests, parse=...)  # the `ChatClient` interface; tests/test_ray_backend.py runs it
+```
 """
 
 import asyncio
