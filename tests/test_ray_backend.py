@@ -96,7 +96,7 @@ def generate_command(profiles, instructions, output_dir, base_url, *backend):
     return [
         "generate", "rolegpt", "--config", str(RECIPES / "generate_rolegpt.yaml"), "--profiles", str(profiles),
         "--instructions", str(instructions), "--max_instructions", "12", "--num_samples", "2",
-        "--output_dir", str(output_dir), "--base_url", base_url, "--model", "test-model", "--max_concurrency", "4",
+        "--output_dir", str(output_dir), "--base_url", base_url, "--model", "test-model", "--max_concurrency", "4", "--batch_size", "2",
         *backend,
     ]  # fmt: skip
 

@@ -59,10 +59,12 @@ class RayChatClient(ChatClient):
         timeout (`float`, *optional*, defaults to 120.0): seconds before a request is abandoned (then retried).
         max_retries (`int`, *optional*, defaults to 6): Ray's retries of a request after a 429, 408 or 502-504.
 
+        batch_size (`int`, *optional*, defaults to 8): requests per Ray Data batch: prompts handed to an engine at once,
+            or requests a worker sends one after the other. Every batch costs Ray a task, and the answers of a batch
+            reach the driver (and the cache) together when it ends.
+
         > Parameters of the vLLM engines
 
-        batch_size (`int`, *optional*, defaults to 8): prompts per batch handed to an engine (Ray keeps several in
-            flight per engine).
         tensor_parallel_size (`int`, *optional*, defaults to 1): GPUs one engine spans.
         engines (`int`, *optional*, defaults to 1): vLLM engines (replicas) on the cluster.
         max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request without `max_tokens`.
@@ -109,7 +111,7 @@ class RayChatClient(ChatClient):
             workers = math.ceil(max_concurrency / BATCHES_PER_WORKER)
             self.settings = {
                 "workers": workers,
-                "batch_size": max(1, min(8, math.ceil(max_concurrency / workers / 2))),
+                "batch_size": batch_size,
                 "qps": max(1, requests_per_minute // 60) if requests_per_minute else None,
                 "timeout": timeout,
                 "max_retries": max_retries,
