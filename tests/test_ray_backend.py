@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rolellm.clients.base import ChatRequest, EndpointError
+from rolellm.clients.engines import engine_version
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
 
@@ -168,3 +169,39 @@ def test_ray_generate_equals_the_default_backend_through_sigkill_and_resume(
     assert all(count <= 2 for count in answered.values())
     config = json.loads((out / "generation" / "rolegpt" / "generation_config.json").read_text("utf-8"))
     assert config["client"]["class"] == "RayChatClient"
+
+
+def test_engine_rows_carry_the_local_clients_token_ids_and_the_schema(tiny_model_path):
+    """What the vLLM-engine mode hands Ray Data, built without a cluster: the stage's own input columns."""
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.clients.ray_backend import RayChatClient, _shape
+
+    local = LocalChatClient(tiny_model_path, chat_template="chatml", max_new_tokens=9, progress=False)
+    client = RayChatClient(str(tiny_model_path), chat_template="chatml", max_new_tokens=9, progress=False)
+    messages = [{"role": "user", "content": "<|im_start|>system\nYou are GPT.<|im_end|> Who are you?"}]
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    row = client._rows(ChatRequest(messages, params={"temperature": 0.5, "seed": 2}), 7, schema)
+    assert row["index"] == 7 and row["tokenized_prompt"] == local.encode_prompt(messages)
+    assert row["sampling_params"] == {
+        "max_tokens": 9, "temperature": 0.5, "seed": 2, "stop_token_ids": local.stop_ids,
+        "structured_outputs": {"json": json.dumps(schema)},
+    }  # fmt: skip
+    plain = client._rows(ChatRequest(messages), 8, None)
+    assert _shape(plain) != _shape(row)  # a request without a seed goes through a dataset of its own
+    assert client.key(ChatRequest(messages)) == local.key(ChatRequest(messages))  # the same cache entries
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    engine_version("vllm") is None,
+    reason='needs vLLM: pip install "rolellm[vllm]"',
+)
+def test_engine_mode_answers_on_a_real_vllm_engine(ray_address, tiny_model_path, tmp_path):
+    from rolellm.clients.ray_backend import RayChatClient
+
+    client = RayChatClient(str(tiny_model_path), chat_template="chatml", max_new_tokens=8, progress=False,
+                           cache_path=tmp_path / "cache.sqlite")  # fmt: skip
+    requests = [ChatRequest([{"role": "user", "content": f"Question {i}?"}]) for i in range(6)]
+    results = client.generate(requests)
+    assert all(r.ok for r in results) and all(0 < r.usage["completion_tokens"] <= 8 for r in results)
+    assert client.usage.requests == 6 and client.generate(requests) and client.usage.cached == 6
