@@ -83,6 +83,28 @@ def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path
     assert (client.usage.cached, client.usage.failures) == (2, 2)
 
 
+@pytest.mark.slow
+def test_a_request_failing_past_its_retries_stops_the_job_and_keeps_the_answers(ray_address, tmp_path):
+    from rolellm.clients.ray_backend import RayChatClient
+
+    def responder(body):
+        question = body["messages"][-1]["content"]
+        return Fault("server_error", status=503) if question == "question 5" else question.upper()
+
+    requests = [ChatRequest([{"role": "user", "content": f"question {i}"}]) for i in range(6)]
+    cache = tmp_path / "cache.sqlite"
+    with ChatCompletionsServer(responder) as server:
+        client = RayChatClient("test-model", server.base_url, max_retries=1, batch_size=1, max_concurrency=4,
+                               cache_path=cache, progress=False)  # fmt: skip
+        with pytest.raises(
+            EndpointError, match=r"the Ray job stopped after \d of 6 answers .*a re-run sends only the rest"
+        ):
+            client.generate(requests)
+    # a 503 is retried (Ray's `max_retries`), then the job stops; what came back before is in the cache
+    assert [r["body"]["messages"][-1]["content"] for r in server.requests].count("question 5") == 2
+    assert cached_rows(cache) == client.usage.requests < 6
+
+
 def test_dead_endpoint_stops_before_ray_runs():
     from rolellm.clients.ray_backend import RayChatClient
 
