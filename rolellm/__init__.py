@@ -50,6 +50,8 @@ _EXPORTS = {
     "ClientConfig": "rolellm.clients.config",
     "make_client": "rolellm.clients.config",
     "LocalChatClient": "rolellm.clients.local",
+    "VLLMChatClient": "rolellm.clients.vllm_backend",
+    "RayChatClient": "rolellm.clients.ray_backend",
     "ChatSession": "rolellm.clients.chat_session",
     "stream_answer": "rolellm.clients.chat_session",
     "DialogueRetriever": "rolellm.roles.retrieval",

@@ -112,6 +112,7 @@ def describe_error(error: BaseException) -> tuple[int, str]:
     (2, "--roles ['Shifu'] not found")
     """
     from rolellm.clients.base import EndpointError
+    from rolellm.clients.engines import EngineUnavailable
 
     while type(error).__name__ == "DatasetGenerationError" and error.__cause__ is not None:
         error = error.__cause__  # `datasets` wraps the builder's own errors
@@ -123,6 +124,8 @@ def describe_error(error: BaseException) -> tuple[int, str]:
         "EmptyAnswer",
     ):
         return EXIT_FAILED, message
+    if isinstance(error, EngineUnavailable):  # `--backend vllm` or `ray` without the engine: install the extra
+        return EXIT_USAGE, message
     if isinstance(error, (ValueError, LookupError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return EXIT_USAGE, message
     if isinstance(error, PermissionError) or type(error).__name__ == "YAMLError" or "yaml" in type(error).__module__:
