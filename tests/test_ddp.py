@@ -155,6 +155,8 @@ def test_engines_on_cuda_train_as_one_process(engine, variant, tmp_path, tiny_mo
         launcher, {"ACCELERATE_USE_CPU": "0"}, tmp_path, tiny_model_path, rolebench_slice_dir, variant, cuda=True
     )
     assert f"in {STEPS} steps on {processes} process(es) ({name}); saved to" in stdout
+    weights = "adapter_model.safetensors" if variant == "lora" else "model.safetensors"
+    assert (launched_dir / weights).is_file()  # a folder `from_pretrained` loads, not per-rank shards
     _, one_dir = train_one_process(
         tmp_path, tiny_model_path, rolebench_slice_dir, variant, processes * PER_DEVICE_BATCH, cuda=True
     )
