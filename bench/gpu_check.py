@@ -37,10 +37,13 @@ SLICE = ROOT / "tests" / "fixtures" / "rolebench-slice" / "rolebench"
 ROWS = {"gpu tests": 170, "packing": 140, "qlora": 45, "vllm": 70, "two processes": 55}
 DRY_RUN_SLOWER = 4  # a dry run's limits: a CPU is slower, even at tiny sizes
 # a Qwen2-0.5B-shaped Llama (494M parameters with tied embeddings), random weights
-HALF_B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-              num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True,
-              rope_theta=1_000_000.0)  # fmt: skip
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+HALF_B = {
+    "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+    "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+    "rope_theta": 1_000_000.0,
+}  # fmt: skip
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2}  # fmt: skip
 # dense bf16 peak FLOP/s by device name (NVIDIA data sheets, without sparsity)
 PEAK_BF16 = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12), ("L40S", 362e12)]
 
@@ -126,7 +129,7 @@ def row_gpu_tests(args):
     targets = ["tests/test_packing.py"] if args.dry_run else ["tests"]
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *targets]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    counts = {kind: 0 for kind in ("passed", "failed", "errors", "skipped", "deselected")}
+    counts = dict.fromkeys(("passed", "failed", "errors", "skipped", "deselected"), 0)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     for number, kind in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", summary):
         counts["errors" if kind.startswith("error") else kind] = int(number)
@@ -162,12 +165,12 @@ def rocit_trainer(model_dir, output_dir, gpu: bool, dry_run: bool, **overrides):
 
     rows = load_rolebench("zh", data_dir=SLICE, splits=["train"])["train"]
     rows = rows.shuffle(seed=0).select(range(48)) if dry_run else rows  # general and role-specific rows
-    settings = dict(
-        output_dir=str(output_dir), use_cpu=not gpu, bf16=gpu, activation_checkpointing=False, reference="all",
-        per_device_train_batch_size=2 if dry_run else 4, max_length=512 if dry_run else 2048,
-        max_steps=3 if dry_run else 12, learning_rate=1e-4, logging_steps=1, save_strategy="no", report_to="none",
-        disable_tqdm=True, seed=0, model_init_kwargs={"dtype": "bfloat16" if gpu else "float32"},
-    )  # fmt: skip
+    settings = {
+        "output_dir": str(output_dir), "use_cpu": not gpu, "bf16": gpu, "activation_checkpointing": False, "reference": "all",
+        "per_device_train_batch_size": 2 if dry_run else 4, "max_length": 512 if dry_run else 2048,
+        "max_steps": 3 if dry_run else 12, "learning_rate": 1e-4, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
+        "disable_tqdm": True, "seed": 0, "model_init_kwargs": {"dtype": "bfloat16" if gpu else "float32"},
+    }  # fmt: skip
     settings.update(overrides.pop("config", {}))
     args = RoCITConfig(**settings)
     profiles = load_rolebench_profiles("zh", data_dir=SLICE)
