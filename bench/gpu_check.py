@@ -166,10 +166,11 @@ def rocit_trainer(model_dir, output_dir, gpu: bool, dry_run: bool, **overrides):
     rows = load_rolebench("zh", data_dir=SLICE, splits=["train"])["train"]
     rows = rows.shuffle(seed=0).select(range(48)) if dry_run else rows  # general and role-specific rows
     settings = {
-        "output_dir": str(output_dir), "use_cpu": not gpu, "bf16": gpu, "activation_checkpointing": False, "reference": "all",
-        "per_device_train_batch_size": 2 if dry_run else 4, "max_length": 512 if dry_run else 2048,
-        "max_steps": 3 if dry_run else 12, "learning_rate": 1e-4, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
-        "disable_tqdm": True, "seed": 0, "model_init_kwargs": {"dtype": "bfloat16" if gpu else "float32"},
+        "output_dir": str(output_dir), "use_cpu": not gpu, "bf16": gpu, "activation_checkpointing": False,
+        "reference": "all", "per_device_train_batch_size": 2 if dry_run else 4,
+        "max_length": 512 if dry_run else 2048, "max_steps": 3 if dry_run else 12, "learning_rate": 1e-4,
+        "logging_steps": 1, "save_strategy": "no", "report_to": "none", "disable_tqdm": True, "seed": 0,
+        "model_init_kwargs": {"dtype": "bfloat16" if gpu else "float32"},
     }  # fmt: skip
     settings.update(overrides.pop("config", {}))
     args = RoCITConfig(**settings)
