@@ -334,7 +334,8 @@ def row_two_processes(args):
         *launcher, str(ROOT / "examples" / "train_rolellama.py"), "--config",
         str(ROOT / "examples" / "recipes" / "tiny-cpu.yaml"), "--model_name_or_path", str(model_dir),
         "--data_dir", str(SLICE), "--dataset_configs", "zh", "--max_steps", "4", "--per_device_train_batch_size", "2",
-        "--learning_rate", "1e-4", "--logging_steps", "1", "--output_dir", str(output_dir), "--disable_tqdm", "true", *extra,
+        "--learning_rate", "1e-4", "--logging_steps", "1", "--output_dir", str(output_dir), "--disable_tqdm", "true",
+        *extra,
     ]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
