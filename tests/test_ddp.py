@@ -92,7 +92,8 @@ def test_single_process(tmp_path, tiny_model_path, rolebench_slice_dir, monkeypa
 @pytest.mark.parametrize("variant", ["full", "lora"])
 def test_ddp_two_cpu_processes_train_as_one(variant, tmp_path, tiny_model_path, rolebench_slice_dir, monkeypatch):
     """DDP over gloo, 2 processes x 2 rows, against 1 process x 4 rows: the same loss at every step."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
+    port = str(29517 + list(VARIANTS).index(variant))  # one port per test: pytest-xdist may run them at once
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
     stdout, launched_dir = launch(
         launcher, {"ACCELERATE_USE_CPU": "1"}, tmp_path, tiny_model_path, rolebench_slice_dir, variant
     )
@@ -147,9 +148,10 @@ def test_engines_on_cuda_train_as_one_process(engine, variant, tmp_path, tiny_mo
         pytest.skip("DDP needs two GPUs (one GPU is the single-process reference itself)")
     config, name = GPU_ENGINES[engine]
     processes = min(gpus, 2)
+    port = 29520 + 2 * list(GPU_ENGINES).index(engine) + list(VARIANTS).index(variant)
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
-        "--num_processes", str(processes), "--mixed_precision", "no", "--main_process_port", "29518",
+        "--num_processes", str(processes), "--mixed_precision", "no", "--main_process_port", str(port),
     ]  # fmt: skip
     stdout, launched_dir = launch(
         launcher, {"ACCELERATE_USE_CPU": "0"}, tmp_path, tiny_model_path, rolebench_slice_dir, variant, cuda=True
