@@ -12,5 +12,7 @@ set -u
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# a backstop over the rows' own limits (which add up to 480 s), for the probe and the table
-exec timeout --kill-after=10 540 "$PYTHON" bench/gpu_check.py "$@"
+# a backstop over the rows' own limits (which add up to 480 s; four times that in a dry run)
+LIMIT=540
+for arg in "$@"; do [ "$arg" = --dry-run ] && LIMIT=2000; done
+exec timeout --kill-after=10 "$LIMIT" "$PYTHON" bench/gpu_check.py "$@"
