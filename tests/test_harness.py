@@ -80,7 +80,9 @@ def model_ending_turns(tmp_path_factory, tiny_model_path):
 
 
 @pytest.mark.slow
-def test_harness_example_prompts_and_stops_as_rolellm_evaluate(model_ending_turns, rolebench_slice_dir, monkeypatch):
+def test_harness_example_prompts_and_stops_as_rolellm_evaluate(
+    model_ending_turns, rolebench_slice_dir, monkeypatch, tmp_path
+):
     """examples/harness_rolebench.py (lm-eval with the chat template) against `rolellm evaluate`'s prompts and client:
     the same token ids, the same stop tokens, the same answers, ended at `<|im_end|>`."""
     import runpy
@@ -99,7 +101,7 @@ def test_harness_example_prompts_and_stops_as_rolellm_evaluate(model_ending_turn
     )  # fmt: skip
     samples = output["samples"]["rolebench_zh_spe"]
     config = EvaluateConfig(
-        output_dir="unused", dataset_name="zh",
+        output_dir=str(tmp_path), dataset_name="zh",
         client=ClientConfig(str(model_ending_turns), backend="local", chat_template="chatml", max_new_tokens=16),
     )  # fmt: skip
     client = make_client(config.client)
