@@ -126,3 +126,23 @@ def test_harness_example_prompts_and_stops_as_rolellm_evaluate(
     assert output["results"]["rolebench_zh_spe"]["rouge_l,none"] == pytest.approx(
         rouge_l(answers, [doc["references"] for doc in docs], lang="zh"), abs=1e-12
     )
+
+
+@pytest.mark.parametrize("family", ["gemma-2-it", "deepseek-r1"])
+def test_harness_model_refuses_a_template_lm_eval_would_render_otherwise(family, shared_data_dir, tmp_path, caplog):
+    """Gemma refuses a system turn (lm-eval then drops the role's instruction); DeepSeek-R1 prefills `<think>`."""
+    from rolellm.clients.config import ClientConfig
+    from rolellm.lm_eval_tasks.model import harness_model
+    from rolellm.testing.models import build_tiny_llama, tiny_tokenizer_for_template
+
+    folder = shared_data_dir / "chat-templates" / family
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found")
+    model = build_tiny_llama(tmp_path / family, tokenizer=tiny_tokenizer_for_template(folder))
+    with pytest.raises(ValueError, match="lm-eval would prompt .* with other tokens than rolellm evaluate") as error:
+        harness_model(ClientConfig(str(model), backend="local"))
+    harness_part, rolellm_part = str(error.value).split("lm-eval sends ")[1].split(", rolellm ")
+    if family == "gemma-2-it":  # lm-eval dropped the system turn, the role's instruction; rolellm folds it in
+        assert "You are Ada" in rolellm_part and "You are Ada" not in harness_part, str(error.value)
+    else:  # lm-eval keeps the prefilled think block, rolellm answers without it (keep_think=False)
+        assert "<think>" in harness_part and "<think>" not in rolellm_part, str(error.value)
