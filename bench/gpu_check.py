@@ -215,6 +215,19 @@ def timed_train(trainer, warmup: int, gpu: bool) -> tuple[float, list[float]]:
     return marks[trainer.state.global_step] - marks[warmup], losses
 
 
+def free_trainer(trainer) -> None:
+    """Let the next setup start with the GPU memory this trainer held (model, optimizer states, compiled kernels)."""
+    import gc
+
+    import torch
+
+    trainer.accelerator.free_memory()
+    trainer.model = trainer.model_wrapped = trainer.optimizer = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def peak_flops() -> float | None:
     import torch
 
@@ -249,6 +262,8 @@ def row_packing(args):
         mfu = f"MFU {6 * parameters * real / seconds / peak:.1%}" if peak else "MFU n/a (no known peak)"
         backend = model.config._attn_implementation
         rates[label] = trained / seconds
+        del model
+        free_trainer(trainer)
         report(
             f"packing: {label} ({backend})",
             "PASS",
