@@ -130,6 +130,8 @@ def describe_error(error: BaseException) -> tuple[int, str]:
         return EXIT_USAGE, message
     if isinstance(error, PermissionError) or type(error).__name__ == "YAMLError" or "yaml" in type(error).__module__:
         return EXIT_USAGE, message
+    if type(error).__name__ == "PackageNotFoundError":  # a package the run needs is not installed (`require_version`)
+        return EXIT_USAGE, f"a package is missing: {message}"
     return EXIT_BUG, f"unexpected {type(error).__name__}: {message}"
 
 

@@ -129,6 +129,32 @@ def load_profiles_for(script_args, training_args):
     return Profiles({name: p for lang in langs for name, p in load_rolebench_profiles(lang).items()})
 
 
+def describe_engine(accelerator) -> str:
+    """How the run is distributed, in the words of the accelerate configs: `"DDP"`, `"FSDP2"`, `"DeepSpeed ZeRO-3"`,
+    `""` for one process."""
+    kind = accelerator.distributed_type.value
+    if kind == "FSDP":
+        return f"FSDP{accelerator.state.fsdp_plugin.fsdp_version}"
+    if kind == "DEEPSPEED":
+        return f"DeepSpeed ZeRO-{accelerator.state.deepspeed_plugin.zero_stage}"
+    return "" if kind == "NO" else "DDP" if kind.startswith("MULTI_") else kind
+
+
+def check_engine(training_args) -> None:
+    """Refuse an accelerate config asking for FSDP or DeepSpeed on the CPU: accelerate applies either only on an
+    accelerator, so the run would be plain DDP (FSDP) or one process per rank that crashes (DeepSpeed)."""
+    import os
+
+    asked = [name for name in ("FSDP", "DEEPSPEED") if os.environ.get(f"ACCELERATE_USE_{name}", "").lower() == "true"]
+    if asked and training_args.device.type == "cpu":
+        engine = {"FSDP": "FSDP", "DEEPSPEED": "DeepSpeed"}[asked[0]]
+        raise ValueError(
+            f"the accelerate config asks for {engine}, which accelerate runs only on GPUs (or other accelerators), "
+            "and this run is on the CPU: launch DDP on the CPU instead (torchrun --nproc_per_node N "
+            "examples/train_rolellama.py ... --use_cpu true), or run on GPUs"
+        )
+
+
 def train(script_args, training_args, model_args):
     """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from trl import get_peft_config, get_quantization_config
@@ -145,6 +171,7 @@ def train(script_args, training_args, model_args):
         **(training_args.model_init_kwargs or {}),
     }
     check_model_source(model_args.model_name_or_path)
+    check_engine(training_args)
     if Path(model_args.model_name_or_path).expanduser().is_dir():  # an adapter records its base: one that resolves
         model_args.model_name_or_path = str(Path(model_args.model_name_or_path).expanduser().resolve())
     script_args.dataset_configs = default_configs(script_args)
@@ -166,10 +193,13 @@ def train(script_args, training_args, model_args):
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)  # with its profiles, chat template and model card
+    trainer.save_state()  # trainer_state.json: the logged losses at full precision, as transformers' examples do
     samples = trainer.role_stats["train"]["samples"]
+    engine = describe_engine(trainer.accelerator)
     trainer.accelerator.print(
         f"Trained on {sum(samples.values())} samples ({samples}) of {len(trainer.role_stats['train']['roles'])} roles "
-        f"in {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es); "
+        f"in {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es)"
+        f"{f' ({engine})' if engine else ''}; "
         f"saved to {training_args.output_dir}"
     )
     if is_adapter_checkpoint(training_args.output_dir):
