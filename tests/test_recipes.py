@@ -82,7 +82,7 @@ def test_every_command_reads_recipes_with_the_one_parser(tmp_path):
     bad = tmp_path / "recipe.yaml"
     bad.write_text("output_dir: out\nlearning_rat: 0.1\n")
     parsers = {
-        "train": train.make_parser(),
+        "train": train.make_stage_parser("dpo"),
         "evaluate": evaluate.make_parser(),
         "generate rolegpt": generate.make_parser()._subparsers._group_actions[0].choices["rolegpt"],
     }

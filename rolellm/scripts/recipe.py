@@ -209,6 +209,8 @@ SOURCE_HOMES = {
     "GRPOConfig": "trl.trainer.grpo_config",
     "ModelConfig": "trl.trainer.model_config",
 }
+# fields whose type is a dataclass, which `is_flag` leaves out and the source alone cannot tell
+SOURCE_NOT_FLAGS = {"parallelism_config"}
 
 
 def _module_file(module: str):
@@ -245,7 +247,9 @@ def source_fields(module: str, name: str) -> dict[str, dict]:
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for alias in node.names:
                 imports[alias.asname or alias.name] = (base, alias.name)
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
@@ -261,6 +265,8 @@ def source_fields(module: str, name: str) -> dict[str, dict]:
             fields.update(source_fields(*imports[base.id]))
     for node in classes[name].body:
         if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
+            continue
+        if node.target.id in SOURCE_NOT_FLAGS:
             continue
         info = {"type": ast.unparse(node.annotation), "default": None, "help": ""}
         value = node.value
@@ -300,7 +306,8 @@ def source_fields(module: str, name: str) -> dict[str, dict]:
 def source_help_parser(prog: str, description: str, classes) -> argparse.ArgumentParser:
     """A parser that only prints help: the flags of `classes` (`(module, class name)` pairs), read by
     `source_fields`, one group per class. Parsing is left to the real recipe parser."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    usage = f"{prog} [--config RECIPE] [--FIELD VALUE ...]"
+    parser = argparse.ArgumentParser(prog=prog, description=description, usage=usage)
     parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
     seen = set()
     for module, name in classes:

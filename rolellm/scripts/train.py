@@ -23,13 +23,44 @@ precedence (repeatable: release folders, `desc.json`, screenplays with `--roles`
 ```bash
 rolellm train --config examples/recipes/tiny-cpu.yaml --profiles my_card.png --roles "Ada Quill"
 ```
+
+`--stage` picks the training stage, each with its own configuration (and so its own flags: `rolellm train --stage
+dpo --help`): `sft` (RoCIT, `RoCITConfig`, the default), `dpo` (`RoleDPOConfig`) and `kto` (`RoleKTOConfig`) on the
+preference configs of `--data_dir` (`rolellm generate preferences` writes them), `grpo` (the GRPO stage's script,
+`rolellm.scripts.train_grpo`: its `dataclass_types()` gives the stage's dataclasses and its `train(script_args,
+*stage_configs, model_args)` trains; where it is not installed, `--stage grpo` is an error saying so):
+
+```bash
+rolellm train --stage dpo --config examples/recipes/dpo-tiny-cpu.yaml --model_name_or_path runs/rocit-adapter
+```
+
+`rolellm train --help` reads the flags from the source of the configurations (`rolellm.scripts.recipe.source_fields`),
+so it prints in a fraction of a second, without importing torch.
 """
 
 import argparse
+import importlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from rolellm.scripts.recipe import dataclasses_from, make_command_parser
+from rolellm.scripts.recipe import dataclasses_from, make_command_parser, source_help_parser
+
+
+STAGES = ("sft", "dpo", "kto", "grpo")
+# stage -> (module, class) of its training configuration; `grpo` brings its own dataclasses (`GRPO_SCRIPT`)
+STAGE_CONFIGS = {
+    "sft": ("rolellm.training.config", "RoCITConfig"),
+    "dpo": ("rolellm.training.preference", "RoleDPOConfig"),
+    "kto": ("rolellm.training.preference", "RoleKTOConfig"),
+}
+GRPO_SCRIPT = "rolellm.scripts.train_grpo"
+MODEL_CONFIG = ("trl.trainer.model_config", "ModelConfig")
+DESCRIPTION = (
+    "Train a role-playing model on RoleBench data and role profiles: RoCIT (--stage sft), then DPO or KTO on "
+    "preference pairs, or GRPO with role-play rewards (LoRA, QLoRA, full)."
+)
 
 
 @dataclass
@@ -38,8 +69,9 @@ class RoleBenchArguments:
 
     Args:
         dataset_configs (`list[str]`, *optional*): RoleBench configs to train on, concatenated (`zh`,
-            `en-instruction`, `en-role`, or a `-general` / `-role_specific` variant of one); defaults to every config
-            whose train split is in `data_dir` (`rolellm.data.layout.configs_with_split`, printed), else `["zh"]`.
+            `en-instruction`, `en-role`, or a `-general` / `-role_specific` variant of one; for `--stage dpo` the
+            `-preference` configs, for `kto` the `-unpaired` ones); defaults to every such config whose train split
+            is in `data_dir` (`rolellm.data.layout.configs_with_split`, printed), else `["zh"]`.
         data_dir (`str`, *optional*): a local folder in the release layout; `None` uses `dataset_name` or the Hub.
         dataset_name (`str`, *optional*): a dataset in the Hub layout (a Hub id or a local folder), loaded with
             `datasets.load_dataset(dataset_name, config)`.
@@ -48,6 +80,7 @@ class RoleBenchArguments:
         max_train_samples (`int`, *optional*), max_eval_samples (`int`, *optional*): keep the first rows only.
         roles (`list[str]`, *optional*): train only on these roles' rows (spelled as in the data or not), and read
             these roles from a screenplay file given in `profiles`.
+        stage (`str`, *optional*, defaults to `"sft"`): the training stage, `sft`, `dpo`, `kto` or `grpo`.
     """
 
     dataset_configs: list[str] | None = field(
@@ -62,6 +95,13 @@ class RoleBenchArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation rows."})
     roles: list[str] | None = field(
         default=None, metadata={"help": "Only these roles' rows; the roles read from a screenplay file in --profiles."}
+    )
+    stage: Literal["sft", "dpo", "kto", "grpo"] = field(
+        default="sft",
+        metadata={
+            "help": "Training stage: sft (RoCIT), dpo or kto (on the preference configs), grpo (with role-play "
+            "rewards). Each stage has its own flags: rolellm train --stage dpo --help."
+        },
     )
 
 
@@ -101,11 +141,30 @@ def default_configs(script_args) -> list[str]:
     """`--dataset_configs`, else the configs with a train split in `--data_dir` (said in one line), else `zh`."""
     if script_args.dataset_configs:
         return script_args.dataset_configs
+    kind = {"dpo": "preference", "kto": "unpaired"}.get(script_args.stage)
     if script_args.data_dir is None:
+        if kind is not None:
+            raise ValueError(
+                f"--stage {script_args.stage} trains on preference data: give --data_dir (a folder `rolellm generate "
+                "preferences` wrote) or --dataset_name with --dataset_configs"
+            )
         return ["zh"]
-    from rolellm.data.layout import configs_with_split
+    from rolellm.data.layout import CONFIG_SPECS, available_splits, configs_with_split
 
     split = script_args.dataset_train_split
+    if kind is not None:
+        found = [
+            name
+            for name, spec in CONFIG_SPECS.items()
+            if spec.kind == kind and split in available_splits(script_args.data_dir, name)
+        ]
+        if not found:
+            raise FileNotFoundError(
+                f"--data_dir {script_args.data_dir} holds no {kind} {split} split for --stage {script_args.stage} "
+                f"(<release part>/{kind}/{split}.jsonl): write one with rolellm generate preferences"
+            )
+        print(f"rolellm train: training on the {kind} configs in {script_args.data_dir}: {' '.join(found)}")
+        return found
     found = configs_with_split(script_args.data_dir, split)
     if not found:
         raise FileNotFoundError(
@@ -184,25 +243,139 @@ def train(script_args, training_args, model_args):
     return trainer
 
 
-def main(args):
-    """The `rolellm train` entry point: `args` is the namespace of `make_parser().parse_args()`."""
+def train_preference(script_args, training_args, model_args):
+    """`--stage dpo` / `kto`: train on the preference rows of the configs, from a RoCIT checkpoint or adapter; save
+    the model with its role files and model card and print what was trained. Returns the trainer."""
+    from trl import get_peft_config, get_quantization_config
+
+    from rolellm.clients.loading import check_model_source
+    from rolellm.training.preference import RoleDPOTrainer, RoleKTOTrainer
+
+    check_model_source(model_args.model_name_or_path)
+    if Path(model_args.model_name_or_path).expanduser().is_dir():
+        model_args.model_name_or_path = str(Path(model_args.model_name_or_path).expanduser().resolve())
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
+    script_args.dataset_configs = default_configs(script_args)
+    train_rows = load_rows(script_args, script_args.dataset_train_split)
+    eval_rows = load_rows(script_args, script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
+    trainer_class = RoleDPOTrainer if script_args.stage == "dpo" else RoleKTOTrainer
+    trainer = trainer_class(
+        model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=train_rows,
+        eval_dataset=eval_rows,
+        profiles=load_profiles_for(script_args, training_args),
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+        dataset_name=script_args.dataset_name or script_args.data_dir,
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    stats = trainer.preference_stats["train"]
+    unit = "pairs" if script_args.stage == "dpo" else "labelled answers"
+    dropped = f" ({stats.rows - stats.kept} dropped: {stats.dropped()})" if stats.kept < stats.rows else ""
+    trainer.accelerator.print(
+        f"Trained with {script_args.stage.upper()} on {stats.kept} {unit}{dropped} of {len(stats.roles)} roles in "
+        f"{trainer.state.global_step} steps; saved to {training_args.output_dir}"
+    )
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+    return trainer
+
+
+def grpo_script():
+    """The GRPO stage's script module (`GRPO_SCRIPT`); an error saying so where this installation has none."""
+    try:
+        return importlib.import_module(GRPO_SCRIPT)
+    except ModuleNotFoundError as error:
+        if error.name != GRPO_SCRIPT:
+            raise
+        raise ValueError(
+            f"--stage grpo is not available in this installation of rolellm ({GRPO_SCRIPT} is missing); the stages "
+            "here are sft, dpo and kto"
+        ) from None
+
+
+def stage_dataclasses(stage: str) -> tuple:
+    """The dataclasses of a stage's flags: `RoleBenchArguments`, the stage's configuration(s), `trl.ModelConfig`."""
     from trl import ModelConfig
 
-    from rolellm.training.config import RoCITConfig
+    if stage == "grpo":
+        return (RoleBenchArguments, *grpo_script().dataclass_types(), ModelConfig)
+    module, name = STAGE_CONFIGS[stage]
+    return RoleBenchArguments, getattr(importlib.import_module(module), name), ModelConfig
 
-    train(*dataclasses_from(args, (RoleBenchArguments, RoCITConfig, ModelConfig)))
+
+def main(args):
+    """The `rolellm train` entry point: `args` is the namespace of `make_parser().parse_args()`."""
+    stage = args.stage
+    script_args, *configs, model_args = dataclasses_from(args, stage_dataclasses(stage))
+    if stage == "grpo":
+        return grpo_script().train(script_args, *configs, model_args)
+    (train_preference if stage in ("dpo", "kto") else train)(script_args, *configs, model_args)
+
+
+def given_stage(args: list[str]) -> str:
+    """The `--stage` of a command line, else the `stage` of its `--config` recipe, else `"sft"` (a value that is no
+    stage is left to the parser, which names the choices)."""
+    for i, arg in enumerate(args):
+        if arg == "--stage" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--stage="):
+            return arg.split("=", 1)[1]
+    if "--config" in args and args.index("--config") + 1 < len(args):
+        import yaml
+
+        path = Path(args[args.index("--config") + 1])
+        try:
+            recipe = yaml.safe_load(path.read_text(encoding="utf-8-sig")) if path.is_file() else None
+        except (yaml.YAMLError, UnicodeDecodeError):
+            recipe = None  # the recipe parser reports it, naming the file and line
+        if isinstance(recipe, dict) and isinstance(recipe.get("stage"), str):
+            return recipe["stage"]
+    return "sft"
+
+
+class TrainParser(argparse.ArgumentParser):
+    """The parser of `rolellm train`: it reads `--stage` (or the recipe's `stage`) and hands the command line to the
+    recipe parser of that stage's dataclasses (`make_stage_parser`); `--help` of `sft`, `dpo` and `kto` is printed from
+    the configurations' source (`source_help_parser`), without importing torch, transformers or TRL."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        stage = given_stage(args)
+        if {"-h", "--help"} & set(args) and stage in STAGE_CONFIGS:
+            classes = [(__name__, "RoleBenchArguments"), STAGE_CONFIGS[stage], MODEL_CONFIG]
+            source_help_parser(self.prog, f"{DESCRIPTION} Stage: {stage}.", classes).print_help()
+            self.exit()
+        return make_stage_parser(stage).parse_known_args(args, namespace)
+
+    def parse_args_into_dataclasses(self, args=None, **kwargs) -> tuple:
+        """`(script_args, *stage configs, model_args)` of the stage the command line (or recipe) names."""
+        args = list(sys.argv[1:] if args is None else args)
+        return make_stage_parser(given_stage(args)).parse_args_into_dataclasses(args, **kwargs)
+
+
+def make_stage_parser(stage: str = "sft", subparsers: argparse._SubParsersAction | None = None):
+    """The recipe parser (`rolellm.scripts.recipe`) of one stage, over `stage_dataclasses(stage)`, with
+    `--config recipe.yaml`; flags override the recipe. `parse_args_into_dataclasses` gives the dataclasses,
+    `parse_args` the namespace `main` takes."""
+    if stage not in STAGES:
+        stage = "sft"  # the parser then refuses the value of --stage, naming the stages
+    return make_command_parser("train", stage_dataclasses(stage), DESCRIPTION, subparsers)
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None):
-    """The recipe parser (`rolellm.scripts.recipe`) over (`RoleBenchArguments`, `RoCITConfig`, `trl.ModelConfig`)
-    with `--config recipe.yaml`; flags override the recipe. `parse_args_into_dataclasses` gives the three
-    dataclasses, `parse_args` the namespace `main` takes."""
-    from trl import ModelConfig
-
-    from rolellm.training.config import RoCITConfig
-
-    description = "Train with RoCIT on RoleBench rows and role profiles (LoRA, QLoRA, full)."
-    return make_command_parser("train", (RoleBenchArguments, RoCITConfig, ModelConfig), description, subparsers)
+    """The parser of `rolellm train` (`TrainParser`): it imports nothing heavy until it parses a command line. Added to
+    `subparsers`, it is the recipe parser of the `sft` stage."""
+    if subparsers is not None:
+        return make_stage_parser("sft", subparsers)
+    return TrainParser(prog="rolellm train", description=DESCRIPTION, add_help=False)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,11 @@ def encode_preference(tokenizer, prompt: list[dict], completions: list[str], kee
         full = encode_chat(tokenizer, [*prompt, {"role": "assistant", "content": completion}], keep_think=keep_think)
         ids, masks = full["input_ids"], full["assistant_masks"]
         end = len(masks) - masks[::-1].index(1) if 1 in masks else len(prompt_ids)
-        if ids[: len(prompt_ids)] != prompt_ids or any(masks[: len(prompt_ids)]) or not all(masks[len(prompt_ids) : end]):
+        if (
+            ids[: len(prompt_ids)] != prompt_ids
+            or any(masks[: len(prompt_ids)])
+            or not all(masks[len(prompt_ids) : end])
+        ):
             raise ValueError(
                 "the chat template renders the prompt differently once an answer follows it, so the answer would be "
                 f"trained on a prompt it never gets at inference: {tokenizer.decode(prompt_ids[-8:])!r} vs "
@@ -203,7 +207,9 @@ class _RolePreferenceMixin:
         if not stats.kept:
             raise ValueError(f"none of the {stats.rows} {split} {unit} is left to train on: {stats.dropped()}")
         if stats.kept < stats.rows:
-            logger.warning("%d of %d %s %s dropped: %s", stats.rows - stats.kept, stats.rows, split, unit, stats.dropped())
+            logger.warning(
+                "%d of %d %s %s dropped: %s", stats.rows - stats.kept, stats.rows, split, unit, stats.dropped()
+            )
         return self._finish_dataset(datasets.Dataset.from_dict(out), args, split)
 
     def _finish_dataset(self, dataset, args, split):
@@ -224,7 +230,9 @@ class _RolePreferenceMixin:
                 profiles = {name: prompt_only(profile) for name, profile in profiles.items()}
             card = self.build_model_card(Path(self.args.output_dir).name)
             inference = inference_settings(self._tokenizer, self.args.keep_think)
-            save_role_files(folder, profiles, self._system_template, self._tokenizer, generation_config, card, inference)
+            save_role_files(
+                folder, profiles, self._system_template, self._tokenizer, generation_config, card, inference
+            )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir` (see `build_model_card`)."""
@@ -246,10 +254,16 @@ class _RolePreferenceMixin:
             "custom_system_template": args.system_template_path is not None,
             "settings": {
                 key: getattr(args, key)
-                for key in ("learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
-                            "gradient_accumulation_steps", "max_length", "seed",
-                            *(("ld_alpha", "label_smoothing") if self._paired else ("desirable_weight",
-                                                                                     "undesirable_weight")))
+                for key in (
+                    "learning_rate",
+                    "max_steps",
+                    "num_train_epochs",
+                    "per_device_train_batch_size",
+                    "gradient_accumulation_steps",
+                    "max_length",
+                    "seed",
+                    *(("ld_alpha", "label_smoothing") if self._paired else ("desirable_weight", "undesirable_weight")),
+                )
             },  # fmt: skip
             "splits": {split: vars(stats) for split, stats in self.preference_stats.items()},
         }
