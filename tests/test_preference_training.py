@@ -60,11 +60,11 @@ def chat_model_path(tmp_path_factory):
 
 
 def dpo_args(output_dir, **overrides):
-    settings = dict(
-        use_cpu=True, max_steps=12, per_device_train_batch_size=4, learning_rate=5e-3, beta=0.1,
-        report_to="none", save_strategy="no", disable_tqdm=True, logging_steps=1, max_length=1024,
-        activation_checkpointing=False, seed=0,
-    )  # fmt: skip
+    settings = {
+        "use_cpu": True, "max_steps": 12, "per_device_train_batch_size": 4, "learning_rate": 5e-3, "beta": 0.1,
+        "report_to": "none", "save_strategy": "no", "disable_tqdm": True, "logging_steps": 1, "max_length": 1024,
+        "activation_checkpointing": False, "seed": 0,
+    }  # fmt: skip
     return RoleDPOConfig(str(output_dir), **{**settings, **overrides})
 
 

@@ -35,9 +35,9 @@ from rolellm.data.layout import (
     fingerprint_files,
     get_spec,
 )
+from rolellm.data.preference import PREFERENCE_FEATURES, read_preference_rows
 from rolellm.data.readers import read_rolebench_columns
 from rolellm.data.release import CITATION, HOMEPAGE, LICENSE, TYPES
-from rolellm.data.preference import PREFERENCE_FEATURES, read_preference_rows
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import DataFormatError, RoleProfile
