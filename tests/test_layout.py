@@ -119,8 +119,9 @@ def test_every_module_lives_in_a_stage_folder():
 
 
 # Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the single-turn
-# benchmark (which judges against a baseline) and the multi-turn evaluation.
-EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn"]
+# benchmark (which judges against a baseline), the multi-turn evaluation, and the preference pairs ranked by those
+# judges.
+EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn", "preference"]
 
 
 def room(module: str) -> int | None:
@@ -137,5 +138,5 @@ def test_evaluation_rooms_import_only_earlier_rooms():
     assert wrong == []
     inside = (PACKAGE / "evaluation").iterdir()
     assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == sorted(
-        ["__init__.py", "benchmark", "charts.py", "judge", "multiturn", "pages.py"]
+        ["__init__.py", "benchmark", "charts.py", "judge", "multiturn", "pages.py", "preference.py"]
     )

@@ -355,6 +355,10 @@ class TrainParser(argparse.ArgumentParser):
             self.exit()
         return make_stage_parser(stage).parse_known_args(args, namespace)
 
+    def stage_parsers(self) -> list:
+        """The recipe parsers of the stages this installation has."""
+        return [make_stage_parser(stage) for stage in STAGE_CONFIGS]
+
     def parse_args_into_dataclasses(self, args=None, **kwargs) -> tuple:
         """`(script_args, *stage configs, model_args)` of the stage the command line (or recipe) names."""
         args = list(sys.argv[1:] if args is None else args)

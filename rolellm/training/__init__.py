@@ -1,6 +1,7 @@
-"""RoCIT training. Modules:
+"""RoCIT training and the preference stages after it. Modules:
 
-- `config`: `RoCITConfig` (a `trl.SFTConfig`);
+- `config`: `RoCITConfig` (a `trl.SFTConfig`) and `RolePromptArguments`, the role fields every stage shares;
+- `preference`: `RoleDPOTrainer` / `RoleKTOTrainer` and their configs (thin `trl.DPOTrainer` / `trl.KTOTrainer`);
 - `trainer`: `RoCITTrainer` (a `trl.SFTTrainer`) and `DataCollatorForRoleLM`;
 - `data`: the RoleBench-to-chat conversion (`rolebench_to_conversations`, `mix_subsets`);
 - `packing`, `attention`: prefix-shared packing and its attention;
