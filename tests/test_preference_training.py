@@ -187,3 +187,32 @@ def test_kto_trains_on_labelled_answers(chat_model_path, tmp_path):
     assert all(math.isfinite(log["loss"]) for log in trainer.state.log_history if "loss" in log)
     trainer.save_model(str(tmp_path / "kto"))
     assert "with KTO (TRL" in (tmp_path / "kto" / "README.md").read_text(encoding="utf-8")
+
+
+def test_rolellm_train_stage_dpo_on_a_release_folder(chat_model_path, tmp_path, capsys):
+    from rolellm.data.layout import get_spec
+    from rolellm.data.preference import write_preference_rows
+    from rolellm.scripts.cli import main
+
+    data = tmp_path / "data"
+    folder = data / get_spec("en-instruction-preference").release_dir
+    rows = [{**row, "source": "judge:pairwise"} for row in pairs(QUESTIONS[:4])]
+    write_preference_rows(folder / "train.jsonl", rows, "preference")
+    from rolellm.roles.resolve import PROFILES_FILE, write_profiles_jsonl
+
+    (tmp_path / "profiles").mkdir()
+    write_profiles_jsonl(PROFILES, tmp_path / "profiles" / PROFILES_FILE)
+    out = tmp_path / "dpo"
+    code = main(["train", "--stage", "dpo", "--model_name_or_path", chat_model_path, "--data_dir", str(data),
+                 "--profiles", str(tmp_path / "profiles"), "--output_dir", str(out), "--max_steps", "2",
+                 "--per_device_train_batch_size", "4", "--report_to", "none", "--save_strategy", "no",
+                 "--activation_checkpointing", "false", "--max_length", "1024", "--disable_tqdm", "true"])  # fmt: skip
+    captured = capsys.readouterr()
+    text = captured.out
+    assert code == 0, captured.err
+    assert "training on the preference configs in" in text and "en-instruction-preference" in text
+    assert "Trained with DPO on 8 pairs of 2 roles in 2 steps" in text
+    assert (out / "model.safetensors").is_file() and (out / "role_profiles.jsonl").is_file()
+    assert main(["train", "--stage", "kto", "--model_name_or_path", chat_model_path, "--data_dir", str(data),
+                 "--output_dir", str(out)]) == 2  # fmt: skip
+    assert "holds no unpaired train split for --stage kto" in capsys.readouterr().err

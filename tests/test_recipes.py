@@ -90,3 +90,15 @@ def test_every_command_reads_recipes_with_the_one_parser(tmp_path):
         assert isinstance(parser, recipe.recipe_parser_class().__mro__[1]), name
         with pytest.raises(ValueError, match=r"recipe.yaml: unknown keys \['learning_rat'\]"):
             parser.parse_args(["--config", str(bad)])
+
+
+@pytest.mark.parametrize(("recipe", "config"), [("dpo-tiny-cpu", "RoleDPOConfig"), ("kto-tiny-cpu", "RoleKTOConfig")])
+def test_preference_recipes_parse_into_their_stage(recipe, config):
+    from rolellm.scripts.train import make_parser
+
+    path = EXAMPLES / "recipes" / f"{recipe}.yaml"
+    script_args, training_args, model_args = make_parser().parse_args_into_dataclasses(["--config", str(path)])
+    assert type(training_args).__name__ == config and script_args.stage == recipe.split("-")[0]
+    for key, value in yaml.safe_load(path.read_text()).items():
+        parsed = {**vars(script_args), **vars(model_args), **training_args.to_dict()}
+        assert parsed[key] == ([] if (key, value) == ("report_to", "none") else value), key
