@@ -61,7 +61,7 @@ def chat_model_path(tmp_path_factory):
 
 def dpo_args(output_dir, **overrides):
     settings = {
-        "use_cpu": True, "max_steps": 12, "per_device_train_batch_size": 4, "learning_rate": 5e-3, "beta": 0.1,
+        "use_cpu": True, "max_steps": 8, "per_device_train_batch_size": 4, "learning_rate": 5e-3, "beta": 0.1,
         "report_to": "none", "save_strategy": "no", "disable_tqdm": True, "logging_steps": 1, "max_length": 1024,
         "activation_checkpointing": False, "seed": 0,
     }  # fmt: skip
@@ -97,7 +97,7 @@ def test_dpo_raises_the_margin_on_held_out_pairs(chat_model_path, tmp_path):
     after = margins(trainer, held_out)
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     print(f"held-out margin: before {sum(before) / len(before):.3f}, after {sum(after) / len(after):.3f}")
-    assert all(math.isfinite(loss) for loss in losses) and result.global_step == 12
+    assert all(math.isfinite(loss) for loss in losses) and result.global_step == 8
     assert sum(after) / len(after) > sum(before) / len(before) + 1.0
     assert sum(a > b for a, b in zip(after, before)) == len(after)
 
@@ -156,7 +156,7 @@ def test_dpo_from_an_adapter_writes_a_self_contained_checkpoint(chat_model_path,
     AutoTokenizer.from_pretrained(chat_model_path).save_pretrained(adapter)
     out = tmp_path / "dpo-adapter"
     trainer = RoleDPOTrainer(
-        str(adapter), args=dpo_args(out, max_steps=3, loss_type=["sigmoid"], ld_alpha=0.5),
+        str(adapter), args=dpo_args(out, max_steps=2, loss_type=["sigmoid"], ld_alpha=0.5),
         train_dataset=datasets.Dataset.from_list(pairs(QUESTIONS[:4])), profiles=PROFILES,
     )  # fmt: skip
     trainer.train()
@@ -177,7 +177,7 @@ def test_kto_trains_on_labelled_answers(chat_model_path, tmp_path):
         for answer, label in ((row["chosen"], True), (row["rejected"], False))
     ]
     rows.append({**rows[0], "completion": ""})  # counted, dropped
-    args = RoleKTOConfig(str(tmp_path / "kto"), use_cpu=True, max_steps=3, per_device_train_batch_size=4,
+    args = RoleKTOConfig(str(tmp_path / "kto"), use_cpu=True, max_steps=2, per_device_train_batch_size=4,
                          report_to="none", save_strategy="no", disable_tqdm=True, logging_steps=1,
                          activation_checkpointing=False)  # fmt: skip
     trainer = RoleKTOTrainer(chat_model_path, args=args, train_dataset=datasets.Dataset.from_list(rows),
