@@ -14,7 +14,7 @@ on them (`rolellm.training.preference`).
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "train.jsonl"
->>> write_preference_rows(path, [{"role": "Po", "question": "Hi?", "chosen": "Skadoosh!", "rejected": "Hello.",
+>>> _ = write_preference_rows(path, [{"role": "Po", "question": "Hi?", "chosen": "Skadoosh!", "rejected": "Hello.",
 ...                               "lang": "en", "source": "rouge_l"}], "preference")
 >>> read_preference_rows(path, "preference")[0]["chosen"]
 'Skadoosh!'
