@@ -10,7 +10,7 @@ import datasets
 import pytest
 
 from rolellm.data.builder import load_rolebench
-from rolellm.data.layout import get_spec
+from rolellm.data.layout import available_splits, get_spec
 from rolellm.data.preference import read_sillytavern_chat
 from rolellm.roles.profile import DataFormatError
 from rolellm.scripts.cli import main
@@ -143,3 +143,35 @@ def test_a_malformed_preference_file_names_file_line_and_field(tmp_path):
     shutil.copy(folder / "train.jsonl", folder / "test.jsonl")
     with pytest.raises(DataFormatError, match=r"preference/train.jsonl:1: field 'rejected' must be a str, got 1"):
         load_rolebench("zh-preference", data_dir=tmp_path)
+
+
+def test_rubric_ranking_scores_each_answer(tmp_path):
+    from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS
+
+    out = tmp_path / "data"
+
+    def respond(body):
+        if body["model"] == "answerer":
+            return model_answer(body)
+        text = " ".join(message["content"] for message in body["messages"])  # a re-ask repeats the prompt
+        if "What is the best way" in text and "observe every detail" in text:
+            return "no verdict"  # garbage, asked again, then counted as a failure (one question of each role)
+        score = 5 if "observe every detail" in text else 2
+        return json.dumps({d: {"score": score, "rationale": "."} for d in SINGLE_TURN_DIMENSIONS})
+
+    with ChatCompletionsServer(respond) as server:
+        code = main(
+            [*command(server.base_url, out, "--judge", "rubric", "--num_samples", "2"), "--allow_partial", "true"]
+        )
+    assert code == 0  # one verdict failed: listed, and accepted with --allow_partial
+    splits = available_splits(out, "en-instruction-preference")
+    rows = [
+        row
+        for part in load_rolebench("en-instruction-preference", data_dir=out, splits=splits).values()
+        for row in part
+    ]
+    assert len(rows) == 6 and all(r["chosen"].startswith("Elementary") and r["source"] == "judge:rubric" for r in rows)
+    failures = (out / "generation" / "preferences" / "failures.jsonl").read_text().splitlines()
+    assert len(failures) == 2 and all("What is the best way" in json.loads(line)["question"] for line in failures)
+    stats = json.loads((out / "generation" / "preferences" / "generation_stats.json").read_text())
+    assert stats["dropped"] == {"fewer_than_two_judged": 2}
