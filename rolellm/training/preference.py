@@ -143,7 +143,8 @@ class _RolePreferenceMixin:
             self._system_template = Path(args.system_template_path).read_text(encoding="utf-8")
         self.role_stats, self.preference_stats, self.example_system = {}, {}, None
         if isinstance(model, str) and is_adapter_checkpoint(model):
-            model, tokenizer = load_model_and_tokenizer(model, is_trainable=True, **(args.model_init_kwargs or {}))
+            init_kwargs = {key: value for key, value in (args.model_init_kwargs or {}).items() if value is not None}
+            model, tokenizer = load_model_and_tokenizer(model, is_trainable=True, **init_kwargs)
             processing_class = processing_class or tokenizer
             args.model_init_kwargs = None  # used: TRL would warn that it ignores them
         if ref_model is None and peft_config is None and not isinstance(model, str) and not is_peft_model(model):
