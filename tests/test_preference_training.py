@@ -61,7 +61,7 @@ def chat_model_path(tmp_path_factory):
 
 def dpo_args(output_dir, **overrides):
     settings = {
-        "use_cpu": True, "max_steps": 8, "per_device_train_batch_size": 4, "learning_rate": 5e-3, "beta": 0.1,
+        "use_cpu": True, "max_steps": 4, "per_device_train_batch_size": 4, "learning_rate": 5e-3, "beta": 0.1,
         "report_to": "none", "save_strategy": "no", "disable_tqdm": True, "logging_steps": 1, "max_length": 1024,
         "activation_checkpointing": False, "seed": 0,
     }  # fmt: skip
@@ -97,7 +97,7 @@ def test_dpo_raises_the_margin_on_held_out_pairs(chat_model_path, tmp_path):
     after = margins(trainer, held_out)
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     print(f"held-out margin: before {sum(before) / len(before):.3f}, after {sum(after) / len(after):.3f}")
-    assert all(math.isfinite(loss) for loss in losses) and result.global_step == 8
+    assert all(math.isfinite(loss) for loss in losses) and result.global_step == 4
     assert sum(after) / len(after) > sum(before) / len(before) + 1.0
     assert sum(a > b for a, b in zip(after, before)) == len(after)
 
