@@ -175,3 +175,50 @@ def test_rubric_ranking_scores_each_answer(tmp_path):
     assert len(failures) == 2 and all("What is the best way" in json.loads(line)["question"] for line in failures)
     stats = json.loads((out / "generation" / "preferences" / "generation_stats.json").read_text())
     assert stats["dropped"] == {"fewer_than_two_judged": 2}
+
+
+@pytest.mark.slow
+def test_sigkill_mid_judging_then_restart_asks_nothing_twice(tmp_path):
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    out, lock, judged, killed = tmp_path / "data", threading.Lock(), [0], threading.Event()
+
+    def respond(body):
+        if body["model"] == "answerer":
+            return model_answer(body)
+        with lock:
+            judged[0] += 1
+            hold = judged[0] > 5
+        if hold and not killed.is_set():
+            killed.wait(timeout=60)  # in flight when the job dies: never answered
+            return Fault("server_error", status=503)
+        return judge_ranking(body)
+
+    def cached(path):
+        try:
+            with sqlite3.connect(path) as connection:
+                return connection.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(Path(__file__).parents[1])}
+    with ChatCompletionsServer(respond) as server:
+        args = command(server.base_url, out, "--judge_max_concurrency", "2")
+        job = subprocess.Popen([sys.executable, "-m", "rolellm", *args], env=env, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while cached(out / "judge_cache.sqlite") < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job.kill()  # SIGKILL: no cleanup runs
+        assert job.wait() == -9 and cached(out / "judge_cache.sqlite") == 5
+        killed.set()
+        assert main(args) == 0
+        answered = server.answered_counts()
+    assert set(answered.values()) == {1}  # every answer and every verdict asked for once over both runs
+    assert sum(1 for r in server.answered if r["model"] == "answerer") == 3 * 8
+    pairs = load_rolebench("en-instruction-preference", data_dir=out)
+    assert sum(len(split) for split in pairs.values()) == 8
