@@ -127,6 +127,14 @@ def test_sillytavern_chats_become_pairs(tmp_path, capsys):
     written = load_rolebench("en-instruction-preference", data_dir=out, splits=["train"])["train"]
     assert len(written) == 1 and written[0]["source"] == "sillytavern"  # the one question hashes to train
 
+    header = {"user_name": "You", "character_name": "Moriarty", "chat_metadata": {}}
+    stranger = write_chat(tmp_path / "stranger.jsonl", [
+        {"name": "You", "is_user": True, "mes": "Who are you?"},
+        {"name": "Moriarty", "is_user": False, "mes": "Your end.", "swipes": ["Your end.", "A friend."], "swipe_id": 0},
+    ], header)  # fmt: skip
+    assert main(["generate", "sillytavern", "--chats", str(stranger), "--profiles", str(DEMO), "--lang", "en",
+                 "--output_dir", str(out)]) == 2  # fmt: skip
+    assert "stranger.jsonl: the chat's character 'Moriarty' has no profile among" in capsys.readouterr().err
     bad = write_chat(tmp_path / "bad.jsonl", [{"name": "Sherlock Holmes", "mes": "x", "swipes": ["x"], "swipe_id": 4}])
     with pytest.raises(DataFormatError, match=r"bad.jsonl:2: field 'swipe_id' must index 'swipes'"):
         read_sillytavern_chat(bad)
