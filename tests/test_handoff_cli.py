@@ -240,13 +240,9 @@ def test_train_without_dataset_configs_takes_the_folder_s_configs_and_says_which
     ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("{}\n")
-    args = Namespace(dataset_configs=None, data_dir=str(tmp_path), dataset_train_split="train", stage="sft")
+    args = Namespace(dataset_configs=None, data_dir=str(tmp_path), dataset_train_split="train")
     assert default_configs(args) == ["zh-general", "en-instruction-role_specific"]
     assert f"with a train split in {tmp_path}: zh-general en-instruction-role_specific" in capsys.readouterr().out
-    assert default_configs(
-        Namespace(dataset_configs=None, data_dir=None, dataset_train_split="train", stage="sft")
-    ) == ["zh"]
+    assert default_configs(Namespace(dataset_configs=None, data_dir=None, dataset_train_split="train")) == ["zh"]
     with pytest.raises(FileNotFoundError, match="holds no RoleBench test split"):
-        default_configs(
-            Namespace(dataset_configs=None, data_dir=str(tmp_path), dataset_train_split="test", stage="sft")
-        )
+        default_configs(Namespace(dataset_configs=None, data_dir=str(tmp_path), dataset_train_split="test"))

@@ -33,7 +33,7 @@ def test_train_help_imports_no_torch():
 
 @pytest.mark.parametrize("stage", ["sft", "dpo", "kto"])
 def test_help_lists_the_flags_the_real_parser_takes(stage):
-    classes = [(train.__name__, "RoleBenchArguments"), train.STAGE_CONFIGS[stage], train.MODEL_CONFIG]
+    classes = [(train.__name__, "StageArguments"), train.STAGE_CONFIGS[stage], train.MODEL_CONFIG]
     from_source = {name for module, cls in classes for name in source_fields(module, cls)}
     parser = train.make_stage_parser(stage)
     real = {action.dest for action in parser._actions if action.option_strings and action.dest not in ("help",)}

@@ -27,8 +27,8 @@ rolellm train --config examples/recipes/tiny-cpu.yaml --profiles my_card.png --r
 `--stage` picks the training stage, each with its own configuration (and so its own flags: `rolellm train --stage
 dpo --help`): `sft` (RoCIT, `RoCITConfig`, the default), `dpo` (`RoleDPOConfig`) and `kto` (`RoleKTOConfig`) on the
 preference configs of `--data_dir` (`rolellm generate preferences` writes them), `grpo` (the GRPO stage's script,
-`rolellm.scripts.train_grpo`: its `dataclass_types()` gives the stage's dataclasses and its `train(script_args,
-*stage_configs, model_args)` trains; where it is not installed, `--stage grpo` is an error saying so):
+`rolellm.scripts.train_grpo`, given `RoleBenchArguments` and the data functions of this script: its `make_parser`,
+`dataclass_types` and `main`; where it is not installed, `--stage grpo` is an error saying so):
 
 ```bash
 rolellm train --stage dpo --config examples/recipes/dpo-tiny-cpu.yaml --model_name_or_path runs/rocit-adapter
@@ -80,7 +80,6 @@ class RoleBenchArguments:
         max_train_samples (`int`, *optional*), max_eval_samples (`int`, *optional*): keep the first rows only.
         roles (`list[str]`, *optional*): train only on these roles' rows (spelled as in the data or not), and read
             these roles from a screenplay file given in `profiles`.
-        stage (`str`, *optional*, defaults to `"sft"`): the training stage, `sft`, `dpo`, `kto` or `grpo`.
     """
 
     dataset_configs: list[str] | None = field(
@@ -96,6 +95,17 @@ class RoleBenchArguments:
     roles: list[str] | None = field(
         default=None, metadata={"help": "Only these roles' rows; the roles read from a screenplay file in --profiles."}
     )
+
+
+@dataclass
+class StageArguments(RoleBenchArguments):
+    """`RoleBenchArguments` and the stage: the data flags of `rolellm train --stage sft|dpo|kto`. (The GRPO stage's
+    script declares `stage` among its own fields, and is given `RoleBenchArguments`.)
+
+    Args:
+        stage (`str`, *optional*, defaults to `"sft"`): the training stage, `sft`, `dpo`, `kto` or `grpo`.
+    """
+
     stage: Literal["sft", "dpo", "kto", "grpo"] = field(
         default="sft",
         metadata={
@@ -137,15 +147,16 @@ def load_rows(script_args, split, counts: dict | None = None):
     return rows
 
 
-def default_configs(script_args) -> list[str]:
-    """`--dataset_configs`, else the configs with a train split in `--data_dir` (said in one line), else `zh`."""
+def default_configs(script_args, stage: str = "sft") -> list[str]:
+    """`--dataset_configs`, else the configs with a train split in `--data_dir` (said in one line; for `stage` `dpo`
+    the preference configs, for `kto` the unpaired ones), else `zh`."""
     if script_args.dataset_configs:
         return script_args.dataset_configs
-    kind = {"dpo": "preference", "kto": "unpaired"}.get(script_args.stage)
+    kind = {"dpo": "preference", "kto": "unpaired"}.get(stage)
     if script_args.data_dir is None:
         if kind is not None:
             raise ValueError(
-                f"--stage {script_args.stage} trains on preference data: give --data_dir (a folder `rolellm generate "
+                f"--stage {stage} trains on preference data: give --data_dir (a folder `rolellm generate "
                 "preferences` wrote) or --dataset_name with --dataset_configs"
             )
         return ["zh"]
@@ -160,7 +171,7 @@ def default_configs(script_args) -> list[str]:
         ]
         if not found:
             raise FileNotFoundError(
-                f"--data_dir {script_args.data_dir} holds no {kind} {split} split for --stage {script_args.stage} "
+                f"--data_dir {script_args.data_dir} holds no {kind} {split} split for --stage {stage} "
                 f"(<release part>/{kind}/{split}.jsonl): write one with rolellm generate preferences"
             )
         print(f"rolellm train: training on the {kind} configs in {script_args.data_dir}: {' '.join(found)}")
@@ -260,7 +271,7 @@ def train_preference(script_args, training_args, model_args):
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
-    script_args.dataset_configs = default_configs(script_args)
+    script_args.dataset_configs = default_configs(script_args, script_args.stage)
     train_rows = load_rows(script_args, script_args.dataset_train_split)
     eval_rows = load_rows(script_args, script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
     trainer_class = RoleDPOTrainer if script_args.stage == "dpo" else RoleKTOTrainer
@@ -289,7 +300,9 @@ def train_preference(script_args, training_args, model_args):
 
 
 def grpo_script():
-    """The GRPO stage's script module (`GRPO_SCRIPT`); an error saying so where this installation has none."""
+    """The GRPO stage's script module (`GRPO_SCRIPT`): `make_parser(RoleBenchArguments)`,
+    `dataclass_types(RoleBenchArguments)` and `main(args, RoleBenchArguments, (default_configs, load_rows,
+    load_profiles_for))`; an error saying so where this installation has none."""
     try:
         return importlib.import_module(GRPO_SCRIPT)
     except ModuleNotFoundError as error:
@@ -302,22 +315,22 @@ def grpo_script():
 
 
 def stage_dataclasses(stage: str) -> tuple:
-    """The dataclasses of a stage's flags: `RoleBenchArguments`, the stage's configuration(s), `trl.ModelConfig`."""
+    """The dataclasses of a stage's flags: `StageArguments`, the stage's configuration, `trl.ModelConfig` (for
+    `grpo`, those of the GRPO stage's script)."""
     from trl import ModelConfig
 
     if stage == "grpo":
-        return (RoleBenchArguments, *grpo_script().dataclass_types(), ModelConfig)
+        return grpo_script().dataclass_types(RoleBenchArguments)
     module, name = STAGE_CONFIGS[stage]
-    return RoleBenchArguments, getattr(importlib.import_module(module), name), ModelConfig
+    return StageArguments, getattr(importlib.import_module(module), name), ModelConfig
 
 
 def main(args):
     """The `rolellm train` entry point: `args` is the namespace of `make_parser().parse_args()`."""
-    stage = args.stage
-    script_args, *configs, model_args = dataclasses_from(args, stage_dataclasses(stage))
-    if stage == "grpo":
-        return grpo_script().train(script_args, *configs, model_args)
-    (train_preference if stage in ("dpo", "kto") else train)(script_args, *configs, model_args)
+    if args.stage == "grpo":
+        return grpo_script().main(args, RoleBenchArguments, (default_configs, load_rows, load_profiles_for))
+    script_args, training_args, model_args = dataclasses_from(args, stage_dataclasses(args.stage))
+    (train_preference if args.stage in ("dpo", "kto") else train)(script_args, training_args, model_args)
 
 
 def given_stage(args: list[str]) -> str:
@@ -350,7 +363,7 @@ class TrainParser(argparse.ArgumentParser):
         args = list(sys.argv[1:] if args is None else args)
         stage = given_stage(args)
         if {"-h", "--help"} & set(args) and stage in STAGE_CONFIGS:
-            classes = [(__name__, "RoleBenchArguments"), STAGE_CONFIGS[stage], MODEL_CONFIG]
+            classes = [(__name__, "StageArguments"), STAGE_CONFIGS[stage], MODEL_CONFIG]
             source_help_parser(self.prog, f"{DESCRIPTION} Stage: {stage}.", classes).print_help()
             self.exit()
         return make_stage_parser(stage).parse_known_args(args, namespace)
@@ -369,6 +382,8 @@ def make_stage_parser(stage: str = "sft", subparsers: argparse._SubParsersAction
     """The recipe parser (`rolellm.scripts.recipe`) of one stage, over `stage_dataclasses(stage)`, with
     `--config recipe.yaml`; flags override the recipe. `parse_args_into_dataclasses` gives the dataclasses,
     `parse_args` the namespace `main` takes."""
+    if stage == "grpo":
+        return grpo_script().make_parser(RoleBenchArguments, subparsers)
     if stage not in STAGES:
         stage = "sft"  # the parser then refuses the value of --stage, naming the stages
     return make_command_parser("train", stage_dataclasses(stage), DESCRIPTION, subparsers)
