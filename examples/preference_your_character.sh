@@ -61,13 +61,15 @@ run rolellm train --stage dpo --config "$HERE/recipes/dpo-tiny-cpu.yaml" --model
     --data_dir "$OUT" --profiles "$CARD" --max_steps 4 --learning_rate 1e-3 --logging_steps 1 --output_dir "$DPO"
 nonempty "$DPO/adapter_config.json" "$DPO/adapter_model.safetensors" "$DPO/README.md"
 
-step "3/4 Evaluate after DPO as your_character.sh evaluated before it: ROUGE-L on the folder's test rows"
+step "3/4 Evaluate after DPO as your_character.sh evaluated before it: ROUGE-L, and the judge's win rate over RoCIT"
 if [ ! -s "$WORK/eval/results.json" ]; then  # the RoCIT adapter's results, unless your_character.sh wrote them
     run rolellm evaluate --model "$ADAPTER" --dataset_name en-instruction --data_dir "$OUT" \
         --profiles "$CARD" --max_new_tokens 16 --output_dir "$WORK/eval" --overwrite_output_dir
 fi
+# --baseline: the RoCIT adapter's answers, judged against the DPO adapter's in both orders
 run rolellm evaluate --model "$DPO" --dataset_name en-instruction --data_dir "$OUT" \
-    --profiles "$CARD" --max_new_tokens 16 --output_dir "$WORK/eval-dpo" --overwrite_output_dir
+    --profiles "$CARD" --max_new_tokens 16 --output_dir "$WORK/eval-dpo" --overwrite_output_dir \
+    --baseline "$WORK/eval" --judge_model "$JUDGE_MODEL" --judge_base_url "$BASE_URL"
 nonempty "$WORK/eval/results.json" "$WORK/eval-dpo/results.json"
 python - "$WORK" <<'PY'
 import json, sys

@@ -137,6 +137,7 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
     assert "with DPO (TRL, loss `['sigmoid']`" in (dpo / "README.md").read_text("utf-8")
     after = json.loads((work / "eval-dpo" / "results.json").read_text("utf-8"))
     assert after["metrics"]["CUS"] is not None and after["counts"] == results["counts"]
+    assert after["metrics"]["win_rate"] is not None  # the stand-in judged DPO's answers against RoCIT's
     assert "before (RoCIT)" in more.stdout and "after (DPO)" in more.stdout
     assert len((work / "chat-dpo.txt").read_text("utf-8").strip().splitlines()) == 1
 
