@@ -19,9 +19,12 @@ COMMANDS = {
     "data": ("rolellm.scripts.data", "RoleBench statistics (paper Table 1), leakage checks, export/push to the Hub."),
     "generate": (
         "rolellm.scripts.generate",
-        "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions.",
+        "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions, preference pairs.",
     ),
-    "train": ("rolellm.scripts.train", "Train a role-playing model with RoCIT on RoleBench (LoRA, QLoRA, full)."),
+    "train": (
+        "rolellm.scripts.train",
+        "Train a role-playing model: RoCIT on RoleBench, then DPO/KTO/GRPO (--stage; LoRA, QLoRA, full).",
+    ),
     "export": ("rolellm.scripts.export", "Export a checkpoint: merge a LoRA/QLoRA adapter into a full model, push."),
     "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
