@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # GPU users: make install TORCH_SPEC="torch" (or a CUDA wheel); the default avoids a CUDA download on CPU machines.
+# vLLM (a GPU engine) is not in EXTRAS: on a GPU node, make install EXTRAS=train,generation,eval,ui,harness,ray,vllm,dev
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= train,generation,eval,ui,harness,dev
+EXTRAS ?= train,generation,eval,ui,harness,ray,dev
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 

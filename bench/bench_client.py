@@ -10,11 +10,13 @@ process as a remote server would be, every answer delayed by 100 ms):
 - a bare `asyncio.gather` over `openai.AsyncOpenAI` behind a 64-slot semaphore (no cache, retries or progress bar),
   to show the client's own overhead.
 
-Each figure is the best of three runs. Run: `python bench/bench_client.py` (about 40 seconds).
+The setups run in turns, three runs each; printed are the minimum and the median seconds, and rates and ratios from
+the medians. Run: `python bench/bench_client.py` (about a minute).
 """
 
 import asyncio
 import multiprocessing
+import statistics
 import sys
 import tempfile
 import time
@@ -101,55 +103,65 @@ class Timer:
         self.times = (time.perf_counter() - self.wall, time.process_time() - self.cpu)
 
 
-def best_of(repeats: int, run) -> tuple[float, float]:
-    """`(wall, cpu)` of the fastest of `repeats` runs: the machine's other load only ever slows a run down."""
-    return min((run(r) for r in range(repeats)), key=lambda times: times[0])
-
-
 def main():
     parent, child = multiprocessing.Pipe()
     server = multiprocessing.Process(target=serve, args=(child,), daemon=True)
     server.start()
     base_url = parent.recv()
-    rows = []
+    setups = [("openai.OpenAI, sequential loop", SEQUENTIAL_REQUESTS, None)]
+    clients = [
+        ("rolellm OpenAIChatClient, concurrency 1", SEQUENTIAL_REQUESTS, 1, False, None),
+        ("rolellm OpenAIChatClient, concurrency 64", CONCURRENT_REQUESTS, 64, False, None),
+        ("rolellm OpenAIChatClient, concurrency 64, SQLite cache", CONCURRENT_REQUESTS, 64, True, None),
+        ("rolellm OpenAIChatClient, concurrency 64, httpx transport", CONCURRENT_REQUESTS, 64, False, "httpx"),
+    ]
+    for index, (label, n, concurrency, cache, backend) in enumerate(clients, start=1):
+        offset = index * 100_000  # fresh contents: every request is really sent
+
+        def run(r, n=n, concurrency=concurrency, cache=cache, offset=offset, backend=backend):
+            return rolellm_client(base_url, n, concurrency, cache, offset + r * 10_000, backend)
+
+        setups.append((label, n, run))
+    setups.append(("bare AsyncOpenAI + gather, concurrency 64", CONCURRENT_REQUESTS, None))
+    runners = {
+        setups[0][0]: lambda r: openai_loop(base_url, SEQUENTIAL_REQUESTS),
+        **{label: run for label, _, run in setups[1:-1]},
+        setups[-1][0]: lambda r: openai_gather(base_url, CONCURRENT_REQUESTS, 64),
+    }
+    times = {label: [] for label, _, _ in setups}
     try:
         openai_gather(base_url, 64, 64)  # warm-up: imports and connections
-        seconds = best_of(REPEATS, lambda r: openai_loop(base_url, SEQUENTIAL_REQUESTS))
-        rows.append(("openai.OpenAI, sequential loop", SEQUENTIAL_REQUESTS, seconds))
-        setups = [
-            ("rolellm OpenAIChatClient, concurrency 1", SEQUENTIAL_REQUESTS, 1, False, None),
-            ("rolellm OpenAIChatClient, concurrency 64", CONCURRENT_REQUESTS, 64, False, None),
-            ("rolellm OpenAIChatClient, concurrency 64, SQLite cache", CONCURRENT_REQUESTS, 64, True, None),
-            ("rolellm OpenAIChatClient, concurrency 64, httpx transport", CONCURRENT_REQUESTS, 64, False, "httpx"),
-        ]
-        for label, n, concurrency, cache, backend in setups:
-            offset = len(rows) * 100_000  # fresh contents: every request is really sent
-
-            def run(r, n=n, concurrency=concurrency, cache=cache, offset=offset, backend=backend):
-                return rolellm_client(base_url, n, concurrency, cache, offset + r * 10_000, backend)
-
-            rows.append((label, n, best_of(REPEATS, run)))
-        seconds = best_of(REPEATS, lambda r: openai_gather(base_url, CONCURRENT_REQUESTS, 64))
-        rows.append(("bare AsyncOpenAI + gather, concurrency 64", CONCURRENT_REQUESTS, seconds))
+        for r in range(REPEATS):  # in turns: every setup sees the same machine load
+            for label, _, _ in setups:
+                times[label].append(runners[label](r))
     finally:
         parent.send("stop")
         server.join(timeout=5)
 
-    rate = {label: n / seconds for label, n, (seconds, _) in rows}
+    sizes = {label: n for label, n, _ in setups}
+    median = {label: statistics.median(wall for wall, _ in runs) for label, runs in times.items()}
+    rate = {label: sizes[label] / median[label] for label in times}
     base = rate["rolellm OpenAIChatClient, concurrency 1"]
     print(
-        f"server latency {LATENCY * 1000:.0f} ms per answer; best of {REPEATS} runs; limit at concurrency 64 = 64x\n"
+        f"server latency {LATENCY * 1000:.0f} ms per answer; {REPEATS} runs of each setup in turns; min / median "
+        "seconds, rates from the medians; limit at concurrency 64 = 64x\n"
     )
-    print(f"{'setup':<58} {'requests':>8} {'seconds':>8} {'req/s':>8} {'vs rolellm c=1':>15} {'CPU ms/req':>11}")
-    for label, n, (seconds, cpu) in rows:
-        ratio = rate[label] / base
-        print(f"{label:<58} {n:>8} {seconds:>8.2f} {rate[label]:>8.1f} {ratio:>14.1f}x {cpu / n * 1000:>11.2f}")
+    print(
+        f"{'setup':<58} {'requests':>8} {'min / median s':>15} {'req/s':>8} {'vs rolellm c=1':>15} {'CPU ms/req':>11}"
+    )
+    for label, runs in times.items():
+        n = sizes[label]
+        cpu = statistics.median(c for _, c in runs)
+        cell = f"{min(w for w, _ in runs):.2f} / {median[label]:.2f}"
+        print(
+            f"{label:<58} {n:>8} {cell:>15} {rate[label]:>8.1f} {rate[label] / base:>14.1f}x {cpu / n * 1000:>11.2f}"
+        )
     speedup = rate["rolellm OpenAIChatClient, concurrency 64"] / base
     cached = rate["rolellm OpenAIChatClient, concurrency 64, SQLite cache"] / base
     overhead = rate["rolellm OpenAIChatClient, concurrency 64"] / rate["bare AsyncOpenAI + gather, concurrency 64"]
     print(f"\nspeed-up at concurrency 64: {speedup:.1f}x without cache, {cached:.1f}x with cache (target >= 40x)")
     print(f"rolellm client / bare AsyncOpenAI gather at concurrency 64: {overhead:.2f}x the requests per second")
-    print("CPU ms/req: the client process's CPU time per request (the server runs in another process)")
+    print("CPU ms/req: the client process's CPU time per request, median (the server runs in another process)")
 
 
 if __name__ == "__main__":

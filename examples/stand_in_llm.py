@@ -5,6 +5,8 @@ itself, so `rolellm generate describe|context-instruct|rolegpt` run end to end w
 
 - `describe` gets `{"description": ..., "catchphrases": [...]}`, the catchphrase taken from the role's own lines;
 - `context-instruct` gets a JSON array of items (questions naming the role, both types, high confidence);
+- the paper's pairwise judge (`rolellm generate preferences`, `rolellm evaluate --judge_model`) gets a ranking that
+  puts first the answer with more real words (a run of letters, three or more), so fluent text beats token soup;
 - anything else (a RoleGPT request: the role's system text, then a question) gets a short in-role answer that
   differs per question and per sample seed.
 
@@ -101,6 +103,8 @@ class StandInLLM:
             return self.context_instruct(prompt)
         if '"catchphrases"' in prompt:
             return self.describe(prompt)
+        if "The respective answers from the models to this question are:" in prompt:
+            return self.judge(prompt)
         return self.answer(messages, body.get("seed", 0))
 
     def describe(self, prompt: str) -> str:
@@ -115,6 +119,14 @@ class StandInLLM:
             else f"{role} is blunt, stubborn and kind, precise about their craft and careless about everything else."
         )
         return json.dumps({"description": description, "catchphrases": catchphrases}, ensure_ascii=False)
+
+    def judge(self, prompt: str) -> str:
+        """The paper's ranking format: the answer with more words of three letters or more ranks first."""
+        shown = json.loads(prompt.split("this question are:\n")[1].split("\nNow,")[0])
+        words = [len(re.findall(r"[A-Za-z]{3,}|[\u3400-\u9fff]", item["answer"])) for item in shown]
+        best = max(range(len(shown)), key=lambda i: (words[i], -i))
+        return json.dumps([{"model": item["model"], "reason": "more real words" if i == best else "fewer real words",
+                            "rank": 1 if i == best else 2} for i, item in enumerate(shown)])  # fmt: skip
 
     def context_instruct(self, prompt: str) -> str:
         """`num_questions` items (one per topic, then the topics again, numbered), both types, naming the role."""

@@ -7,7 +7,8 @@ import pytest
 from fixtures.mini_release import EXPECTED_ROWS, release_rows, write_mini_release
 
 from rolellm.data.builder import RoleBench, load_rolebench, load_rolebench_profiles
-from rolellm.data.layout import CONFIG_NAMES, MissingFilesError, complete_configs, hub_patterns
+from rolellm.data.layout import CONFIG_NAMES, MissingFilesError, complete_configs, get_spec, hub_patterns
+from rolellm.data.preference import PREFERENCE_FEATURES
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.profile import DataFormatError, ProfileFileWarning
 
@@ -32,6 +33,7 @@ def test_config_names_read_well():
         "en-instruction", "en-instruction-general", "en-instruction-role_specific",
         "en-role", "en-role-general", "en-role-role_specific",
         "profiles-en", "profiles-zh",
+        "zh-preference", "zh-unpaired", "en-instruction-preference", "en-instruction-unpaired",
     )  # fmt: skip
 
 
@@ -41,8 +43,10 @@ def test_every_config_builds_from_a_full_release_folder(mini_release, cache):
     for name in CONFIG_NAMES:
         dataset = load_rolebench(name, data_dir=mini_release, cache_dir=cache)
         assert counts(dataset) == EXPECTED_ROWS[name], name
-        if not name.startswith("profiles"):
+        if get_spec(name).kind == "rows":
             assert dataset["train"].features == ROW_FEATURES
+        elif get_spec(name).kind != "profiles":
+            assert dataset["train"].features == PREFERENCE_FEATURES[get_spec(name).kind]
 
 
 def test_rows_are_normalised(mini_release, cache):
@@ -102,7 +106,7 @@ def test_half_the_files_missing_lists_them_and_what_still_works(mini_release, tm
     message = str(error.value)
     assert "needs 1 file(s) missing" in message
     assert "  - rolebench-zh/role_specific/train.jsonl" in message
-    assert "Complete configs in this folder: zh-general, profiles-zh." in message
+    assert "Complete configs in this folder: zh-general, profiles-zh, zh-preference, zh-unpaired." in message
     assert "  - zh-role_specific: test, rolegpt_baseline" in message
     with pytest.raises(MissingFilesError, match="needs 6 file"):
         load_rolebench("en-role", data_dir=half, cache_dir=cache)

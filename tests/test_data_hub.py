@@ -36,7 +36,7 @@ def read_card(folder):
 
 def test_export_writes_parquet_per_config_and_split(exported):
     files = sorted(str(path.relative_to(exported)) for path in exported.rglob("*.parquet"))
-    assert len(files) == sum(len(splits) for splits in EXPECTED_ROWS.values()) == 29
+    assert len(files) == sum(len(splits) for splits in EXPECTED_ROWS.values()) == 37
     assert "zh-general/rolegpt_baseline-00000-of-00001.parquet" in files
     assert "profiles-en/train-00000-of-00001.parquet" in files
 

@@ -58,3 +58,91 @@ def test_lm_eval_reports_rolellms_rouge_l_on_its_logged_samples(rolebench_slice_
         # the prompt is the role's system instruction, then the question
         first = samples[0]
         assert first["arguments"][0][0] == first["doc"]["system"] + first["doc"]["question"]
+
+
+@pytest.fixture(scope="module")
+def model_ending_turns(tmp_path_factory, tiny_model_path):
+    """The tiny model, made to write `<|im_end|>` wherever it would have written ' legs' (a token its greedy answers
+    hold a few tokens in), so that answers end at the template's end of turn before their token budget."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tmp_path_factory.mktemp("ends-turns")
+    shutil.copytree(tiny_model_path, path, dirs_exist_ok=True)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    end, legs = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.encode(" legs")[0]
+    with torch.no_grad():
+        model.lm_head.weight[end] = model.lm_head.weight[legs] * 1.5
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_harness_example_prompts_and_stops_as_rolellm_evaluate(
+    model_ending_turns, rolebench_slice_dir, monkeypatch, tmp_path
+):
+    """examples/harness_rolebench.py (lm-eval with the chat template) against `rolellm evaluate`'s prompts and client:
+    the same token ids, the same stop tokens, the same answers, ended at `<|im_end|>`."""
+    import runpy
+
+    from rolellm.clients.config import ClientConfig, make_client
+    from rolellm.data.builder import load_rolebench_profiles
+    from rolellm.evaluation.benchmark.config import EvaluateConfig
+    from rolellm.evaluation.benchmark.runner import build_requests
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "harness_rolebench.py"))
+    lm, output = example["evaluate_with_harness"](
+        str(model_ending_turns), rolebench_slice_dir, ["rolebench_zh_spe"], limit=4, max_new_tokens=16,
+        chat_template="chatml",
+    )  # fmt: skip
+    samples = output["samples"]["rolebench_zh_spe"]
+    config = EvaluateConfig(
+        output_dir=str(tmp_path), dataset_name="zh",
+        client=ClientConfig(str(model_ending_turns), backend="local", chat_template="chatml", max_new_tokens=16),
+    )  # fmt: skip
+    client = make_client(config.client)
+    docs = [sample["doc"] for sample in samples]
+    profiles = load_rolebench_profiles("zh", data_dir=rolebench_slice_dir)
+    requests = build_requests(docs, range(len(docs)), profiles, config)  # what `rolellm evaluate` sends
+
+    end_of_turn = client.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert end_of_turn in client.stop_ids
+    assert lm.model.generation_config.eos_token_id == client.stop_ids  # lm-eval's model stops where evaluate's does
+    for sample, request in zip(samples, requests):
+        context, generation_kwargs = sample["arguments"][0]
+        assert generation_kwargs["until"] == []  # lm-eval adds the end of text; the end of turn is a stop token id
+        harness_ids = lm.tok_batch_encode([context])[0][0].tolist()
+        assert harness_ids == client.encode_prompt(request.messages)
+        assert context.startswith("<|im_start|>system\n" + sample["doc"]["system"] + "<|im_end|>")
+    results = client.generate(requests)
+    answers = [result.text for result in results]
+    assert [sample["filtered_resps"][0] for sample in samples] == answers
+    # the answers ended at the end of turn, before the 16-token budget
+    assert all(result.usage["completion_tokens"] < 16 for result in results), [r.usage for r in results]
+    assert output["results"]["rolebench_zh_spe"]["rouge_l,none"] == pytest.approx(
+        rouge_l(answers, [doc["references"] for doc in docs], lang="zh"), abs=1e-12
+    )
+
+
+@pytest.mark.parametrize("family", ["gemma-2-it", "deepseek-r1"])
+def test_harness_model_refuses_a_template_lm_eval_would_render_otherwise(family, shared_data_dir, tmp_path, caplog):
+    """Gemma refuses a system turn (lm-eval then drops the role's instruction); DeepSeek-R1 prefills `<think>`."""
+    from rolellm.clients.config import ClientConfig
+    from rolellm.lm_eval_tasks.model import harness_model
+    from rolellm.testing.models import build_tiny_llama, tiny_tokenizer_for_template
+
+    folder = shared_data_dir / "chat-templates" / family
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found")
+    model = build_tiny_llama(tmp_path / family, tokenizer=tiny_tokenizer_for_template(folder))
+    with pytest.raises(ValueError, match="lm-eval would prompt .* with other tokens than rolellm evaluate") as error:
+        harness_model(ClientConfig(str(model), backend="local"))
+    harness_part, rolellm_part = str(error.value).split("lm-eval sends ")[1].split(", rolellm ")
+    if family == "gemma-2-it":  # lm-eval dropped the system turn, the role's instruction; rolellm folds it in
+        assert "You are Ada" in rolellm_part and "You are Ada" not in harness_part, str(error.value)
+    else:  # lm-eval keeps the prefilled think block, rolellm answers without it (keep_think=False)
+        assert "<think>" in harness_part and "<think>" not in rolellm_part, str(error.value)

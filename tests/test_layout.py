@@ -120,8 +120,9 @@ def test_every_module_lives_in_a_stage_folder():
 
 
 # Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the single-turn
-# benchmark (which judges against a baseline), the multi-turn evaluation and CoSER (on the multi-turn log).
-EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn", "coser"]
+# benchmark (which judges against a baseline), the multi-turn evaluation, CoSER (on the multi-turn log) and the
+# preference pairs ranked by those judges.
+EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn", "coser", "preference"]
 
 
 def room(module: str) -> int | None:
@@ -138,5 +139,5 @@ def test_evaluation_rooms_import_only_earlier_rooms():
     assert wrong == []
     inside = (PACKAGE / "evaluation").iterdir()
     assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == sorted(
-        ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py"]
+        ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py"]
     )

@@ -122,9 +122,14 @@ def test_env_command_prints_versions(capsys):
 
 
 def command_parsers(parser) -> list:
-    """The parsers that read a command's fields: its sub-commands' parsers, or the parser itself."""
+    """The parsers that read a command's fields: its sub-commands' parsers, or the parser itself (`rolellm train`:
+    the parser of each stage)."""
     import argparse
 
+    from rolellm.scripts.train import TrainParser
+
+    if isinstance(parser, TrainParser):
+        return parser.stage_parsers()
     groups = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     return [sub for group in groups for sub in dict.fromkeys(group.choices.values())] or [parser]
 

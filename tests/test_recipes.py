@@ -82,7 +82,7 @@ def test_every_command_reads_recipes_with_the_one_parser(tmp_path):
     bad = tmp_path / "recipe.yaml"
     bad.write_text("output_dir: out\nlearning_rat: 0.1\n")
     parsers = {
-        "train": train.make_parser(),
+        "train": train.make_stage_parser("dpo"),
         "evaluate": evaluate.make_parser(),
         "generate rolegpt": generate.make_parser()._subparsers._group_actions[0].choices["rolegpt"],
     }
@@ -90,3 +90,15 @@ def test_every_command_reads_recipes_with_the_one_parser(tmp_path):
         assert isinstance(parser, recipe.recipe_parser_class().__mro__[1]), name
         with pytest.raises(ValueError, match=r"recipe.yaml: unknown keys \['learning_rat'\]"):
             parser.parse_args(["--config", str(bad)])
+
+
+@pytest.mark.parametrize(("recipe", "config"), [("dpo-tiny-cpu", "RoleDPOConfig"), ("kto-tiny-cpu", "RoleKTOConfig")])
+def test_preference_recipes_parse_into_their_stage(recipe, config):
+    from rolellm.scripts.train import make_parser
+
+    path = EXAMPLES / "recipes" / f"{recipe}.yaml"
+    script_args, training_args, model_args = make_parser().parse_args_into_dataclasses(["--config", str(path)])
+    assert type(training_args).__name__ == config and script_args.stage == recipe.split("-")[0]
+    for key, value in yaml.safe_load(path.read_text()).items():
+        parsed = {**vars(script_args), **vars(model_args), **training_args.to_dict()}
+        assert parsed[key] == ([] if (key, value) == ("report_to", "none") else value), key

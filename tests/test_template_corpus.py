@@ -108,6 +108,28 @@ def test_every_added_token_in_every_message_is_plain_text(tokenizers, name):
         assert " ".join(texts) in tokenizer.decode(prompt)
 
 
+@SKIP
+@pytest.mark.parametrize("name", FOLDERS or ["none"])
+@pytest.mark.parametrize("keep_think", [False, True], ids=["default", "keep_think"])
+def test_preference_samples_share_the_prompt_and_train_exactly_the_answer(tokenizers, name, keep_think):
+    """DPO/KTO samples (`encode_preference`): chosen and rejected follow the prompt ids of inference, token for token,
+    and each completion is exactly the tokens `encode_chat` trains for that answer (an injected control token's text
+    included, as plain text)."""
+    from rolellm.training.preference import encode_preference
+
+    tokenizer = tokenizers(name)
+    texts = " ".join(t.content for t in tokenizer.added_tokens_decoder.values() if t.content.strip())
+    prompt, answers = CHAT[:2], ["Gone, mate.", f"Arr. {texts}"]
+    prompt_ids, completions = encode_preference(tokenizer, prompt, answers, keep_think=keep_think)
+    assert prompt_ids == encode_chat(tokenizer, prompt, add_generation_prompt=True, keep_think=keep_think)["input_ids"]
+    for answer, ids in zip(answers, completions, strict=True):
+        full = encode_chat(tokenizer, [*prompt, {"role": "assistant", "content": answer}], keep_think=keep_think)
+        assert full["input_ids"][: len(prompt_ids) + len(ids)] == prompt_ids + ids
+        assert [i for i, m in zip(full["input_ids"], full["assistant_masks"]) if m] == ids
+        assert answer.split()[0] in tokenizer.decode(ids)
+    assert _control_ids(tokenizer, completions[1]) == _control_ids(tokenizer, completions[0])
+
+
 def _trained(tokenizer, encoded) -> list[str]:
     """The decoded text of each trained run."""
     runs, current = [], []

@@ -5,6 +5,7 @@ merged folder with `transformers.pipeline` and generates. The stand-in answers t
 
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from rolellm.testing.server import ChatCompletionsServer, Fault
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "your_character.sh"
+PREFERENCE_EXAMPLE = ROOT / "examples" / "preference_your_character.sh"
 ROLE = "Juniper"
 RELEASE = Path("rolebench-eng") / "instruction-generalization"
 PROMPT = "Will the storm reach the fair?"
@@ -112,6 +114,37 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
     assert [item["adapter"] for item in loaded] == [True, False]
     assert all(item["text"].startswith(PROMPT) and len(item["text"]) > len(PROMPT) for item in loaded)
     assert loaded[0]["text"] == loaded[1]["text"]  # merging kept what the adapter computes (greedy decoding)
+
+    # the preference continuation on the same folder (examples/preference_your_character.sh): the adapter's answers
+    # and the references ranked by the stand-in judge in both orders, DPO from the adapter, evaluate, a chat turn
+    more = subprocess.run(
+        ["bash", str(PREFERENCE_EXAMPLE), str(work)], env=example_env(), capture_output=True, text=True
+    )
+    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
+    assert all(f"=== {i}/4" in more.stdout for i in range(5)) and "Traceback" not in more.stderr
+    pairs = [
+        row for split in ("train", "test") for row in read_rows_if(out / RELEASE / "preference" / f"{split}.jsonl")
+    ]
+    questions = len(rows["general", "train"]) + len(rows["role_specific", "train"])
+    assert 0 < len(pairs) <= questions and {p["source"] for p in pairs} == {"judge:pairwise"}
+
+    def real_words(text):  # the stand-in judge's rule: more words of three letters or more ranks first
+        return len(re.findall(r"[A-Za-z]{3,}|[\u3400-\u9fff]", text))
+
+    assert all(p["chosen"] != p["rejected"] and real_words(p["chosen"]) > real_words(p["rejected"]) for p in pairs)
+    dpo = work / "dpo"
+    assert (dpo / "adapter_model.safetensors").stat().st_size > 0 and (dpo / "role_profiles.jsonl").is_file()
+    assert "with DPO (TRL, loss `['sigmoid']`" in (dpo / "README.md").read_text("utf-8")
+    after = json.loads((work / "eval-dpo" / "results.json").read_text("utf-8"))
+    assert after["metrics"]["CUS"] is not None and after["counts"] == results["counts"]
+    assert after["metrics"]["win_rate"] is not None  # the stand-in judged DPO's answers against RoCIT's
+    assert "before (RoCIT)" in more.stdout and "after (DPO)" in more.stdout
+    assert len((work / "chat-dpo.txt").read_text("utf-8").strip().splitlines()) == 1
+
+
+def read_rows_if(path: Path) -> list[dict]:
+    """The rows of a file that may be absent (a split with no row gets no file)."""
+    return read_rows(path) if path.is_file() else []
 
 
 def test_the_example_fails_loudly_on_a_missing_input(tmp_path):

@@ -1,7 +1,8 @@
 """What every chat client shares: the request and result types, usage totals, and `ChatClient`, the base class
 with the cache lookups, the `parse` re-ask logic, the progress bar and `generate()` over `agenerate()`.
 
-The backends are `OpenAIChatClient` (`rolellm.clients.openai_compatible`) and `LocalChatClient` (`rolellm.clients.local`).
+The backends are `OpenAIChatClient` (`rolellm.clients.openai_compatible`), `LocalChatClient` (`rolellm.clients.local`),
+`VLLMChatClient` (`rolellm.clients.vllm_backend`) and `RayChatClient` (`rolellm.clients.ray_backend`).
 
 >>> request = ChatRequest([{"role": "user", "content": "Ahoy"}], params={"temperature": 0.7}, sample_index=1)
 >>> ChatResult(request, text="Arr").ok, ChatResult(request, error="HTTP 400: bad request").ok
@@ -194,6 +195,7 @@ class ChatClient:
         parse: Callable[[str], Any] | None = None,
         desc: str | None = None,
         remind: bool = False,
+        json_schema: dict | None = None,
     ):
         """Answer `requests` and return one `ChatResult` per request, in order.
 
@@ -209,15 +211,18 @@ class ChatClient:
             desc (`str`, *optional*): the progress bar's label.
             remind (`bool`, *optional*, defaults to `False`): a re-ask also shows the model its rejected answer and
                 a user turn naming what was wrong (for answers in a format, such as a judge's ranking).
+            json_schema (`dict`, *optional*): the JSON schema every answer must fit; a backend that can constrain
+                decoding to it does (vLLM's structured outputs: `VLLMChatClient`, `RayChatClient` on vLLM engines),
+                the others leave it to `parse`.
         """
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.agenerate(requests, parse=parse, desc=desc, remind=remind))
+            return asyncio.run(self.agenerate(requests, parse, desc, remind, json_schema))
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self.agenerate(requests, parse, desc, remind)).result()
+            return pool.submit(asyncio.run, self.agenerate(requests, parse, desc, remind, json_schema)).result()
 
-    async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
+    async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
         raise NotImplementedError
 
     def check_endpoint(self) -> str | None:

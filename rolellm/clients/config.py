@@ -34,6 +34,9 @@ ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role te
 _ENDPOINT_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
                        "progress")  # fmt: skip
 _LOCAL_ARGUMENTS = ("batch_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")
+_VLLM_ARGUMENTS = ("tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")
+_RAY_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "batch_size",
+                  *_VLLM_ARGUMENTS)  # fmt: skip
 # the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
 ENDPOINT_FIELDS = ("model", "base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries")
 
@@ -52,9 +55,11 @@ class ClientConfig:
     Args:
         model (`str`): the endpoint's model name, or the local model's folder / Hub id (`--model`, also
             `--model_name_or_path`).
-        backend (`Literal["openai", "local"]`, *optional*): an OpenAI-compatible endpoint, or a `transformers` model
-            run in-process; defaults to `"openai"` when `base_url` is set, else `"local"` (so an endpoint without
-            `base_url`, OpenAI itself or `$OPENAI_BASE_URL`, needs `backend="openai"`).
+        backend (`Literal["openai", "local", "vllm", "ray"]`, *optional*): an OpenAI-compatible endpoint, a
+            `transformers` model run in-process, vLLM offline on this node (`rolellm[vllm]`), or Ray Data across a
+            cluster (`rolellm[ray]`: vLLM engines on its GPUs, or with `base_url` the endpoint fanned out to);
+            defaults to `"openai"` when `base_url` is set, else `"local"` (so an endpoint without `base_url`, OpenAI
+            itself or `$OPENAI_BASE_URL`, needs `backend="openai"`). See `docs/scale.md`.
         base_url (`str`, *optional*): the endpoint (`http://localhost:8000/v1`); defaults to `$OPENAI_BASE_URL`,
             else OpenAI.
 
@@ -81,6 +86,8 @@ class ClientConfig:
             `False`.
         dtype (`str`, *optional*): the `dtype` to load the weights in (`"bfloat16"`, ...).
         device (`str`, *optional*): where to run (`"cuda"`, `"cpu"`); defaults to the first GPU when there is one.
+        tensor_parallel_size (`int`, *optional*, defaults to 1): vLLM (`backend="vllm"`, or `"ray"` without
+            `base_url`): the GPUs one engine spans, as vLLM's `tensor_parallel_size`.
 
     > Parameters that control bookkeeping
 
@@ -95,8 +102,12 @@ class ClientConfig:
             "aliases": ["--model_name_or_path", "--model-name-or-path"],
         }
     )
-    backend: Literal["openai", "local"] | None = field(
-        default=None, metadata={"help": "openai (an endpoint) or local (transformers); default: openai with base_url."}
+    backend: Literal["openai", "local", "vllm", "ray"] | None = field(
+        default=None,
+        metadata={
+            "help": "openai (an endpoint), local (transformers), vllm (offline vLLM) or ray (Ray Data: vLLM engines, "
+            "or the base_url endpoint); default: openai with base_url, else local."
+        },
     )
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (key: OPENAI_API_KEY)."})
     max_concurrency: int = field(default=16, metadata={"help": "Endpoints: requests in flight at once."})
@@ -129,17 +140,25 @@ class ClientConfig:
     )
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM: GPUs one engine spans (tensor parallel)."})
     cache_path: str | None = field(default=None, metadata={"help": "SQLite answer cache."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
     def __post_init__(self):
         check_base_url(self.base_url)
         check_minimums(self, max_concurrency=1, requests_per_minute=1, timeout=0.001, max_retries=0, batch_size=1,
-                       max_new_tokens=1)  # fmt: skip
+                       max_new_tokens=1, tensor_parallel_size=1)  # fmt: skip
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
-        if self.backend == "local" and self.base_url is not None:
-            raise ValueError(f"backend='local' runs the model in-process: drop base_url={self.base_url!r}")
+        if self.backend in ("local", "vllm") and self.base_url is not None:
+            where = "in-process" if self.backend == "local" else "on this node"
+            raise ValueError(f"backend={self.backend!r} runs the model {where}: drop base_url={self.base_url!r}")
+
+    @property
+    def runs_weights(self) -> bool:
+        """Whether rolellm runs the model's own weights (`local`, `vllm`, `ray` without `base_url`), so that a
+        checkpoint folder's recorded settings and profiles apply; `False` for an endpoint."""
+        return self.backend in ("local", "vllm") or (self.backend == "ray" and self.base_url is None)
 
 
 def check_minimums(config, **minimums) -> None:
@@ -256,7 +275,7 @@ def read_inference_settings(model: str) -> dict:
 def resolve_keep_think(config: ClientConfig, log: bool = True) -> bool:
     """`config.keep_think`, else what the local checkpoint recorded, else `False`; with `log`, a setting that
     overrides the recorded one is logged in one line."""
-    recorded = read_inference_settings(config.model).get("keep_think") if config.backend == "local" else None
+    recorded = read_inference_settings(config.model).get("keep_think") if config.runs_weights else None
     if config.keep_think is None:
         return bool(recorded)
     if log and recorded is not None and recorded != config.keep_think:
@@ -269,14 +288,14 @@ def resolve_keep_think(config: ClientConfig, log: bool = True) -> bool:
 def recorded_system_template(config: ClientConfig) -> str | None:
     """The custom system text template a local checkpoint was trained with (`system_template.jinja`), or `None`."""
     path = Path(config.model) / SYSTEM_TEMPLATE_FILE
-    return path.read_text(encoding="utf-8") if config.backend == "local" and path.is_file() else None
+    return path.read_text(encoding="utf-8") if config.runs_weights and path.is_file() else None
 
 
 def resolve_card_extras(config: ClientConfig, log: bool = True) -> bool:
     """`config.card_extras`, else `False` for a local checkpoint `rolellm train` wrote (its `rolellm_inference.json`
     says how its samples were built: the role's system text and the turns, nothing around them), else `True`; with
     `log`, a setting that differs from how the checkpoint was trained is logged in one line."""
-    trained = read_inference_settings(config.model) if config.backend == "local" else {}
+    trained = read_inference_settings(config.model) if config.runs_weights else {}
     recorded = trained.get("card_extras", False if trained else None)
     if config.card_extras is None:
         return True if recorded is None else recorded
@@ -289,7 +308,11 @@ def resolve_card_extras(config: ClientConfig, log: bool = True) -> bool:
 
 
 def make_client(config: ClientConfig) -> ChatClient:
-    """The chat client `config` describes: `OpenAIChatClient` for an endpoint, `LocalChatClient` for a local model.
+    """The chat client `config` describes: `OpenAIChatClient` for an endpoint, `LocalChatClient` for a local model,
+    `VLLMChatClient` for vLLM on this node, `RayChatClient` for Ray Data.
+
+    An engine that is missing or at an unsupported version stops here (`EngineUnavailable`, naming the extra), before
+    anything is loaded.
 
     A local checkpoint's recorded inference settings (`rolellm_inference.json`) apply where `config` leaves them
     unset (`keep_think`); an explicit setting that differs is logged.
@@ -298,6 +321,22 @@ def make_client(config: ClientConfig) -> ChatClient:
         from rolellm.clients.openai_compatible import OpenAIChatClient
 
         return OpenAIChatClient(config.model, **{name: getattr(config, name) for name in _ENDPOINT_ARGUMENTS})
+    if config.backend in ("vllm", "ray"):
+        from rolellm.clients.engines import require_engine
+
+        require_engine(config.backend)
+        if config.runs_weights:
+            from rolellm.clients.loading import check_model_source
+
+            check_model_source(config.model, "--model")
+        settings = {"keep_think": resolve_keep_think(config)}
+        if config.backend == "ray":
+            from rolellm.clients.ray_backend import RayChatClient
+
+            return RayChatClient(config.model, **settings, **{name: getattr(config, name) for name in _RAY_ARGUMENTS})
+        from rolellm.clients.vllm_backend import VLLMChatClient
+
+        return VLLMChatClient(config.model, **settings, **{name: getattr(config, name) for name in _VLLM_ARGUMENTS})
     import torch
 
     from rolellm.clients.loading import check_model_source

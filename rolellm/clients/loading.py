@@ -59,7 +59,9 @@ def check_adapter_base(adapter: str | os.PathLike) -> None:
         check_model_source(base, f"the base model of {adapter} ({ADAPTER_CONFIG}: base_model_name_or_path)")
 
 
-def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str | None = None, **kwargs):
+def load_model_and_tokenizer(
+    model_name_or_path: str | os.PathLike, dtype: str | None = None, is_trainable: bool = False, **kwargs
+):
     """Load a causal LM and the tokenizer saved with it, ready for `generate`.
 
     An adapter checkpoint (a folder or Hub repo with `adapter_config.json`, as `rolellm train` writes for LoRA and
@@ -72,10 +74,13 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
     Args:
         model_name_or_path (`str` or `os.PathLike`): a Hub id, a model folder or an adapter checkpoint folder.
         dtype (`str`, *optional*): the `dtype` passed to `from_pretrained` (`"bfloat16"`, ...).
+        is_trainable (`bool`, *optional*, defaults to `False`): load an adapter's weights trainable, in train mode
+            (a preference stage going on from a RoCIT adapter).
         **kwargs: more `from_pretrained` keywords (`revision`, `device_map`, ...).
 
     Returns:
-        `tuple`: `(model, tokenizer)`; an adapter checkpoint's model is a `peft.PeftModel` in eval mode.
+        `tuple`: `(model, tokenizer)`; an adapter checkpoint's model is a `peft.PeftModel`, in eval mode unless
+        `is_trainable`.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import find_adapter_config_file
@@ -95,11 +100,13 @@ def load_model_and_tokenizer(model_name_or_path: str | os.PathLike, dtype: str |
         try:
             with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
                 warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-                model = AutoPeftModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+                model = AutoPeftModelForCausalLM.from_pretrained(
+                    model_name_or_path, is_trainable=is_trainable, **kwargs
+                )
         finally:
             hf_logging.set_verbosity(verbosity)
         if (Path(model_name_or_path) / "generation_config.json").is_file():  # the end-of-turn ids trained with
             model.get_base_model().generation_config = GenerationConfig.from_pretrained(model_name_or_path)
     else:
         model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
-    return model.eval(), tokenizer
+    return (model.train() if is_trainable else model.eval()), tokenizer

@@ -107,15 +107,9 @@ class LocalChatClient(ChatClient):
             raise ValueError(
                 f"the tokenizer of {name!r} has no chat template: pass chat_template='chatml' or a Jinja template"
             )
-        # stop at any end token the model's generation config knows (Llama 3 has several), the tokenizer's, and
-        # ChatML's end of turn when that template is used
-        configured = self.model.generation_config.eos_token_id
-        stops = list(configured) if isinstance(configured, list) else [configured]
-        stops.append(tokenizer.eos_token_id)
-        if self.chat_template is ROLE_CHAT_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
-            stops.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        stops += self._end_of_turn_ids()
-        self.stop_ids = list(dict.fromkeys(t for t in stops if t is not None))
+        self.stop_ids = stop_token_ids(
+            tokenizer, self.chat_template, keep_think, self.model.generation_config.eos_token_id
+        )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def __repr__(self) -> str:
@@ -133,8 +127,9 @@ class LocalChatClient(ChatClient):
     def count_prompt_tokens(self, request: ChatRequest) -> int:
         return len(self.encode_prompt(request.messages))
 
-    async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
-        """The async form of `generate`; generation runs in a worker thread so the event loop stays free."""
+    async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
+        """The async form of `generate`; generation runs in a worker thread so the event loop stays free (a
+        `json_schema` is left to `parse`: transformers has no constrained decoding here)."""
         requests = [as_request(r) for r in requests]
         for request in requests:
             unknown = sorted(set(request.params) - set(_PARAMS))
@@ -175,24 +170,9 @@ class LocalChatClient(ChatClient):
         self._report(bar, desc)
         return results
 
-    def _end_of_turn_ids(self) -> list[int]:
-        """The control token that ends an answer in the template (`<|user|>` for GLM, which writes no end of turn)."""
-        probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
-        try:
-            encoded = encode_chat(self.tokenizer, probe, False, self.chat_template, self.keep_think)
-        except ValueError:  # the template's problem is reported by the first request, with its messages
-            return []
-        trained = [i for i, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]
-        answer = self.tokenizer("!", add_special_tokens=False)["input_ids"]
-        after = next((k + len(answer) for k in range(len(trained)) if trained[k : k + len(answer)] == answer), 0)
-        added = added_token_ids(self.tokenizer)
-        return [next((i for i in trained[after:] if i in added), None)]
-
     def encode_prompt(self, messages: list[dict]) -> list[int]:
-        """The token ids the model answers `messages` from: `encode_chat` with the generation prompt (not
-        `apply_chat_template`: the prompt the model was trained on, and message text that looks like a control token
-        stays plain text)."""
-        return encode_chat(self.tokenizer, messages, True, self.chat_template, self.keep_think)["input_ids"]
+        """The token ids the model answers `messages` from (`encode_prompt`, the module function)."""
+        return encode_prompt(self.tokenizer, messages, self.chat_template, self.keep_think)
 
     def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
         import torch
@@ -220,6 +200,36 @@ class LocalChatClient(ChatClient):
             text = self.tokenizer.decode(row[:stop], skip_special_tokens=True)
             answers.append((text, {"prompt_tokens": len(prompt), "completion_tokens": stop}))
         return answers
+
+
+def encode_prompt(tokenizer, messages: list[dict], chat_template: str | None, keep_think: bool) -> list[int]:
+    """The token ids a model answers `messages` from: `encode_chat` with the generation prompt (not
+    `apply_chat_template`: the prompt the model was trained on, and message text that looks like a control token
+    stays plain text). The one prompt encoder of every backend that runs weights (`LocalChatClient`,
+    `VLLMChatClient`, `RayChatClient` on vLLM engines)."""
+    return encode_chat(tokenizer, messages, True, chat_template, keep_think)["input_ids"]
+
+
+def stop_token_ids(tokenizer, chat_template: str | None, keep_think: bool, configured=None) -> list[int]:
+    """The token ids that end an answer: any end token the model's generation config knows (`configured`, its
+    `eos_token_id`: Llama 3 has several), the tokenizer's, ChatML's end of turn when that template is used, and the
+    control token after an answer in the template (`<|user|>` for GLM, which writes no end of turn)."""
+    stops = list(configured) if isinstance(configured, list) else [configured]
+    stops.append(tokenizer.eos_token_id)
+    if chat_template is ROLE_CHAT_TEMPLATE and "<|im_end|>" in tokenizer.get_vocab():
+        stops.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+    try:
+        encoded = encode_chat(tokenizer, probe, False, chat_template, keep_think)
+    except ValueError:  # the template's problem is reported by the first request, with its messages
+        encoded = None
+    if encoded is not None:
+        trained = [i for i, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]
+        answer = tokenizer("!", add_special_tokens=False)["input_ids"]
+        after = next((k + len(answer) for k in range(len(trained)) if trained[k : k + len(answer)] == answer), 0)
+        added = added_token_ids(tokenizer)
+        stops.append(next((i for i in trained[after:] if i in added), None))
+    return list(dict.fromkeys(t for t in stops if t is not None))
 
 
 def _generation_kwargs(request: ChatRequest) -> dict[str, Any]:

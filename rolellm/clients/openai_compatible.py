@@ -230,8 +230,9 @@ class OpenAIChatClient(ChatClient):
             return openai.DefaultAioHttpClient(verify=ssl_context())
         return openai.DefaultAsyncHttpxClient(verify=ssl_context())
 
-    async def agenerate(self, requests, parse=None, desc=None, remind=False) -> list[ChatResult]:
-        """The async form of `generate` (same arguments): await it inside your own event loop."""
+    async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
+        """The async form of `generate` (same arguments): await it inside your own event loop. A `json_schema` is
+        not sent (endpoints differ in how they take one): `parse` checks the answers."""
         import openai
 
         requests = [as_request(r) for r in requests]

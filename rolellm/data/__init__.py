@@ -4,6 +4,7 @@
 - `readers`: `read_rolebench_jsonl` and the row normalisation (standard library only);
 - `schema`, `layout`: the row features and the release's file layout (`CONFIG_NAMES`, `MissingFilesError`);
 - `builder`: the `datasets` builder `RoleBench`, `load_rolebench`, `load_rolebench_profiles`;
+- `preference`: the preference configs' rows (DPO pairs, KTO labelled answers) and SillyTavern chats as pairs;
 - `stats`: statistics (paper Table 1) and leakage checks;
 - `hub`, `card`: export, push and the dataset card.
 

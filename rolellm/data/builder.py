@@ -35,6 +35,7 @@ from rolellm.data.layout import (
     fingerprint_files,
     get_spec,
 )
+from rolellm.data.preference import PREFERENCE_FEATURES, read_preference_rows
 from rolellm.data.readers import read_rolebench_columns
 from rolellm.data.release import CITATION, HOMEPAGE, LICENSE, TYPES
 from rolellm.data.schema import ROW_FEATURES
@@ -80,8 +81,11 @@ class RoleBench(datasets.ArrowBasedBuilder):
     ]
 
     def _info(self):
-        if get_spec(self.config.name).kind == "profiles":
+        kind = get_spec(self.config.name).kind
+        if kind == "profiles":
             features = PROFILE_FEATURES
+        elif kind in PREFERENCE_FEATURES:
+            features = PREFERENCE_FEATURES[kind]
         else:
             features = datasets.Features(ROW_FEATURES)
         return datasets.DatasetInfo(
@@ -108,7 +112,10 @@ class RoleBench(datasets.ArrowBasedBuilder):
             yield Key(0, 0), pa.Table.from_pylist(rows, schema=schema)
             return
         for shard, (path, subset) in enumerate(files):
-            yield Key(shard, 0), read_rolebench_table(path, subset, spec.lang)
+            if spec.kind in PREFERENCE_FEATURES:
+                yield Key(shard, 0), pa.Table.from_pylist(read_preference_rows(path, spec.kind), schema=schema)
+            else:
+                yield Key(shard, 0), read_rolebench_table(path, subset, spec.lang)
 
 
 # Python's whitespace (`str.strip`), so that Arrow finds blank text exactly where `normalize_row` does

@@ -35,7 +35,7 @@ def release_configs(data_dir: str | Path, configs: list[str] | None = None, **lo
             if configs:  # asked for by name: say why it is not there
                 load_rolebench(name, data_dir=data_dir, **load_kwargs)
             continue
-        full = get_spec(name).kind == "profiles" or len(splits) == 3
+        full = get_spec(name).kind == "profiles" or len(splits) == len(get_spec(name).splits)
         loaded[name] = load_rolebench(name, data_dir=data_dir, splits=None if full else splits, **load_kwargs)
     return loaded
 

@@ -33,6 +33,7 @@ class ConfigSpec:
     subsets: tuple[str, ...] = SUBSETS
     kind: str = "rows"
     description: str = ""
+    splits: tuple[str, ...] = ("train", "test", "rolegpt_baseline")
 
 
 def _row_specs(prefix: str, release_dir: str, lang: str, what: str) -> list[ConfigSpec]:
@@ -55,10 +56,32 @@ CONFIG_SPECS = {
         ConfigSpec("profiles-zh", f"profiles-{ZH}", "zh", (), "profiles", "Chinese role profiles."),
     ]
 }  # fmt: skip
-CONFIG_NAMES = tuple(CONFIG_SPECS)
 # the config that generated rows of a language are written for (`rolellm generate`): generated data asks new
 # instructions of known roles, as instruction generalization does
 GENERATED_CONFIGS = {"zh": "zh", "en": "en-instruction"}
+# preference data (`rolellm generate preferences`, `rolellm.data.preference`) beside the rows of the generated config:
+# `{config}-preference` holds chosen/rejected pairs (DPO), `{config}-unpaired` single answers labelled desirable or
+# not (KTO), each in `<release part>/<kind>/{train,test}.jsonl`
+PREFERENCE_KINDS = ("preference", "unpaired")
+for _lang, _config in GENERATED_CONFIGS.items():
+    for _kind in PREFERENCE_KINDS:
+        CONFIG_SPECS[f"{_config}-{_kind}"] = ConfigSpec(
+            f"{_config}-{_kind}", f"{CONFIG_SPECS[_config].release_dir}/{_kind}", _lang, (), _kind,
+            f"{'Chosen/rejected answer pairs' if _kind == 'preference' else 'Answers labelled desirable or not'} "
+            f"of the roles of {_config} ({_lang}), for DPO/KTO.", ("train", "test"),
+        )  # fmt: skip
+CONFIG_NAMES = tuple(CONFIG_SPECS)
+
+
+def preference_config(lang: str, kind: str = "preference") -> str:
+    """The config of `lang`'s preference data of `kind` (`"preference"` or `"unpaired"`).
+
+    >>> preference_config("en"), get_spec(preference_config("zh", "unpaired")).release_dir
+    ('en-instruction-preference', 'rolebench-zh/unpaired')
+    """
+    if kind not in PREFERENCE_KINDS:
+        raise ValueError(f"kind must be one of {PREFERENCE_KINDS}, got {kind!r}")
+    return f"{GENERATED_CONFIGS[lang]}-{kind}"
 
 
 def subset_dir(lang: str, subset: str) -> str:
@@ -110,8 +133,10 @@ def config_files(name: str, splits: list[str] | tuple[str, ...] | None = None) -
     if spec.kind == "profiles":
         return {"train": [(f"{spec.release_dir}/desc.json", "")]}
     for split in splits or ():
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; RoleBench splits are {', '.join(SPLITS)}")
+        if split not in spec.splits:
+            raise ValueError(f"unknown split {split!r}; the splits of {name} are {', '.join(spec.splits)}")
+    if spec.kind in PREFERENCE_KINDS:
+        return {split: [(f"{spec.release_dir}/{split}.jsonl", "")] for split in (splits or spec.splits)}
     return {
         split: [(f"{spec.release_dir}/{subset}/{split}.jsonl", subset) for subset in spec.subsets]
         for split in (splits or SPLITS)

@@ -225,6 +225,7 @@ class ContextInstruct(GenerationJob):
     config_class = ContextInstructConfig
     name = "context-instruct"
     desc = "Context-Instruct"
+    answer_schema = {"type": "array", "items": ITEM_SCHEMA, "minItems": 1}  # the prompt asks for a JSON array
 
     def prompt(self, profile: RoleProfile, segment: str) -> list[dict]:
         """The chat messages asking for `num_questions` items about `profile` from one `segment`.

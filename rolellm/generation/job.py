@@ -286,6 +286,9 @@ class GenerationJob:
     config_class: type
     name: str
     desc: str
+    # the JSON schema of an answer, for a generator that asks for JSON: a backend with constrained decoding (vLLM's
+    # structured outputs) keeps every answer inside it; `parse` still checks each one
+    answer_schema: dict | None = None
 
     def __init__(self, config=None):
         self.config = config if config is not None else self.config_class()
@@ -293,7 +296,7 @@ class GenerationJob:
     def ask(self, client, requests: list, parse) -> tuple[list, dict]:
         """Send `requests` through `client` with `parse`; the results and the client usage this run added."""
         before = dataclasses.replace(client.usage)
-        results = client.generate(requests, parse=parse, desc=self.desc)
+        results = client.generate(requests, parse=parse, desc=self.desc, json_schema=self.answer_schema)
         return results, dataclasses.asdict(client.usage - before)
 
     @staticmethod

@@ -96,6 +96,14 @@ class ProfileDescriber(GenerationJob):
     config_class = ProfileDescriptionConfig
     name = "describe"
     desc = "Profile descriptions"
+    answer_schema = {
+        "type": "object",
+        "properties": {
+            "description": {"type": "string", "minLength": 1},
+            "catchphrases": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["description", "catchphrases"],
+    }
 
     def prompt(self, profile: RoleProfile) -> list[dict]:
         """The chat messages asking for `profile`'s description and catchphrases."""

@@ -228,7 +228,7 @@ def main(args=None):
 
     setup_logging()
     client, config = dataclasses_from(args, [ClientConfig, ChatArguments])
-    model_dir = client.model if client.backend == "local" else None  # a local checkpoint holds its profiles
+    model_dir = client.model if client.runs_weights else None  # a local checkpoint holds its profiles
     if not config.profiles and (model_dir is None or not Path(model_dir).is_dir()):
         raise ValueError(f"--model {client.model} is not a folder holding role profiles: pass --profiles SRC")
     profiles = profiles_for(config.profiles, model_dir=model_dir, lang=config.lang, roles=config.roles)

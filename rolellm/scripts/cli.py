@@ -19,9 +19,12 @@ COMMANDS = {
     "data": ("rolellm.scripts.data", "RoleBench statistics (paper Table 1), leakage checks, export/push to the Hub."),
     "generate": (
         "rolellm.scripts.generate",
-        "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions.",
+        "Generate data with an LLM: RoleGPT, Context-Instruct, profile descriptions, preference pairs.",
     ),
-    "train": ("rolellm.scripts.train", "Train a role-playing model with RoCIT on RoleBench (LoRA, QLoRA, full)."),
+    "train": (
+        "rolellm.scripts.train",
+        "Train a role-playing model: RoCIT on RoleBench, then DPO/KTO/GRPO (--stage; LoRA, QLoRA, full).",
+    ),
     "export": ("rolellm.scripts.export", "Export a checkpoint: merge a LoRA/QLoRA adapter into a full model, push."),
     "evaluate": ("rolellm.scripts.evaluate", "Answer a RoleBench config with a model, score RAW/CUS/SPE, report."),
     "push-metric": ("rolellm.scripts.push_metric", "Push the RoleBench ROUGE-L evaluate module as a Hub Space."),
@@ -112,6 +115,7 @@ def describe_error(error: BaseException) -> tuple[int, str]:
     (2, "--roles ['Shifu'] not found")
     """
     from rolellm.clients.base import EndpointError
+    from rolellm.clients.engines import EngineUnavailable
 
     while type(error).__name__ == "DatasetGenerationError" and error.__cause__ is not None:
         error = error.__cause__  # `datasets` wraps the builder's own errors
@@ -123,10 +127,14 @@ def describe_error(error: BaseException) -> tuple[int, str]:
         "EmptyAnswer",
     ):
         return EXIT_FAILED, message
+    if isinstance(error, EngineUnavailable):  # `--backend vllm` or `ray` without the engine: install the extra
+        return EXIT_USAGE, message
     if isinstance(error, (ValueError, LookupError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return EXIT_USAGE, message
     if isinstance(error, PermissionError) or type(error).__name__ == "YAMLError" or "yaml" in type(error).__module__:
         return EXIT_USAGE, message
+    if type(error).__name__ == "PackageNotFoundError":  # a package the run needs is not installed (`require_version`)
+        return EXIT_USAGE, f"a package is missing: {message}"
     return EXIT_BUG, f"unexpected {type(error).__name__}: {message}"
 
 

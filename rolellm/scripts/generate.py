@@ -14,6 +14,12 @@ rolellm generate context-instruct --profiles my_card.png --profiles script.txt -
 
 # descriptions and catchphrases for profiles from their dialogue
 rolellm generate describe --config examples/recipes/generate_profile.yaml
+
+# preference pairs for DPO/KTO: 4 answers per question from a RoCIT adapter, ranked by the paper's judge
+rolellm generate preferences --model runs/rocit-adapter --judge_model gpt-4o --judge_base_url https://api.openai.com/v1 \
+    --data_dir runs/data --dataset_configs en-instruction --profiles runs/data --output_dir runs/data
+# SillyTavern chats as pairs (the kept swipe chosen, the others rejected), no model needed
+rolellm generate sillytavern --chats chats/*.jsonl --profiles my_card.png --output_dir runs/data
 ```
 
 The output folder is a RoleBench release of its own (`rolebench-{lang}/`, `profiles-{lang}/`, `instructions-{lang}/`)
@@ -31,7 +37,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_endpoints, make_client
+from rolellm.clients.config import ClientConfig, check_endpoints, derive_client, endpoint_options, make_client
+from rolellm.data.preference import read_sillytavern_chat
 from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.job import FAILURES_NAME
 from rolellm.generation.profile_description import ProfileDescriptionConfig
@@ -116,6 +123,52 @@ class InstructionArguments:
     )
 
 
+@dataclass
+class PreferenceDataArguments:
+    """The questions `rolellm generate preferences` asks, and chats it reads as pairs.
+
+    Args:
+        data_dir (`str`, *optional*): a release folder whose rows give the questions (and the references).
+        dataset_configs (`list[str]`, *optional*): its RoleBench configs to take questions from.
+        dataset_split (`str`, *optional*, defaults to `"train"`): the split of those configs.
+        max_questions (`int`, *optional*): only the first N questions.
+    """
+
+    data_dir: str = field(metadata={"help": "Release folder whose rows give the questions."})
+    dataset_configs: list[str] = field(metadata={"help": "RoleBench configs of the questions."})
+    dataset_split: str = field(default="train", metadata={"help": "Split of those configs."})
+    max_questions: int | None = field(default=None, metadata={"help": "Only the first N questions."})
+
+    def __post_init__(self):
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ValueError(f"--max_questions must be at least 1, got {self.max_questions}")
+
+
+@dataclass
+class SillyTavernArguments:
+    """SillyTavern chat exports read as preference pairs (`rolellm.data.preference.read_sillytavern_chat`): the kept
+    swipe of each answer is chosen, every other swipe rejected; no model is asked.
+
+    Args:
+        chats (`list[str]`): the exported chats (`.jsonl`).
+        test_fraction (`float`, *optional*, defaults to 0.1), seed (`int`, *optional*, defaults to 0): the share of
+            questions written to the `test` split (a stable hash of role and question).
+    """
+
+    chats: list[str] = field(metadata={"help": "SillyTavern chat exports (.jsonl)."})
+    test_fraction: float = field(default=0.1, metadata={"help": "Share of questions in the test split."})
+    seed: int = field(default=0, metadata={"help": "Seed of the split."})
+
+
+JudgeOptions = endpoint_options("judge", model_help="Judge model ranking the answers (pairwise or rubric).")
+
+
+def _preference_types():
+    from rolellm.evaluation.preference import PreferenceConfig
+
+    return (ClientConfig, GenerateArguments, PreferenceDataArguments, JudgeOptions, PreferenceConfig)
+
+
 SUBCOMMANDS = {
     "rolegpt": (
         (ClientConfig, GenerateArguments, InstructionArguments, RoleGPTConfig),
@@ -129,6 +182,8 @@ SUBCOMMANDS = {
         (ClientConfig, GenerateArguments, ProfileDescriptionConfig),
         "Role descriptions and catchphrases from dialogue.",
     ),
+    "preferences": (None, "Preference pairs for DPO/KTO: answers of the model ranked by a judge."),
+    "sillytavern": ((GenerateArguments, SillyTavernArguments), "SillyTavern chats as preference pairs (swipes)."),
 }
 
 
@@ -136,7 +191,7 @@ def make_parser(subparsers=None):
     description = "Generate RoleBench-style data from role profiles with an LLM."
     parser, commands = make_command_group("generate", description, subparsers, "generator", "<generator>")
     for name, (dataclass_types, help_text) in SUBCOMMANDS.items():
-        make_command_parser(name, dataclass_types, help_text, commands)
+        make_command_parser(name, dataclass_types or _preference_types(), help_text, commands)
     return parser
 
 
@@ -176,6 +231,13 @@ def describe_folder(folder) -> str:
     configs = ", ".join(f"{name} ({'/'.join(splits)})" for name, splits in found.items() if splits)
     if not configs:
         return f"{folder} holds no RoleBench rows yet (only profiles)"
+    stages = [stage for stage, kind in (("dpo", "-preference"), ("kto", "-unpaired"))
+              if any(name.endswith(kind) and "train" in splits for name, splits in found.items())]  # fmt: skip
+    if stages:
+        return (
+            f"{folder} holds the RoleBench configs {configs}. Train on its preference data: rolellm train --stage "
+            f"{stages[0]} --data_dir {folder} --model_name_or_path ROCIT_CHECKPOINT --output_dir OUT"
+        )
     trainable = configs_with_split(folder, "train")
     if not trainable:
         return f"{folder} holds the RoleBench configs {configs} (no train split yet)"
@@ -190,6 +252,10 @@ def main(args=None):
         args = make_parser().parse_args()
     setup_logging()
     generator_name = args.generator
+    if generator_name == "preferences":
+        return generate_preferences(args)
+    if generator_name == "sillytavern":
+        return read_chats(*dataclasses_from(args, SUBCOMMANDS["sillytavern"][0]))
     dataclass_types, _ = SUBCOMMANDS[generator_name]
     built = dataclasses_from(args, dataclass_types)
     job, config = built[1], built[-1]
@@ -229,6 +295,81 @@ def main(args=None):
             file=sys.stderr,
         )
         return 0 if job.allow_partial else EXIT_PARTIAL
+    return 0
+
+
+def generate_preferences(args) -> int:
+    """`rolellm generate preferences`: sample, rank and pair answers (`rolellm.evaluation.preference`) into the
+    preference configs of `--output_dir`."""
+    import datasets
+
+    from rolellm.data.builder import load_rolebench
+    from rolellm.evaluation.preference import PreferenceGenerator
+
+    client_args, job, data, judge_options, config = dataclasses_from(args, _preference_types())
+    profiles = profiles_for(job.profiles, lang=job.lang, roles=job.roles)
+    generator = PreferenceGenerator(config)
+    parts = [load_rolebench(name, data_dir=data.data_dir, splits=[data.dataset_split])[data.dataset_split]
+             for name in data.dataset_configs]  # fmt: skip
+    rows = datasets.concatenate_datasets(parts)
+    if job.roles:
+        wanted = {profiles.find(role) for role in job.roles}
+        rows = rows.filter(lambda row: profiles.find(row["role"]) in wanted)
+    rows = rows.select(range(min(data.max_questions or len(rows), len(rows))))
+    client = make_client(client_config(client_args, job))
+    judge_cache = str(Path(job.output_dir) / "judge_cache.sqlite")
+    judge_config = derive_client(client_args, "judge", judge_options, cache_path=judge_cache)
+    judge = make_client(judge_config) if judge_config is not None else None
+    if job.dry_run:
+        print(f"{generator.desc} would send {client.estimate(generator.requests(rows, profiles))} (dry run)")
+        return 0
+    checked = check_endpoints(client, *([judge] if judge is not None else []))
+    print(f"{'; '.join(checked) + '. ' if checked else ''}{len(rows)} questions, {config.num_samples} answers each, "
+          f"ranked by {config.judge}")  # fmt: skip
+    result = generator.generate(client, rows, profiles, judge, output_dir=job.output_dir)
+    print(
+        f"{generator.desc}: {result.stats['pairs']} pairs of {len(rows)} questions; dropped {result.stats['dropped']}"
+    )
+    print(describe_folder(job.output_dir))
+    if result.failures:
+        print(
+            f"{len(result.failures)} requests failed; listed in {generator.run_dir(job.output_dir) / FAILURES_NAME}"
+            + (
+                "" if job.allow_partial else " (pass --allow_partial to accept a partial run; run again to retry them)"
+            ),
+            file=sys.stderr,
+        )
+        return 0 if job.allow_partial else EXIT_PARTIAL
+    return 0
+
+
+def read_chats(job, chats) -> int:
+    """`rolellm generate sillytavern`: the chats' pairs, and each answer labelled (kept: desirable), into the
+    preference configs of `--output_dir`; what could not be paired is counted per file."""
+    from rolellm.evaluation.preference import PreferenceGenerator
+    from rolellm.generation.job import GenerationResult, check_test_fraction, stable_split
+
+    check_test_fraction(chats.test_fraction)
+    profiles = profiles_for(job.profiles, lang=job.lang, roles=job.roles)
+    pairs = []
+    for path in chats.chats:
+        found, skipped = read_sillytavern_chat(path, lang=job.lang or "")
+        for row in found:
+            name = profiles.find(row["role"])
+            if name is None:
+                raise ValueError(
+                    f"{path}: the chat's character {row['role']!r} has no profile among {sorted(profiles)}"
+                )
+            split = stable_split(name, row["question"], chats.test_fraction, chats.seed)
+            pairs.append({**row, "role": name, "lang": row["lang"] or profiles[name].lang, "split": split})
+        print(f"{path}: {len(found)} pairs; not paired: {skipped}")
+    labelled = {(row["role"], row["question"], row["chosen"], True): row for row in pairs}
+    labelled.update({(row["role"], row["question"], row["rejected"], False): row for row in pairs})
+    unpaired = [{**{k: v for k, v in row.items() if k not in ("chosen", "rejected")}, "completion": text,
+                 "label": label} for (_, _, text, label), row in labelled.items()]  # fmt: skip
+    made = {"preference": pairs, "unpaired": unpaired}
+    PreferenceGenerator().write(Path(job.output_dir), GenerationResult(None, {}, details={"rows": made}))
+    print(describe_folder(job.output_dir))
     return 0
 
 

@@ -23,13 +23,44 @@ precedence (repeatable: release folders, `desc.json`, screenplays with `--roles`
 ```bash
 rolellm train --config examples/recipes/tiny-cpu.yaml --profiles my_card.png --roles "Ada Quill"
 ```
+
+`--stage` picks the training stage, each with its own configuration (and so its own flags: `rolellm train --stage
+dpo --help`): `sft` (RoCIT, `RoCITConfig`, the default), `dpo` (`RoleDPOConfig`) and `kto` (`RoleKTOConfig`) on the
+preference configs of `--data_dir` (`rolellm generate preferences` writes them), `grpo` (the GRPO stage's script,
+`rolellm.scripts.train_grpo`, given `RoleBenchArguments` and the data functions of this script: its `make_parser`,
+`dataclass_types` and `main`; where it is not installed, `--stage grpo` is an error saying so):
+
+```bash
+rolellm train --stage dpo --config examples/recipes/dpo-tiny-cpu.yaml --model_name_or_path runs/rocit-adapter
+```
+
+`rolellm train --help` reads the flags from the source of the configurations (`rolellm.scripts.recipe.source_fields`),
+so it prints in a fraction of a second, without importing torch.
 """
 
 import argparse
+import importlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from rolellm.scripts.recipe import dataclasses_from, make_command_parser
+from rolellm.scripts.recipe import dataclasses_from, make_command_parser, source_help_parser
+
+
+STAGES = ("sft", "dpo", "kto", "grpo")
+# stage -> (module, class) of its training configuration; `grpo` brings its own dataclasses (`GRPO_SCRIPT`)
+STAGE_CONFIGS = {
+    "sft": ("rolellm.training.config", "RoCITConfig"),
+    "dpo": ("rolellm.training.preference", "RoleDPOConfig"),
+    "kto": ("rolellm.training.preference", "RoleKTOConfig"),
+}
+GRPO_SCRIPT = "rolellm.scripts.train_grpo"
+MODEL_CONFIG = ("trl.trainer.model_config", "ModelConfig")
+DESCRIPTION = (
+    "Train a role-playing model on RoleBench data and role profiles: RoCIT (--stage sft), then DPO or KTO on "
+    "preference pairs, or GRPO with role-play rewards (LoRA, QLoRA, full)."
+)
 
 
 @dataclass
@@ -38,8 +69,9 @@ class RoleBenchArguments:
 
     Args:
         dataset_configs (`list[str]`, *optional*): RoleBench configs to train on, concatenated (`zh`,
-            `en-instruction`, `en-role`, or a `-general` / `-role_specific` variant of one); defaults to every config
-            whose train split is in `data_dir` (`rolellm.data.layout.configs_with_split`, printed), else `["zh"]`.
+            `en-instruction`, `en-role`, or a `-general` / `-role_specific` variant of one; for `--stage dpo` the
+            `-preference` configs, for `kto` the `-unpaired` ones); defaults to every such config whose train split
+            is in `data_dir` (`rolellm.data.layout.configs_with_split`, printed), else `["zh"]`.
         data_dir (`str`, *optional*): a local folder in the release layout; `None` uses `dataset_name` or the Hub.
         dataset_name (`str`, *optional*): a dataset in the Hub layout (a Hub id or a local folder), loaded with
             `datasets.load_dataset(dataset_name, config)`.
@@ -62,6 +94,24 @@ class RoleBenchArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation rows."})
     roles: list[str] | None = field(
         default=None, metadata={"help": "Only these roles' rows; the roles read from a screenplay file in --profiles."}
+    )
+
+
+@dataclass
+class StageArguments(RoleBenchArguments):
+    """`RoleBenchArguments` and the stage: the data flags of `rolellm train --stage sft|dpo|kto`. (The GRPO stage's
+    script declares `stage` among its own fields, and is given `RoleBenchArguments`.)
+
+    Args:
+        stage (`str`, *optional*, defaults to `"sft"`): the training stage, `sft`, `dpo`, `kto` or `grpo`.
+    """
+
+    stage: Literal["sft", "dpo", "kto", "grpo"] = field(
+        default="sft",
+        metadata={
+            "help": "Training stage: sft (RoCIT), dpo or kto (on the preference configs), grpo (with role-play "
+            "rewards). Each stage has its own flags: rolellm train --stage dpo --help."
+        },
     )
 
 
@@ -97,15 +147,35 @@ def load_rows(script_args, split, counts: dict | None = None):
     return rows
 
 
-def default_configs(script_args) -> list[str]:
-    """`--dataset_configs`, else the configs with a train split in `--data_dir` (said in one line), else `zh`."""
+def default_configs(script_args, stage: str = "sft") -> list[str]:
+    """`--dataset_configs`, else the configs with a train split in `--data_dir` (said in one line; for `stage` `dpo`
+    the preference configs, for `kto` the unpaired ones), else `zh`."""
     if script_args.dataset_configs:
         return script_args.dataset_configs
+    kind = {"dpo": "preference", "kto": "unpaired"}.get(stage)
     if script_args.data_dir is None:
+        if kind is not None:
+            raise ValueError(
+                f"--stage {stage} trains on preference data: give --data_dir (a folder `rolellm generate "
+                "preferences` wrote) or --dataset_name with --dataset_configs"
+            )
         return ["zh"]
-    from rolellm.data.layout import configs_with_split
+    from rolellm.data.layout import CONFIG_SPECS, available_splits, configs_with_split
 
     split = script_args.dataset_train_split
+    if kind is not None:
+        found = [
+            name
+            for name, spec in CONFIG_SPECS.items()
+            if spec.kind == kind and split in available_splits(script_args.data_dir, name)
+        ]
+        if not found:
+            raise FileNotFoundError(
+                f"--data_dir {script_args.data_dir} holds no {kind} {split} split for --stage {stage} "
+                f"(<release part>/{kind}/{split}.jsonl): write one with rolellm generate preferences"
+            )
+        print(f"rolellm train: training on the {kind} configs in {script_args.data_dir}: {' '.join(found)}")
+        return found
     found = configs_with_split(script_args.data_dir, split)
     if not found:
         raise FileNotFoundError(
@@ -135,6 +205,7 @@ def train(script_args, training_args, model_args):
 
     from rolellm.clients.loading import check_model_source, is_adapter_checkpoint
     from rolellm.data.release import HUB_REPO_ID
+    from rolellm.training.engine import check_engine, describe_engine
     from rolellm.training.trainer import RoCITTrainer
 
     training_args.model_init_kwargs = {
@@ -145,6 +216,7 @@ def train(script_args, training_args, model_args):
         **(training_args.model_init_kwargs or {}),
     }
     check_model_source(model_args.model_name_or_path)
+    check_engine(training_args)
     if Path(model_args.model_name_or_path).expanduser().is_dir():  # an adapter records its base: one that resolves
         model_args.model_name_or_path = str(Path(model_args.model_name_or_path).expanduser().resolve())
     script_args.dataset_configs = default_configs(script_args)
@@ -166,10 +238,13 @@ def train(script_args, training_args, model_args):
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)  # with its profiles, chat template and model card
+    trainer.save_state()  # trainer_state.json: the logged losses at full precision, as transformers' examples do
     samples = trainer.role_stats["train"]["samples"]
+    engine = describe_engine(trainer.accelerator)
     trainer.accelerator.print(
         f"Trained on {sum(samples.values())} samples ({samples}) of {len(trainer.role_stats['train']['roles'])} roles "
-        f"in {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es); "
+        f"in {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es)"
+        f"{f' ({engine})' if engine else ''}; "
         f"saved to {training_args.output_dir}"
     )
     if is_adapter_checkpoint(training_args.output_dir):
@@ -184,31 +259,149 @@ def train(script_args, training_args, model_args):
     return trainer
 
 
-def main(args):
-    """The `rolellm train` entry point: `args` is the namespace of `make_parser().parse_args()`."""
+def train_preference(script_args, training_args, model_args):
+    """`--stage dpo` / `kto`: train on the preference rows of the configs, from a RoCIT checkpoint or adapter; save
+    the model with its role files and model card and print what was trained. Returns the trainer."""
+    from trl import get_peft_config, get_quantization_config
+
+    from rolellm.clients.loading import check_model_source
+    from rolellm.training.engine import check_engine
+    from rolellm.training.preference import RoleDPOTrainer, RoleKTOTrainer
+
+    check_model_source(model_args.model_name_or_path)
+    check_engine(training_args)
+    if Path(model_args.model_name_or_path).expanduser().is_dir():
+        model_args.model_name_or_path = str(Path(model_args.model_name_or_path).expanduser().resolve())
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
+    script_args.dataset_configs = default_configs(script_args, script_args.stage)
+    train_rows = load_rows(script_args, script_args.dataset_train_split)
+    eval_rows = load_rows(script_args, script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
+    trainer_class = RoleDPOTrainer if script_args.stage == "dpo" else RoleKTOTrainer
+    trainer = trainer_class(
+        model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=train_rows,
+        eval_dataset=eval_rows,
+        profiles=load_profiles_for(script_args, training_args),
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+        dataset_name=script_args.dataset_name or script_args.data_dir,
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    stats = trainer.preference_stats["train"]
+    unit = "pairs" if script_args.stage == "dpo" else "labelled answers"
+    dropped = f" ({stats.rows - stats.kept} dropped: {stats.dropped()})" if stats.kept < stats.rows else ""
+    trainer.accelerator.print(
+        f"Trained with {script_args.stage.upper()} on {stats.kept} {unit}{dropped} of {len(stats.roles)} roles in "
+        f"{trainer.state.global_step} steps; saved to {training_args.output_dir}"
+    )
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+    return trainer
+
+
+def grpo_script():
+    """The GRPO stage's script module (`GRPO_SCRIPT`): `make_parser(RoleBenchArguments)`,
+    `dataclass_types(RoleBenchArguments)` and `main(args, RoleBenchArguments, (default_configs, load_rows,
+    load_profiles_for))`; an error saying so where this installation has none."""
+    try:
+        return importlib.import_module(GRPO_SCRIPT)
+    except ModuleNotFoundError as error:
+        if error.name != GRPO_SCRIPT:
+            raise
+        raise ValueError(
+            f"--stage grpo is not available in this installation of rolellm ({GRPO_SCRIPT} is missing); the stages "
+            "here are sft, dpo and kto"
+        ) from None
+
+
+def stage_dataclasses(stage: str) -> tuple:
+    """The dataclasses of a stage's flags: `StageArguments`, the stage's configuration, `trl.ModelConfig` (for
+    `grpo`, those of the GRPO stage's script)."""
     from trl import ModelConfig
 
-    from rolellm.training.config import RoCITConfig
+    if stage == "grpo":
+        return grpo_script().dataclass_types(RoleBenchArguments)
+    module, name = STAGE_CONFIGS[stage]
+    return StageArguments, getattr(importlib.import_module(module), name), ModelConfig
 
-    if getattr(args, "stage", None) == "grpo":  # `--stage grpo`: rolellm.scripts.train_grpo, on the same data
-        from rolellm.scripts.train_grpo import main as train_grpo
 
-        return train_grpo(args, RoleBenchArguments, (default_configs, load_rows, load_profiles_for))
-    train(*dataclasses_from(args, (RoleBenchArguments, RoCITConfig, ModelConfig)))
+def main(args):
+    """The `rolellm train` entry point: `args` is the namespace of `make_parser().parse_args()`."""
+    if args.stage == "grpo":
+        return grpo_script().main(args, RoleBenchArguments, (default_configs, load_rows, load_profiles_for))
+    script_args, training_args, model_args = dataclasses_from(args, stage_dataclasses(args.stage))
+    (train_preference if args.stage in ("dpo", "kto") else train)(script_args, training_args, model_args)
+
+
+def given_stage(args: list[str]) -> str:
+    """The `--stage` of a command line, else the `stage` of its `--config` recipe, else `"sft"` (a value that is no
+    stage is left to the parser, which names the choices)."""
+    for i, arg in enumerate(args):
+        if arg == "--stage" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--stage="):
+            return arg.split("=", 1)[1]
+    if "--config" in args and args.index("--config") + 1 < len(args):
+        import yaml
+
+        path = Path(args[args.index("--config") + 1])
+        try:
+            recipe = yaml.safe_load(path.read_text(encoding="utf-8-sig")) if path.is_file() else None
+        except (yaml.YAMLError, UnicodeDecodeError):
+            recipe = None  # the recipe parser reports it, naming the file and line
+        if isinstance(recipe, dict) and isinstance(recipe.get("stage"), str):
+            return recipe["stage"]
+    return "sft"
+
+
+class TrainParser(argparse.ArgumentParser):
+    """The parser of `rolellm train`: it reads `--stage` (or the recipe's `stage`) and hands the command line to the
+    recipe parser of that stage's dataclasses (`make_stage_parser`); `--help` of `sft`, `dpo` and `kto` is printed from
+    the configurations' source (`source_help_parser`), without importing torch, transformers or TRL."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        stage = given_stage(args)
+        if {"-h", "--help"} & set(args) and stage in STAGE_CONFIGS:
+            classes = [(__name__, "StageArguments"), STAGE_CONFIGS[stage], MODEL_CONFIG]
+            source_help_parser(self.prog, f"{DESCRIPTION} Stage: {stage}.", classes).print_help()
+            self.exit()
+        return make_stage_parser(stage).parse_known_args(args, namespace)
+
+    def stage_parsers(self) -> list:
+        """The recipe parsers of the stages this installation has."""
+        return [make_stage_parser(stage) for stage in STAGE_CONFIGS]
+
+    def parse_args_into_dataclasses(self, args=None, **kwargs) -> tuple:
+        """`(script_args, *stage configs, model_args)` of the stage the command line (or recipe) names."""
+        args = list(sys.argv[1:] if args is None else args)
+        return make_stage_parser(given_stage(args)).parse_args_into_dataclasses(args, **kwargs)
+
+
+def make_stage_parser(stage: str = "sft", subparsers: argparse._SubParsersAction | None = None):
+    """The recipe parser (`rolellm.scripts.recipe`) of one stage, over `stage_dataclasses(stage)`, with
+    `--config recipe.yaml`; flags override the recipe. `parse_args_into_dataclasses` gives the dataclasses,
+    `parse_args` the namespace `main` takes."""
+    if stage == "grpo":
+        return grpo_script().make_parser(RoleBenchArguments, subparsers)
+    if stage not in STAGES:
+        stage = "sft"  # the parser then refuses the value of --stage, naming the stages
+    return make_command_parser("train", stage_dataclasses(stage), DESCRIPTION, subparsers)
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None):
-    """The recipe parser (`rolellm.scripts.recipe`) over (`RoleBenchArguments`, `RoCITConfig`, `trl.ModelConfig`)
-    with `--config recipe.yaml`; flags override the recipe. `parse_args_into_dataclasses` gives the three
-    dataclasses, `parse_args` the namespace `main` takes."""
-    from trl import ModelConfig
-
-    from rolellm.scripts.train_grpo import add_grpo_stage
-    from rolellm.training.config import RoCITConfig
-
-    description = "Train with RoCIT on RoleBench rows and role profiles (LoRA, QLoRA, full)."
-    parser = make_command_parser("train", (RoleBenchArguments, RoCITConfig, ModelConfig), description, subparsers)
-    return add_grpo_stage(parser, RoleBenchArguments)  # `--stage grpo` parses with the GRPO stage's fields
+    """The parser of `rolellm train` (`TrainParser`): it imports nothing heavy until it parses a command line. Added to
+    `subparsers`, it is the recipe parser of the `sft` stage."""
+    if subparsers is not None:
+        return make_stage_parser("sft", subparsers)
+    return TrainParser(prog="rolellm train", description=DESCRIPTION, add_help=False)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ user simulator are endpoints derived as `rolellm dialogue` derives them (`--judg
 model that is a folder runs locally), each with its answer cache in `output_dir`.
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -99,10 +98,12 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
 
     from rolellm.clients.loading import check_model_source
     from rolellm.data.release import HUB_REPO_ID
+    from rolellm.training.engine import check_engine
     from rolellm.training.grpo import RoleGRPOTrainer
 
     default_configs, load_rows, load_profiles_for = data_functions
     check_model_source(model_args.model_name_or_path)
+    check_engine(training_args)
     model = model_args.model_name_or_path
     if Path(model).expanduser().is_dir():
         model = str(Path(model).expanduser().resolve())
@@ -184,39 +185,3 @@ def make_parser(data_arguments, subparsers=None):
     endpoint options, `RoleGRPOConfig`, `trl.ModelConfig`)."""
     description = "Train with GRPO from a RoCIT checkpoint or adapter, with role-play rewards."
     return make_command_parser("train", dataclass_types(data_arguments), description, subparsers)
-
-
-def asks_for_grpo(args: list[str]) -> bool:
-    """Whether a `rolellm train` command line asks for the GRPO stage: `--stage grpo`, or a `--config` recipe with
-    `stage: grpo` (and no other `--stage` on the line)."""
-    for i, arg in enumerate(args):
-        if arg in ("--stage", "--stage=grpo") or arg.startswith("--stage="):
-            return arg == "--stage=grpo" or (arg == "--stage" and args[i + 1 : i + 2] == ["grpo"])
-    if "--config" in args and args.index("--config") + 1 < len(args):
-        import yaml
-
-        from rolellm.roles.profile import read_text
-
-        try:
-            recipe = yaml.safe_load(read_text(args[args.index("--config") + 1], allow_empty=True))
-        except (OSError, ValueError, yaml.YAMLError):
-            return False  # the stage's own parser reports the file's problem
-        return isinstance(recipe, dict) and recipe.get("stage") == "grpo"
-    return False
-
-
-def add_grpo_stage(parser, data_arguments):
-    """Make `rolellm train`'s parser hand a command line that asks for the GRPO stage (`asks_for_grpo`) to the GRPO
-    parser; the namespace then has `stage == "grpo"`, which `rolellm.scripts.train.main` hands to `main` here."""
-    own = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        if asks_for_grpo(args):
-            grpo = make_parser(data_arguments)
-            grpo.prog = parser.prog
-            return grpo.parse_known_args(args, namespace)
-        return own(args, namespace)
-
-    parser.parse_known_args = parse_known_args
-    return parser

@@ -1,6 +1,7 @@
-"""RoCIT training, and GRPO after it. Modules:
+"""RoCIT training, and the preference and GRPO stages after it. Modules:
 
-- `config`: `RoCITConfig` (a `trl.SFTConfig`);
+- `config`: `RoCITConfig` (a `trl.SFTConfig`) and `RolePromptArguments`, the role fields every stage shares;
+- `preference`: `RoleDPOTrainer` / `RoleKTOTrainer` and their configs (thin `trl.DPOTrainer` / `trl.KTOTrainer`);
 - `trainer`: `RoCITTrainer` (a `trl.SFTTrainer`) and `DataCollatorForRoleLM`;
 - `grpo`: `RoleGRPOConfig` and `RoleGRPOTrainer` (a `trl.GRPOTrainer` on role prompts; rewards are arguments);
 - `data`: the RoleBench-to-chat conversion (`rolebench_to_conversations`, `mix_subsets`);

@@ -99,6 +99,7 @@ def build_model_card(
     template: dict | None = None,
     steps: int | None = None,
     example_system: str | None = None,
+    stage: dict | None = None,
 ) -> ModelCard:
     """The `README.md` of a RoCIT model, rendered from `rolellm/prompts/model_card.md` with `huggingface_hub`.
 
@@ -120,6 +121,9 @@ def build_model_card(
         template (`dict`, *optional*): `describe_chat_template(tokenizer)`.
         steps (`int`, *optional*): the optimizer steps taken when the card is written.
         example_system (`str`, *optional*): the system text of one real training sample, shown as it was trained.
+        stage (`dict`, *optional*): a preference stage (`RoleDPOTrainer`, `RoleKTOTrainer`): its `name`, `unit`,
+            `loss_type`, `beta`, `settings` and per split the rows kept and dropped (`RolePreferenceStats`); the
+            card then describes that stage instead of RoCIT.
 
     Returns:
         `huggingface_hub.ModelCard`: `str(card)` is the file; `card.data` the metadata; `card.push_to_hub(repo)`.
@@ -138,6 +142,7 @@ def build_model_card(
         model_name=model_name,
         base_model=base_model,
         example_system=example_system,
+        stage=stage,
         roles=role_stats.get("train", {}).get("roles", []),
         dataset_name=dataset_name,
         dataset_configs=dataset_configs or {},

@@ -1,4 +1,7 @@
-"""`RoCITConfig`: `trl.SFTConfig` plus the role-conditioned instruction tuning fields."""
+"""The configurations of the training stages: `RoCITConfig` (`trl.SFTConfig` plus the role-conditioned instruction
+tuning fields), and `RolePromptArguments`, the role fields every stage shares (where the profiles come from, the
+language and template of the system text, think blocks, what a checkpoint keeps of a card), with the precision and
+checkpointing defaults that let a CPU train without flags."""
 
 from dataclasses import dataclass, field
 from typing import Literal
@@ -9,24 +12,15 @@ from rolellm.roles.resolve import as_sources, profiles_field
 
 
 @dataclass
-class RoCITConfig(SFTConfig):
-    r"""Configuration of the [`RoCITTrainer`]: everything of `trl.SFTConfig`, plus where the role profiles come from
-    and how RoleBench rows become conversational samples.
+class RolePromptArguments:
+    r"""The role fields of every training stage's configuration (`RoCITConfig`, `RoleDPOConfig`, `RoleKTOConfig`):
+    listed first among the bases, so its defaults and `__post_init__` come before the TRL configuration's.
 
     Parameters:
-        > Parameters that control the role data
-
         profiles (`list[str]`, *optional*):
             Where the role profiles come from when the trainer is not given `profiles=` (`--profiles`, repeatable):
             any sources `rolellm.load_profiles` reads, e.g. a RoleBench release folder, a `desc.json`, a
             screenplay folder, Character Cards (JSON, PNG or a folder of them).
-        reference (`str`, *optional*, defaults to `"first"`):
-            Which reference answer of a row's `generated` to train on: `"first"`, `"random"` (one per row, drawn with
-            `seed`) or `"all"` (one sample per reference).
-        role_specific_fraction (`float`, *optional*):
-            Fraction of role-specific samples in the training mix. The larger subset is down-sampled (with `seed`) to
-            reach it; `0.0` trains on general rows only, `1.0` on role-specific rows only. `None` keeps the data's own
-            mix (the paper trains on both and finds that mixing helps).
         system_lang (`str`, *optional*):
             Language of the system instruction (`"en"` or `"zh"`). `None` uses each row's `lang`.
         system_template_path (`str`, *optional*):
@@ -40,6 +34,79 @@ class RoCITConfig(SFTConfig):
             Write the whole profiles into the checkpoint's `role_profiles.jsonl`. By default a Character Card keeps
             only the fields that reach a prompt, and a PNG card's local path is left out, since a checkpoint may be
             pushed (`rolellm.roles.card_prompts.prompt_only`).
+
+    Defaults it changes in the TRL configuration it is mixed into:
+
+    - `activation_checkpointing`: `True` (TRL's default) when neither it nor the deprecated alias
+      `gradient_checkpointing` is given, without the deprecation warning TRL's `gradient_checkpointing=True` raises.
+    - `bf16`: when not given, `True` only on hardware with bf16 (a recent GPU, a TPU), so a CPU trains in float32
+      without `--use_cpu`; TRL turns it on wherever `use_cpu` is not set, and `transformers` then refuses a CPU.
+    """
+
+    # TRL sets the deprecated alias `gradient_checkpointing=True` by default, which transformers warns about even when
+    # the user gave neither name: unset here, and `activation_checkpointing` defaults to True in `__post_init__`.
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of `activation_checkpointing`, will be removed in transformers v6.",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    profiles: list[str] | None = profiles_field(
+        help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "
+        "desc.json, a screenplay folder, Character Cards (.json, .png) or a folder of cards."
+    )
+    system_lang: Literal["en", "zh"] | None = field(
+        default=None,
+        metadata={"help": "Language of the system instruction; None uses each row's lang."},
+    )
+    system_template_path: str | None = field(
+        default=None,
+        metadata={"help": "Jinja file replacing the paper's system instruction."},
+    )
+    keep_think: bool = field(
+        default=False,
+        metadata={"help": "Keep a thinking template's empty think blocks (default: train answers without them)."},
+    )
+    keep_card_metadata: bool = field(
+        default=False,
+        metadata={
+            "help": "Write Character Card metadata (creator notes, tags, ...) and local card paths into the "
+            "checkpoint's role_profiles.jsonl (default: only what reaches a prompt)."
+        },
+    )
+
+    def __post_init__(self):
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True
+        if self.bf16 is None and not self.fp16:  # the hardware decides, unless the user did
+            from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+            self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        super().__post_init__()
+        self.profiles = as_sources(self.profiles) or None
+
+
+@dataclass
+class RoCITConfig(RolePromptArguments, SFTConfig):
+    r"""Configuration of the [`RoCITTrainer`]: everything of `trl.SFTConfig`, the role fields of
+    `RolePromptArguments` (`profiles`, `system_lang`, `system_template_path`, `keep_think`, `keep_card_metadata`), and
+    how RoleBench rows become conversational samples.
+
+    Parameters:
+        > Parameters that control the role data
+
+        reference (`str`, *optional*, defaults to `"first"`):
+            Which reference answer of a row's `generated` to train on: `"first"`, `"random"` (one per row, drawn with
+            `seed`) or `"all"` (one sample per reference).
+        role_specific_fraction (`float`, *optional*):
+            Fraction of role-specific samples in the training mix. The larger subset is down-sampled (with `seed`) to
+            reach it; `0.0` trains on general rows only, `1.0` on role-specific rows only. `None` keeps the data's own
+            mix (the paper trains on both and finds that mixing helps).
         log_subset_losses (`bool`, *optional*, defaults to `True`):
             Log the train and eval loss of `general` and `role_specific` samples separately (`loss_general`,
             `loss_role_specific`, `eval_loss_general`, ...).
@@ -73,20 +140,6 @@ class RoCITConfig(SFTConfig):
         default=True,
         metadata={"help": "Compute the loss on the assistant turns only (RoCIT default: True)."},
     )
-    # TRL sets the deprecated alias `gradient_checkpointing=True` by default, which transformers warns about even when
-    # the user gave neither name: unset here, and `activation_checkpointing` defaults to True in `__post_init__`.
-    gradient_checkpointing: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Deprecated alias of `activation_checkpointing`, will be removed in transformers v6.",
-            "nargs": "?",
-            "const": True,
-        },
-    )
-    profiles: list[str] | None = profiles_field(
-        help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "
-        "desc.json, a screenplay folder, Character Cards (.json, .png) or a folder of cards."
-    )
     reference: Literal["first", "random", "all"] = field(
         default="first",
         metadata={"help": "Reference answer(s) to train on: 'first', 'random' (seeded) or 'all' (one sample each)."},
@@ -96,25 +149,6 @@ class RoCITConfig(SFTConfig):
         metadata={
             "help": "Fraction of role-specific samples in the training mix (the larger subset is down-sampled); "
             "None keeps the data's own mix."
-        },
-    )
-    system_lang: Literal["en", "zh"] | None = field(
-        default=None,
-        metadata={"help": "Language of the system instruction; None uses each row's lang."},
-    )
-    system_template_path: str | None = field(
-        default=None,
-        metadata={"help": "Jinja file replacing the paper's system instruction."},
-    )
-    keep_think: bool = field(
-        default=False,
-        metadata={"help": "Keep a thinking template's empty think blocks (default: train answers without them)."},
-    )
-    keep_card_metadata: bool = field(
-        default=False,
-        metadata={
-            "help": "Write Character Card metadata (creator notes, tags, ...) and local card paths into the "
-            "checkpoint's role_profiles.jsonl (default: only what reaches a prompt)."
         },
     )
     log_subset_losses: bool = field(
@@ -131,17 +165,7 @@ class RoCITConfig(SFTConfig):
     )
 
     def __post_init__(self):
-        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
-            self.activation_checkpointing = True
-        if self.bf16 is None and not self.fp16:  # the hardware decides, unless the user did
-            from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
-            self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         super().__post_init__()
-        self.profiles = as_sources(self.profiles) or None
         if self.role_specific_fraction is not None and not 0.0 <= self.role_specific_fraction <= 1.0:
             raise ValueError(
                 f"role_specific_fraction={self.role_specific_fraction} is not a fraction: use a value in [0, 1], "

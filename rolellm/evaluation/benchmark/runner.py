@@ -291,7 +291,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     lang = rows[0]["lang"]
     profiles = {}
     if judged or not config.is_rolegpt_baseline:  # the data's, then --profiles, else those the model trained with
-        model_dir = config.client.model if config.client.backend == "local" else None
+        model_dir = config.client.model if config.client.runs_weights else None
         profiles = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
     baseline, baseline_label, judge = None, None, None
     if judged and config.baseline_client is None:  # read before anything is sent: a row without one stops the run

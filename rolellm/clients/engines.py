@@ -1,0 +1,78 @@
+"""The optional inference engines and the versions rolellm supports, checked before a run starts.
+
+`--backend vllm` needs vLLM, `--backend ray` needs Ray Data; both are optional extras (`pip install "rolellm[vllm]"`,
+`pip install "rolellm[ray]"`). `require_engine` imports the engine only after checking that it is installed at a
+supported version (as lm-evaluation-harness and lighteval gate their backends), so a missing or unsupported engine is
+one line naming the extra and the versions, exit code 2 in the CLI, instead of an `ImportError` from deep inside a
+run.
+
+>>> ENGINES["vllm"].extra, str(ENGINES["vllm"].versions)
+('vllm', '<1,>=0.12')
+"""
+
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One optional engine: its distribution, the module imported, the rolellm extra and the versions supported."""
+
+    distribution: str
+    module: str
+    extra: str
+    versions: SpecifierSet
+    why: str  # what sets the lower bound
+
+
+# The ranges are the ones the code is written against: vLLM 0.12 removed the `guided_*` sampling parameters for
+# `StructuredOutputsParams`; Ray 2.60 is the release whose `ray.data.llm.build_processor`, `vLLMEngineProcessorConfig`
+# and `HttpRequestProcessorConfig` the Ray backend was tested with (`build_llm_processor` is gone). The same ranges
+# are the extras' pins in setup.cfg (`tests/test_engines.py` checks they agree).
+ENGINES = {
+    "vllm": Engine("vllm", "vllm", "vllm", SpecifierSet(">=0.12,<1"), "structured outputs (StructuredOutputsParams)"),
+    "ray": Engine("ray", "ray.data.llm", "ray", SpecifierSet(">=2.60,<3"), "ray.data.llm.build_processor"),
+}
+
+
+class EngineUnavailable(ImportError):
+    """An optional engine is missing or at a version rolellm does not support (exit code 2 in the CLI)."""
+
+
+def engine_version(name: str) -> Version | None:
+    """The installed version of engine `name`, or `None` when it is not installed."""
+    try:
+        return Version(importlib.metadata.version(ENGINES[name].distribution))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def require_engine(name: str, flag: str | None = None):
+    """Import engine `name` (`"vllm"` or `"ray"`) after checking its version; the imported module.
+
+    Args:
+        name (`str`): a key of `ENGINES`.
+        flag (`str`, *optional*): what asked for it, for the message; defaults to `--backend {name}`.
+
+    Raises:
+        `EngineUnavailable`: the engine is not installed, or its version is outside `ENGINES[name].versions`; the
+            message names the extra to install and the versions supported.
+    """
+    engine = ENGINES[name]
+    flag = flag or f"--backend {name}"
+    wanted = f'{engine.distribution}{engine.versions} (pip install "rolellm[{engine.extra}]")'
+    version = engine_version(name)
+    if version is None:
+        raise EngineUnavailable(f"{flag} needs {wanted}; it is not installed")
+    if version not in engine.versions:
+        raise EngineUnavailable(f"{flag} needs {wanted}; {engine.distribution} {version} is installed")
+    try:
+        return importlib.import_module(engine.module)
+    except ImportError as error:  # installed but broken (a missing CUDA library, a wheel for another platform)
+        raise EngineUnavailable(
+            f"{flag}: {engine.distribution} {version} is installed but fails to import: {error}"
+        ) from None

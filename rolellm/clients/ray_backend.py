@@ -1,0 +1,330 @@
+"""`RayChatClient`: the chat-client interface on Ray Data's LLM processors (`ray.data.llm.build_processor`).
+
+Two ways to spread a run over a Ray cluster, chosen by `base_url`:
+
+- without it, `vLLMEngineProcessorConfig`: vLLM engines on the cluster's GPUs (`concurrency` engines of
+  `tensor_parallel_size` GPUs each), fed token ids from the same encoder as `LocalChatClient` and `VLLMChatClient`
+  (Ray's own chat-template and tokenize stages are off), JSON answers through structured outputs;
+- with it, `HttpRequestProcessorConfig`: the requests fanned out to an OpenAI-compatible endpoint (a load balancer in
+  front of many servers, or one server) by Ray workers, `max_concurrency` requests in flight.
+
+Either way the requests are the job's own (`ChatRequest`), cached requests are never submitted, and every answer is
+written to the cache the moment it streams back to the driver: a run killed at any point resumes with what is
+missing. Requests that get no answer are failures (`ChatResult.error`, the generators' `failures.jsonl`), never
+dropped. The driver joins the cluster at `$RAY_ADDRESS` (or starts a local one) unless `ray.init` already ran.
+
+```python
+import ray
+ray.init(address="auto")  # or nothing: the client joins $RAY_ADDRESS, else starts a local cluster
+client = RayChatClient("my-model", base_url="http://llm-lb.internal:8000/v1", max_concurrency=256)
+results = client.generate(requests, parse=...)  # the `ChatClient` interface; tests/test_ray_backend.py runs it
+```
+"""
+
+import asyncio
+import functools
+import json
+import logging
+import math
+from dataclasses import replace
+
+from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, as_request, check_base_url
+from rolellm.clients.openai_compatible import MalformedResponse, OpenAIChatClient, read_completion
+
+
+logger = logging.getLogger(__name__)
+
+# Ray Data runs up to this many batches at once in one async worker (`DEFAULT_ASYNC_BATCH_UDF_MAX_CONCURRENCY`), and
+# the HTTP stage sends the requests of one batch one after the other: `max_concurrency` requests in flight take
+# `max_concurrency / BATCHES_PER_WORKER` workers.
+BATCHES_PER_WORKER = 4
+HTTP_WORKER_CPUS = 0.25  # an HTTP worker waits on the network: a quarter CPU each, so that a laptop holds several
+
+
+class RayChatClient(ChatClient):
+    """A chat client on Ray Data, with the same `generate()` as every other client.
+
+    Args:
+        model (`str`): the endpoint's model name (with `base_url`), else a model folder or Hub id every vLLM worker
+            can read (a shared path or the Hub).
+        base_url (`str`, *optional*): an OpenAI-compatible endpoint: requests go through `HttpRequestProcessorConfig`
+            (key: `OPENAI_API_KEY`); without it, through `vLLMEngineProcessorConfig`.
+
+        > Parameters of the HTTP fan-out
+
+        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once (Ray workers of
+            `BATCHES_PER_WORKER` batches each).
+        requests_per_minute (`int`, *optional*): a limit on requests per minute, as whole requests per second per
+            worker (Ray's `qps`).
+        timeout (`float`, *optional*, defaults to 120.0): seconds before a request is abandoned (then retried).
+        max_retries (`int`, *optional*, defaults to 6): Ray's retries of a request after a 429, 408 or 502-504.
+
+        batch_size (`int`, *optional*, defaults to 8): requests per Ray Data batch: prompts handed to an engine at once,
+            or requests a worker sends one after the other. Every batch costs Ray a task, and the answers of a batch
+            reach the driver (and the cache) together when it ends.
+
+        > Parameters of the vLLM engines
+
+        tensor_parallel_size (`int`, *optional*, defaults to 1): GPUs one engine spans.
+        engines (`int`, *optional*, defaults to 1): vLLM engines (replicas) on the cluster.
+        max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request without `max_tokens`.
+        chat_template (`str`, *optional*), keep_think (`bool`, *optional*): as `LocalChatClient`.
+        dtype (`str`, *optional*): the weights' dtype.
+
+        > Parameters that control bookkeeping
+
+        cache_path (`str`, *optional*), max_parse_attempts (`int`, *optional*, defaults to 3), progress (`bool`,
+            *optional*, defaults to `True`): as every client.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        *,
+        max_concurrency: int = 16,
+        requests_per_minute: int | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 6,
+        batch_size: int = 8,
+        tensor_parallel_size: int = 1,
+        engines: int = 1,
+        max_new_tokens: int = 256,
+        chat_template: str | None = None,
+        keep_think: bool = False,
+        dtype: str | None = None,
+        cache_path=None,
+        max_parse_attempts: int = 3,
+        progress: bool = True,
+    ):
+        from rolellm.clients.engines import require_engine
+
+        require_engine("ray")
+        super().__init__(model, cache_path, max_parse_attempts, progress)
+        self.base_url = check_base_url(base_url)
+        self.max_new_tokens = max_new_tokens
+        if self.base_url is not None:
+            # the pre-flight and the key are the endpoint client's own
+            self.endpoint = OpenAIChatClient(
+                model, base_url, max_retries=max_retries, timeout=timeout, max_concurrency=1, progress=False
+            )
+            workers = math.ceil(max_concurrency / BATCHES_PER_WORKER)
+            self.settings = {
+                "workers": workers,
+                "batch_size": batch_size,
+                "qps": max(1, requests_per_minute // 60) if requests_per_minute else None,
+                "timeout": timeout,
+                "max_retries": max_retries,
+            }
+        else:
+            from rolellm.clients.vllm_backend import VLLMChatClient
+
+            # the prompt encoder, stop ids and sampling settings of `VLLMChatClient`, whose engines run on the cluster
+            self.prompts = VLLMChatClient(
+                model, max_new_tokens=max_new_tokens, chat_template=chat_template, keep_think=keep_think,
+                progress=False, engine=_NoEngine(),
+            )  # fmt: skip
+            self.settings = {"batch_size": batch_size, "tensor_parallel_size": tensor_parallel_size,
+                             "engines": engines, "dtype": dtype}  # fmt: skip
+
+    def __repr__(self) -> str:
+        where = f"base_url={self.base_url!r}" if self.base_url else "vLLM engines"
+        return f"RayChatClient(model={self.model_name!r}, {where}, cache={self.cache!r})"
+
+    @property
+    def default_max_tokens(self) -> int:
+        return self.max_new_tokens if self.base_url is None else 512
+
+    def key(self, request: ChatRequest, attempt: int = 0) -> str:
+        # an endpoint's key is `OpenAIChatClient`'s, an engine's `VLLMChatClient`'s: a run can switch to Ray and
+        # keep its cache
+        return (self.endpoint if self.base_url else self.prompts).key(request, attempt)
+
+    def check_endpoint(self) -> str | None:
+        return self.endpoint.check_endpoint() if self.base_url else None
+
+    def _processor(self, json_schema):
+        """The Ray Data processor of this client, with the preprocess and postprocess that run on the workers."""
+        import ray
+        from ray.data.llm import build_processor
+
+        if not ray.is_initialized():
+            ray.init(log_to_driver=False)  # joins $RAY_ADDRESS when it is set
+        ray.data.DataContext.get_current().enable_progress_bars = False  # rolellm's bar counts the answers
+        if self.base_url is not None:
+            import aiohttp
+            from ray.data.llm import HttpRequestProcessorConfig
+
+            s = self.settings
+            key = self.endpoint._api_key
+            config = HttpRequestProcessorConfig(
+                url=f"{self.base_url.rstrip('/')}/chat/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                qps=s["qps"],
+                max_retries=s["max_retries"],
+                base_retry_wait_time_in_s=0.5,
+                batch_size=s["batch_size"],
+                concurrency=(s["workers"], s["workers"]),  # all of them from the start: the run is short
+                session_factory=functools.partial(
+                    aiohttp.ClientSession, timeout=aiohttp.ClientTimeout(total=s["timeout"])
+                ),
+                http_request_stage={"num_cpus": HTTP_WORKER_CPUS},
+            )
+            return build_processor(
+                config, postprocess=_http_answer, postprocess_map_kwargs={"num_cpus": HTTP_WORKER_CPUS}
+            )
+        from ray.data.llm import vLLMEngineProcessorConfig
+
+        s = self.settings
+        engine_kwargs = {"tensor_parallel_size": s["tensor_parallel_size"], "dtype": s["dtype"] or "auto"}
+        config = vLLMEngineProcessorConfig(
+            model_source=self.model_name,
+            engine_kwargs=engine_kwargs,
+            batch_size=s["batch_size"],
+            concurrency=s["engines"],
+            chat_template_stage=False,  # the prompts are token ids from rolellm's encoder
+            tokenize_stage=False,
+            detokenize_stage=False,  # the engine returns the text
+            should_continue_on_error=True,  # a failed prompt is a failure row, not a failed run
+        )
+        return build_processor(config, postprocess=_engine_answer)
+
+    def _rows(self, request: ChatRequest, index: int, json_schema) -> dict:
+        if self.base_url is not None:
+            return {
+                "index": index,
+                "payload": {"model": self.model_name, "messages": request.messages, **request.params},
+            }
+        settings = _vllm_settings(request, self.prompts, None)
+        if json_schema is not None:  # as JSON text: one Arrow type whatever the schema holds
+            settings["structured_outputs"] = {"json": json.dumps(json_schema)}
+        return {
+            "index": index,
+            "tokenized_prompt": self.prompts.encode_prompt(request.messages),
+            "sampling_params": settings,
+        }
+
+    def _read(self, row: dict) -> tuple[str, dict]:
+        """`(text, usage)` of a processed row; raises `MalformedResponse` with the reason for a row with no answer."""
+        if self.base_url is not None:
+            completion = json.loads(row["response"])
+            error = completion.get("error") if isinstance(completion, dict) else None
+            if error is not None:
+                message = error.get("message", error) if isinstance(error, dict) else error
+                raise MalformedResponse(f"the endpoint answered with an error: {message}")
+            return read_completion(completion)
+        error = row.get("error") or row.get("__inference_error__")  # an error row skips the postprocess
+        if error:
+            raise MalformedResponse(f"the vLLM engine failed: {error}")
+        return row["text"], {"prompt_tokens": row["prompt_tokens"], "completion_tokens": row["completion_tokens"]}
+
+    async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
+        """The async form of `generate`; the Ray job runs in a worker thread and its answers stream back."""
+        requests = [as_request(r) for r in requests]
+        if self.base_url is None:
+            for request in requests:  # every unsupported parameter is named before the cluster is asked
+                _vllm_settings(request, self.prompts, None)
+        results: list[ChatResult | None] = [None] * len(requests)
+        bar = self._progress(len(requests), desc)
+        pending = [(i, 0) for i in range(len(requests))]
+        asked = list(requests)
+
+        def settle(i, attempt, text, usage, cached, retry_later):
+            result = self._finish(requests[i], attempt, text, usage, cached, parse)
+            if result.ok or attempt + 1 == self.max_parse_attempts:
+                results[i] = result
+                self._update(bar)
+            else:
+                asked[i] = self.reask(requests[i], attempt + 1, replace(result, request=asked[i]), remind)
+                retry_later.append((i, attempt + 1))
+
+        while pending:  # one Ray job per attempt round, of the requests the cache does not answer
+            next_pending, todo = [], []
+            for i, attempt in pending:
+                hit = self._cached(requests[i], attempt)
+                if hit is None:
+                    todo.append((i, attempt))
+                else:
+                    settle(i, attempt, *hit, True, next_pending)
+            if todo:
+                rows = [self._rows(asked[i], n, json_schema) for n, (i, _) in enumerate(todo)]
+                answered = set()
+
+                def receive(row, todo=todo, answered=answered, next_pending=next_pending):  # `_run` calls it
+                    n = row["index"]
+                    i, attempt = todo[n]
+                    answered.add(n)
+                    try:
+                        text, usage = self._read(row)
+                    except MalformedResponse as error:
+                        self.usage.failures += 1
+                        self._forget(requests[i], attempt - 1)
+                        results[i] = ChatResult(requests[i], error=str(error), attempts=attempt + 1)
+                        self._update(bar)
+                        return
+                    self._record(requests[i], attempt, text, usage)
+                    settle(i, attempt, text, usage, False, next_pending)
+
+                try:
+                    await asyncio.to_thread(self._run, rows, json_schema, receive)
+                except Exception as error:  # the job stopped (a request failed past its retries, a worker died)
+                    bar.close()
+                    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                    raise EndpointError(
+                        f"the Ray job stopped after {len(answered)} of {len(rows)} answers ({reason}); the answers "
+                        "are cached, a re-run sends only the rest"
+                    ) from error
+            pending = next_pending
+        self._report(bar, desc)
+        return results
+
+    def _run(self, rows: list[dict], json_schema, receive) -> None:
+        """Run `rows` through the processor and hand each answer to `receive` as it arrives.
+
+        The rows are the stages' own inputs (`payload`, or `tokenized_prompt` and `sampling_params`), with no
+        preprocess: a row function before the HTTP stage would make its workers run one batch at a time. Rows of one
+        shape (the same parameter names and types) go through one dataset: Ray Data stores a column in one Arrow
+        type, so a parameter missing from some rows would reach the others as `null`."""
+        import ray
+
+        processor = self._processor(json_schema)
+        shapes: dict[str, list[dict]] = {}
+        for row in rows:
+            shapes.setdefault(_shape(row), []).append(row)
+        for group in shapes.values():
+            blocks = math.ceil(len(group) / self.settings["batch_size"])  # one block per batch: spread over workers
+            for row in processor(ray.data.from_items(group, override_num_blocks=blocks)).iter_rows():
+                receive(row)
+
+
+def _shape(row: dict) -> str:
+    """The parameter names and value types of a row's request body or sampling settings."""
+    body = row.get("payload") or row["sampling_params"]
+    return repr(sorted((name, type(value).__name__) for name, value in body.items()))
+
+
+def _vllm_settings(request: ChatRequest, prompts, json_schema) -> dict:
+    from rolellm.clients.vllm_backend import sampling_settings
+
+    return sampling_settings(request, prompts.max_new_tokens, prompts.stop_ids, json_schema)
+
+
+def _http_answer(row: dict) -> dict:
+    return {"index": row["index"], "response": json.dumps(row["http_response"])}
+
+
+def _engine_answer(row: dict) -> dict:
+    return {
+        "index": row["index"],
+        "text": row.get("generated_text") or "",
+        "prompt_tokens": int(row.get("num_input_tokens") or 0),
+        "completion_tokens": int(row.get("num_generated_tokens") or 0),
+        "error": row.get("__inference_error__") or "",
+    }
+
+
+class _NoEngine:
+    """The engine of the `VLLMChatClient` a `RayChatClient` borrows its prompt encoder from: the cluster answers."""
+
+    def generate(self, prompts, settings):
+        raise RuntimeError("RayChatClient sends its prompts to the Ray cluster's engines")

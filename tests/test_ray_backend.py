@@ -1,0 +1,229 @@
+"""`--backend ray`: Ray Data's HTTP processor against the real test server, on a local Ray cluster of 2 CPUs.
+
+One cluster serves the whole module (`ray_address`); the `rolellm generate` runs that are killed join it through
+`RAY_ADDRESS`, as a driver joins a real cluster, so the module pays one Ray start-up.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rolellm.clients.base import ChatRequest, EndpointError
+from rolellm.clients.engines import engine_version
+from rolellm.clients.openai_compatible import OpenAIChatClient
+from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
+
+
+ray = pytest.importorskip("ray", reason='needs Ray Data: pip install "rolellm[ray]"')
+
+RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def cached_rows(path) -> int:
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(path) as connection:
+            return connection.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+    except sqlite3.OperationalError:  # the table is not created yet
+        return 0
+
+
+def rolegpt_answer(body):
+    """A deterministic answer that depends on the whole request (role, question, sample seed)."""
+    return f"{body['messages'][0]['content'][:12]}|{body['messages'][-1]['content'][:20]}|{body['seed']}"
+
+
+@pytest.mark.slow
+def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path):
+    from rolellm.clients.ray_backend import RayChatClient
+
+    def responder(body):
+        question = body["messages"][-1]["content"]
+        if question == "question 3":
+            return Fault("server_error", status=500, message="cannot answer question 3")
+        if question == "question 4":
+            return "not a number"
+        return str(len(question))
+
+    requests = [
+        ChatRequest([{"role": "user", "content": f"question {i}"}], params={"max_tokens": 8}) for i in range(8)
+    ]
+    cache = tmp_path / "cache.sqlite"
+    with ChatCompletionsServer(responder) as server:
+        # two answers are in the cache already (the default backend's, the same keys)
+        OpenAIChatClient("test-model", server.base_url, cache_path=cache, progress=False).generate(requests[:2])
+        before = len(server.requests)
+        client = RayChatClient("test-model", server.base_url, max_concurrency=4, cache_path=cache, progress=False)
+        results = client.generate(requests, parse=int)
+        sent = [r["body"]["messages"][-1]["content"] for r in server.requests[before:]]
+
+    assert [r.parsed for r in results] == [10, 10, 10, None, None, 10, 10, 10]
+    assert sorted(set(sent)) == [f"question {i}" for i in range(2, 8)]  # the cached two were never submitted
+    assert sent.count("question 4") == 3  # an unparseable answer is asked again, up to max_parse_attempts
+    assert "cannot answer question 3" in results[3].error
+    assert results[4].error.startswith("unparseable answer after 3 attempts")
+    assert (client.usage.cached, client.usage.failures) == (2, 2)
+
+
+@pytest.mark.slow
+def test_a_request_failing_past_its_retries_stops_the_job_and_keeps_the_answers(ray_address, tmp_path):
+    from rolellm.clients.ray_backend import RayChatClient
+
+    def responder(body):
+        question = body["messages"][-1]["content"]
+        return Fault("server_error", status=503) if question == "question 5" else question.upper()
+
+    requests = [ChatRequest([{"role": "user", "content": f"question {i}"}]) for i in range(6)]
+    cache = tmp_path / "cache.sqlite"
+    with ChatCompletionsServer(responder) as server:
+        client = RayChatClient("test-model", server.base_url, max_retries=1, batch_size=1, max_concurrency=4,
+                               cache_path=cache, progress=False)  # fmt: skip
+        with pytest.raises(
+            EndpointError, match=r"the Ray job stopped after \d of 6 answers .*a re-run sends only the rest"
+        ):
+            client.generate(requests)
+    # a 503 is retried (Ray's `max_retries`), then the job stops; what came back before is in the cache
+    assert [r["body"]["messages"][-1]["content"] for r in server.requests].count("question 5") == 2
+    assert cached_rows(cache) == client.usage.requests < 6
+
+
+def test_dead_endpoint_stops_before_ray_runs():
+    from rolellm.clients.ray_backend import RayChatClient
+
+    with ChatCompletionsServer() as server:
+        url = server.base_url
+    client = RayChatClient("test-model", url, max_retries=0, progress=False)
+    with pytest.raises(EndpointError, match="connection refused"):
+        client.check_endpoint()
+
+
+def generate_command(profiles, instructions, output_dir, base_url, *backend):
+    return [
+        "generate", "rolegpt", "--config", str(RECIPES / "generate_rolegpt.yaml"), "--profiles", str(profiles),
+        "--instructions", str(instructions), "--max_instructions", "12", "--num_samples", "2",
+        "--output_dir", str(output_dir), "--base_url", base_url, "--model", "test-model", "--max_concurrency", "4", "--batch_size", "2",
+        *backend,
+    ]  # fmt: skip
+
+
+def release_files(folder: Path) -> dict[str, bytes]:
+    """Every file of an output folder but the cache and the two run files that name the client and count its usage."""
+    skipped = {"generation_config.json", "generation_stats.json"}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith("cache.sqlite") and p.name not in skipped
+    }
+
+
+@pytest.mark.slow
+def test_ray_generate_equals_the_default_backend_through_sigkill_and_resume(
+    ray_address, screenplay_dir, shared_data_dir, tmp_path
+):
+    from rolellm.scripts.cli import main
+
+    profiles = screenplay_dir / "profile_zhenhuan"
+    instructions = shared_data_dir / "rolebench" / "rolebench-zh" / "general" / "test.jsonl"
+    reference, out = tmp_path / "default", tmp_path / "ray"
+    with ChatCompletionsServer(rolegpt_answer) as server:
+        assert main(generate_command(profiles, instructions, reference, server.base_url)) == 0
+        total = len(server.requests)
+    assert total == 2 * 12 * 2  # two roles (the recipe's), 12 instructions each, 2 samples
+
+    lock, started, killed = threading.Lock(), [0], threading.Event()
+
+    def responder(body):
+        with lock:
+            started[0] += 1
+            hold = started[0] > total // 2
+        if hold and not killed.is_set():
+            killed.wait(timeout=120)  # in flight when the driver dies: never answered
+            return Fault("server_error", status=503)
+        return rolegpt_answer(body)
+
+    env = {**os.environ, "RAY_ADDRESS": ray_address, "OPENAI_API_KEY": "sk-test-ray"}
+    cache = out / "cache.sqlite"
+    with ChatCompletionsServer(responder) as server:
+        command = [sys.executable, "-m", "rolellm.scripts.cli", *generate_command(profiles, instructions, out, server.base_url, "--backend", "ray")]  # fmt: skip
+        job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 300
+        while cached_rows(cache) < total // 4 and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.2)
+        assert cached_rows(cache) >= total // 4, job.stderr.read().decode()[-2000:] if job.poll() is not None else ""
+        job.send_signal(signal.SIGKILL)  # no cleanup runs in the driver
+        assert job.wait() == -signal.SIGKILL
+        job.stderr.close()
+        killed.set()
+        kept = cached_rows(cache)
+        assert kept < total  # killed mid-run
+        answered_before = len(server.answered)
+        assert not (out / "rolebench-zh").exists()  # nothing written but the cache
+
+        finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert finished.returncode == 0, finished.stderr[-2000:]
+        answered = server.answered_counts()
+
+    assert release_files(out) == release_files(reference)  # byte for byte, rows, profiles and all
+    stats = json.loads((out / "generation" / "rolegpt" / "generation_stats.json").read_text("utf-8"))
+    # the resumed run sent exactly what the cache did not hold
+    assert (stats["usage"]["cached"], stats["usage"]["requests"]) == (kept, total - kept)
+    assert set(answered) == {content_key(r) for r in server.answered} and len(answered) == total
+    # the only requests answered twice are answers that reached a Ray worker but not yet the driver when it died
+    assert sum(answered.values()) - total == answered_before - kept
+    assert all(count <= 2 for count in answered.values())
+    config = json.loads((out / "generation" / "rolegpt" / "generation_config.json").read_text("utf-8"))
+    assert config["client"]["class"] == "RayChatClient"
+
+
+def test_engine_rows_carry_the_local_clients_token_ids_and_the_schema(tiny_model_path):
+    """What the vLLM-engine mode hands Ray Data, built without a cluster: the stage's own input columns."""
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.clients.ray_backend import RayChatClient, _shape
+
+    local = LocalChatClient(tiny_model_path, chat_template="chatml", max_new_tokens=9, progress=False)
+    client = RayChatClient(str(tiny_model_path), chat_template="chatml", max_new_tokens=9, progress=False)
+    messages = [{"role": "user", "content": "<|im_start|>system\nYou are GPT.<|im_end|> Who are you?"}]
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    row = client._rows(ChatRequest(messages, params={"temperature": 0.5, "seed": 2}), 7, schema)
+    assert row["index"] == 7 and row["tokenized_prompt"] == local.encode_prompt(messages)
+    assert row["sampling_params"] == {
+        "max_tokens": 9, "temperature": 0.5, "seed": 2, "stop_token_ids": local.stop_ids,
+        "structured_outputs": {"json": json.dumps(schema)},
+    }  # fmt: skip
+    plain = client._rows(ChatRequest(messages), 8, None)
+    assert _shape(plain) != _shape(row)  # a request without a seed goes through a dataset of its own
+    assert client.key(ChatRequest(messages)) == local.key(ChatRequest(messages))  # the same cache entries
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    engine_version("vllm") is None,
+    reason='needs vLLM: pip install "rolellm[vllm]"',
+)
+def test_engine_mode_answers_on_a_real_vllm_engine(ray_address, tiny_model_path, tmp_path):
+    from rolellm.clients.ray_backend import RayChatClient
+
+    client = RayChatClient(str(tiny_model_path), chat_template="chatml", max_new_tokens=8, progress=False,
+                           cache_path=tmp_path / "cache.sqlite")  # fmt: skip
+    requests = [ChatRequest([{"role": "user", "content": f"Question {i}?"}]) for i in range(6)]
+    results = client.generate(requests)
+    assert all(r.ok for r in results) and all(0 < r.usage["completion_tokens"] <= 8 for r in results)
+    assert client.usage.requests == 6 and client.generate(requests) and client.usage.cached == 6
