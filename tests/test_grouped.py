@@ -198,3 +198,72 @@ def test_eager_attention_gets_the_additive_mask(tiny_model_path, tmp_path):
         got, _, _ = per_token(eager, True, ids, mask, T)
     assert eager._attention_backend(eager.model) == "eager"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------- DPO
+@pytest.fixture(scope="module")
+def dpo_trainer(tmp_path_factory):
+    from rolellm.encoding.chat_template import set_role_chat_template
+    from rolellm.testing.models import build_tiny_llama, train_tiny_tokenizer
+    from rolellm.training.preference import RoleDPOConfig, RoleDPOTrainer
+
+    tokenizer = train_tiny_tokenizer()
+    set_role_chat_template(tokenizer)
+    path = build_tiny_llama(tmp_path_factory.mktemp("chat-llama"), tokenizer=tokenizer)
+    rows = [
+        {"role": "Po", "question": q, "chosen": chosen, "rejected": rejected, "lang": "en"}
+        for q, chosen, rejected in [
+            ("Who are you?", "Skadoosh! The Dragon Warrior.", "A model."),
+            ("What do you eat?", "Dumplings.", "I cannot say what I eat, being a language model."),
+            ("Who trained you?", "Master Shifu, in the Jade Palace.", "Nobody."),
+        ]
+    ]
+    args = RoleDPOConfig(
+        str(tmp_path_factory.mktemp("dpo")), use_cpu=True, max_steps=1, per_device_train_batch_size=3, beta=0.1,
+        report_to="none", save_strategy="no", disable_tqdm=True, activation_checkpointing=False, seed=0,
+        loss_type=["sigmoid", "sft"], loss_weights=[1.0, 0.5],
+    )  # fmt: skip
+    return RoleDPOTrainer(str(path), args=args, train_dataset=datasets.Dataset.from_list(rows), profiles=PROFILES)
+
+
+def dpo_loss_and_grads(trainer, inputs, prefix_sharing):
+    trainer.args.prefix_sharing = prefix_sharing
+    try:
+        trainer.model.zero_grad()
+        loss = trainer._compute_loss(trainer.model, inputs, False)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        trainer.model.zero_grad()
+        metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+        with torch.no_grad():
+            ref = trainer.compute_ref_log_probs(trainer.ref_model, inputs)
+        return loss.detach(), grads, metrics, ref
+    finally:
+        trainer.args.prefix_sharing = True
+
+
+def test_dpo_pairs_share_the_prompt_with_trls_loss(dpo_trainer):
+    """A batch of three pairs of different prompt lengths (right-padded, chosen rows then rejected rows): one packed
+    row per pair, and the loss (sigmoid + SFT), its gradients, the logged metrics and the reference log-probs are
+    those of TRL's padded rows."""
+    trainer = dpo_trainer
+    assert trainer.args.prefix_sharing  # on by default
+    trl_forward = vars(trainer.model)["forward"]  # TRL's fused-head forward
+    with trainer._prompts_once():
+        assert vars(trainer.model)["forward"] is not trl_forward
+        assert vars(trainer.ref_model)["forward"] is not vars(trainer.model)["forward"]
+    assert vars(trainer.model)["forward"] is trl_forward
+    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    ids, mask, completion_mask = inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"]
+    plan = plan_grouped_rows(ids, mask, completion_mask, pad_token_id=0)
+    assert ids.shape[0] == 6 and plan.batch["input_ids"].shape[0] == 3  # a row per pair
+    assert plan.tokens < mask.sum() * 0.7
+    expected_loss, expected_grads, expected_metrics, expected_ref = dpo_loss_and_grads(trainer, inputs, False)
+    loss, grads, metrics, ref = dpo_loss_and_grads(trainer, inputs, True)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=0)
+    assert grads.keys() == expected_grads.keys() and len(grads) == len(list(trainer.model.parameters()))
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert metrics.keys() == expected_metrics.keys() and metrics == pytest.approx(expected_metrics, abs=1e-4)
+    torch.testing.assert_close(ref, expected_ref, atol=1e-5, rtol=0)
+    assert vars(trainer.model)["forward"] is trl_forward

@@ -29,6 +29,7 @@ column `t` at `t - 1`, `0` where no completion token is.
 """
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -231,3 +232,50 @@ def grouped_token_logps(
     if fields is None:
         return None
     return fields["log_probs"], fields.get("entropy") if compute_entropy else None
+
+
+def _grouped_fused_forward(original, backend: AttentionBackend, pad_token_id: int, dtype: torch.dtype):
+    """`original` (a forward with TRL's fused LM head) that scores padded `[prompt][completion]` rows with each
+    prompt computed once: for calls with `fused_lm_head=True`, 2D `attention_mask` and `labels` only (the labelled
+    columns are the completions), when `grouped_fused_forward` can pack them; any other call goes to `original`."""
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    def forward(
+        *args, fused_lm_head=False, input_ids=None, attention_mask=None, labels=None, use_cache=None, **kwargs
+    ):
+        plain = not args and not kwargs and labels is not None and input_ids is not None
+        if fused_lm_head and plain and attention_mask is not None and attention_mask.dim() == 2:
+            completion_mask = (labels != IGNORE_INDEX).long() * attention_mask
+            fields = grouped_fused_forward(
+                original, backend, input_ids, attention_mask, completion_mask, pad_token_id, dtype
+            )
+            if fields is not None:
+                mask = fields["label_mask"]
+                return FusedCausalLMOutput(
+                    loss=-fields["log_probs"].sum() / mask.sum().clamp(min=1),
+                    label_mask=mask,
+                    **{name: fields.get(name) for name in PER_TOKEN_FIELDS},
+                )
+        return original(*args, fused_lm_head=fused_lm_head, input_ids=input_ids, attention_mask=attention_mask,
+                        labels=labels, use_cache=use_cache, **kwargs)  # fmt: skip
+
+    return forward
+
+
+@contextmanager
+def prompts_computed_once(models: list[tuple[torch.nn.Module, AttentionBackend | None]], pad_token_id: int):
+    """While active, the fused-head forwards of `models` (each a model patched by TRL's `add_fused_lm_head`, with
+    the mask backend it takes; `None` leaves a model as it is) compute each prompt of the rows once
+    (`grouped_fused_forward`). This is how `RoleDPOTrainer` runs a pair's chosen and rejected behind one prompt
+    through `trl.DPOTrainer`'s own loss code, whose forward calls are not a method to override."""
+    patched = []
+    try:
+        for module, backend in models:
+            if backend is not None and "forward" in vars(module):  # the instance forward add_fused_lm_head set
+                original = module.forward
+                module.forward = _grouped_fused_forward(original, backend, pad_token_id, module.dtype)
+                patched.append((module, original))
+        yield
+    finally:
+        for module, original in patched:
+            module.forward = original

@@ -32,9 +32,11 @@ from rolellm.roles.card_prompts import prompt_only
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import to_role_messages
 from rolellm.roles.resolve import profiles_for
+from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import build_model_card, describe_chat_template
 from rolellm.training.checkpoint import inference_settings, save_role_files, save_training_args, trained_profiles
 from rolellm.training.config import RolePromptArguments
+from rolellm.training.grouped import prompts_computed_once
 
 
 logger = logging.getLogger(__name__)
@@ -49,10 +51,25 @@ class RoleDPOConfig(RolePromptArguments, DPOConfig):
     `max_length`, ...) and the role fields of `RolePromptArguments`, whose defaults for `bf16` and
     `activation_checkpointing` it takes (a CPU trains without flags).
 
+    Parameters:
+        prefix_sharing (`bool`, *optional*, defaults to `True`):
+            Compute each prompt once for its chosen and rejected answers: a pair's two completions share one copy of
+            the prompt in a packed row, each attending to the prompt and itself (`rolellm.training.grouped`), with the
+            log-probs and loss of TRL's padded rows, for the policy and the reference model. `False` runs TRL's
+            forward. Batches it cannot pack exactly (images, router logits, a model whose attention takes no custom
+            mask) run TRL's forward.
+
     >>> config = RoleDPOConfig("out", use_cpu=True, loss_type=["sigmoid"], ld_alpha=0.5)
-    >>> config.bf16, config.loss_type, config.ld_alpha
-    (False, ['sigmoid'], 0.5)
+    >>> config.bf16, config.loss_type, config.ld_alpha, config.prefix_sharing
+    (False, ['sigmoid'], 0.5, True)
     """
+
+    prefix_sharing: bool = field(
+        default=True,
+        metadata={
+            "help": "Compute each pair's prompt once for chosen and rejected (prefix-shared rows); False: TRL's."
+        },
+    )
 
 
 @dataclass
@@ -315,9 +332,35 @@ class RoleDPOTrainer(_RolePreferenceMixin, DPOTrainer):
         model, processing_class, ref_model = self._setup_roles(
             model, args, profiles, processing_class, ref_model, peft_config
         )
+        self._attention_backends = {}  # id of a model -> the mask its attention takes for prefix-shared rows
         super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset,
                          eval_dataset=eval_dataset, processing_class=processing_class, peft_config=peft_config,
                          **kwargs)  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------------- log-probs
+    def _compute_loss(self, model, inputs, return_outputs):
+        """TRL's loss, with each pair's prompt computed once for chosen and rejected (`prefix_sharing`)."""
+        with self._prompts_once():
+            return super()._compute_loss(model, inputs, return_outputs)
+
+    def compute_ref_log_probs(self, model, inputs):
+        """TRL's reference log-probs (`precompute_ref_log_probs`), with each pair's prompt computed once."""
+        with self._prompts_once():
+            return super().compute_ref_log_probs(model, inputs)
+
+    def _prompts_once(self):
+        """`prompts_computed_once` over the policy and the reference model, each with the mask its attention takes
+        (`choose_attention_backend`, asked once per model); a no-op with `prefix_sharing=False`."""
+        models = []
+        if self.args.prefix_sharing:
+            policy = self.accelerator.unwrap_model(self.model)
+            policy = policy.get_base_model() if is_peft_model(policy) else policy
+            for module in (policy, self.ref_model):
+                if module is not None:
+                    if id(module) not in self._attention_backends:
+                        self._attention_backends[id(module)] = choose_attention_backend(module)
+                    models.append((module, self._attention_backends[id(module)]))
+        return prompts_computed_once(models, self._tokenizer.pad_token_id or 0)
 
 
 class RoleKTOTrainer(_RolePreferenceMixin, KTOTrainer):
