@@ -2,7 +2,7 @@
 
 A GRPO group's K completions and a DPO pair's chosen and rejected answers follow one prompt. TRL scores them as
 padded rows `[prompt][completion]`, so the prompt, often a long role system text, goes through the model once per
-completion. `grouped_token_logps` lays the completions of each prompt out as one prefix-shared row
+completion. `grouped_fused_forward` lays the completions of each prompt out as one prefix-shared row
 (`rolellm.training.packing`):
 
 ```
@@ -28,7 +28,6 @@ column `t` at `t - 1`, `0` where no completion token is.
 [[1, 2, 3, 4, 2, 3], [0, 1, 2, 3, 0, 0]]
 """
 
-import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -36,9 +35,6 @@ import torch
 
 from rolellm.training.attention import AttentionBackend, prepare_model_inputs
 from rolellm.training.packing import IGNORE_INDEX, DataCollatorForPrefixSharing, pack_samples
-
-
-logger = logging.getLogger(__name__)
 
 
 def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
