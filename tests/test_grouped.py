@@ -133,7 +133,6 @@ def test_a_layout_it_cannot_pack_exactly_runs_trls_path(trainer):
 def test_training_with_a_reference_model_ends_where_trls_path_ends(tiny_model_path, tmp_path):
     """Two GRPO steps from one seed with KL to a reference model (whose forward is grouped too): the same losses and
     the same parameters as with prefix_sharing=False."""
-    torch.set_num_threads(1)
 
     def run(prefix_sharing):
         # plain SGD: Adam's first step moves every weight by about the learning rate whatever the size of its
@@ -151,8 +150,13 @@ def test_training_with_a_reference_model_ends_where_trls_path_ends(tiny_model_pa
         kl = [log["kl"] for log in trainer.state.log_history if "kl" in log]
         return losses, kl, {n: p.detach() for n, p in trainer.model.named_parameters()}
 
-    losses, kl, params = run(True)
-    expected_losses, expected_kl, expected_params = run(False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # GRPO generates token by token: one thread is the fastest on a shared CPU
+    try:
+        losses, kl, params = run(True)
+        expected_losses, expected_kl, expected_params = run(False)
+    finally:
+        torch.set_num_threads(threads)
     assert len(losses) == 2 and kl[-1] > 0  # the second step is off the reference: the KL term is live
     assert losses == pytest.approx(expected_losses, abs=1e-5) and kl == pytest.approx(expected_kl, abs=1e-5)
     for name, value in params.items():
