@@ -13,16 +13,18 @@ the smallest that covers its dataset in exactly that many steps):
 
 Each setup runs its own `trainer.train()` (dataset preparation excluded from the timing) on one CPU thread, and is
 timed in CPU seconds of this process, so that other work on a shared machine does not skew the comparison (wall-clock
-seconds are printed too). Printed per setup: optimizer steps, loss tokens (the same for all when like for like),
+seconds are printed too). The setups run in turns, `--runs` times each; printed are the minimum and the median CPU
+seconds, and the rates from the medians. Printed per setup: optimizer steps, loss tokens (the same for all when like for like),
 samples/s, real input tokens/s (tokens through the model, padding excluded), loss tokens/s, the fraction of padding in
 the batches, and the samples/s ratio to the first setup. The tiny model is mostly output layer (8000-token vocabulary,
 64 wide), so skipping the output projection where no loss is taken weighs far more here than on a 7B model.
 
-    python bench/bench_training.py [--rows 96] [--steps 4] [--max_length 1024]
+    python bench/bench_training.py [--rows 96] [--steps 4] [--runs 3] [--max_length 1024]
 """
 
 import argparse
 import copy
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +51,7 @@ def make_parser():
     parser.add_argument("--rows", type=int, default=96, help="fixed sample of Chinese train rows (seed 0)")
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps of every setup (one epoch)")
     parser.add_argument("--max_length", type=int, default=1024, help="max_length of every setup")
+    parser.add_argument("--runs", type=int, default=3, help="runs of every setup, in turns")
     return parser
 
 
@@ -90,6 +93,18 @@ def measure(name, trainer, pad_id, num_samples):
     }  # fmt: skip
 
 
+def median_run(per_run: list[dict]) -> dict:
+    """One setup's figures over its runs: rates from the median CPU seconds, with the minimum beside them."""
+    seconds = statistics.median(r["seconds"] for r in per_run)
+    figures = dict(per_run[0])
+    scale = per_run[0]["seconds"] / seconds
+    for key in ("samples/s", "input tokens/s", "loss tokens/s"):
+        figures[key] = per_run[0][key] * scale
+    figures.update(seconds=seconds, min_seconds=min(r["seconds"] for r in per_run),
+                   wall=statistics.median(r["wall"] for r in per_run))  # fmt: skip
+    return figures
+
+
 def main(args):
     data_dir = require_rolebench_data()
     hf_logging.set_verbosity_error()
@@ -129,18 +144,21 @@ def main(args):
         ("RoCITTrainer defaults", rocit("c")),
         ("RoCIT prefix_sharing=False", rocit("d", prefix_sharing=False)),
     ]
-    results = []
-    for name, build in setups:
-        print(f"--- {name}")
-        results.append(measure(name, fit_batch_size(build, args.steps), tokenizer.pad_token_id, len(rows)))
+    runs = {name: [] for name, _ in setups}
+    for run in range(args.runs):  # in turns: every setup sees the same machine load
+        for name, build in setups:
+            print(f"--- {name} (run {run + 1} of {args.runs})")
+            runs[name].append(measure(name, fit_batch_size(build, args.steps), tokenizer.pad_token_id, len(rows)))
+    results = [median_run(per_setup) for per_setup in runs.values()]
 
     base = results[0]["samples/s"]
     print(f"\n{len(rows)} samples, one epoch of {args.steps} optimizer steps per setup, max_length {args.max_length}, "
-          "one CPU thread; rates per CPU second")  # fmt: skip
-    print(f"{'setup':<28}{'rows':>5}{'batch':>6}{'steps':>6}{'loss tok':>9}{'cpu s':>7}{'wall s':>8}{'samples/s':>11}"
+          f"one CPU thread; {args.runs} runs in turns; CPU seconds min / median, rates per median CPU second")  # fmt: skip
+    print(f"{'setup':<28}{'rows':>5}{'batch':>6}{'steps':>6}{'loss tok':>9}{'cpu s':>12}{'wall s':>8}{'samples/s':>11}"
           f"{'input tok/s':>13}{'loss tok/s':>12}{'padding':>9}{'vs SFT':>8}")  # fmt: skip
     for r in results:
-        print(f"{r['setup']:<28}{r['rows']:>5}{r['batch']:>6}{r['steps']:>6}{r['loss tokens']:>9}{r['seconds']:>7.1f}"
+        cpu = f"{r['min_seconds']:.1f} / {r['seconds']:.1f}"
+        print(f"{r['setup']:<28}{r['rows']:>5}{r['batch']:>6}{r['steps']:>6}{r['loss tokens']:>9}{cpu:>12}"
               f"{r['wall']:>8.1f}{r['samples/s']:>11.2f}{r['input tokens/s']:>13.0f}{r['loss tokens/s']:>12.0f}"
               f"{r['padding']:>9.1%}{r['samples/s'] / base:>7.2f}x")  # fmt: skip
     same_tokens = len({r["loss tokens"] for r in results}) == 1

@@ -290,6 +290,51 @@ class ChatClient:
         self._forget(request, attempt)
         return result
 
+    async def _answer_in_rounds(self, requests: list[ChatRequest], parse, desc, remind, answer) -> list[ChatResult]:
+        """The attempt rounds of a batch backend (local, vLLM, Ray): each round takes what the cache holds, hands the
+        rest to `await answer(todo, asked, settle, fail)` and asks again in the next round what `parse` rejected.
+
+        `todo` is a list of `(request index, attempt)`, `asked[i]` what is sent for request `i`'s attempt (the
+        request, or its re-ask); `answer` records each answer (`_record`) and then calls `settle(i, attempt, text,
+        usage)`, or `fail(i, attempt, error)` for a request that failed for good."""
+        results: list[ChatResult | None] = [None] * len(requests)
+        bar = self._progress(len(requests), desc)
+        pending = [(i, 0) for i in range(len(requests))]
+        asked = list(requests)
+        while pending:
+            next_pending, todo = [], []
+
+            def settle(i, attempt, text, usage, cached=False, next_pending=next_pending):
+                result = self._finish(requests[i], attempt, text, usage, cached, parse)
+                if result.ok or attempt + 1 == self.max_parse_attempts:
+                    results[i] = result
+                    self._update(bar)
+                else:
+                    asked[i] = self.reask(requests[i], attempt + 1, replace(result, request=asked[i]), remind)
+                    next_pending.append((i, attempt + 1))
+
+            def fail(i, attempt, error: str):
+                self.usage.failures += 1
+                self._forget(requests[i], attempt - 1)
+                results[i] = ChatResult(requests[i], error=error, attempts=attempt + 1)
+                self._update(bar)
+
+            for i, attempt in pending:
+                hit = self._cached(requests[i], attempt)
+                if hit is None:
+                    todo.append((i, attempt))
+                else:
+                    settle(i, attempt, *hit, cached=True)
+            if todo:
+                try:
+                    await answer(todo, asked, settle, fail)
+                except BaseException:
+                    bar.close()
+                    raise
+            pending = next_pending
+        self._report(bar, desc)
+        return results
+
     def _forget(self, request: ChatRequest, last_attempt: int) -> None:
         """Drop the cached answers of a request that never parsed, so that a re-run asks again instead of failing
         from the cache."""

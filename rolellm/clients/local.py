@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import logging
 import os
-from dataclasses import replace
 from typing import Any
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
@@ -135,28 +134,8 @@ class LocalChatClient(ChatClient):
             unknown = sorted(set(request.params) - set(_PARAMS))
             if unknown:
                 raise ValueError(f"LocalChatClient does not support params {unknown}; supported: {sorted(_PARAMS)}")
-        results: list[ChatResult | None] = [None] * len(requests)
-        bar = self._progress(len(requests), desc)
-        pending = [(i, 0) for i in range(len(requests))]  # (request index, attempt)
-        asked = list(requests)  # what is sent for each request's current attempt
 
-        def settle(i, attempt, text, usage, cached, retry_later):
-            result = self._finish(requests[i], attempt, text, usage, cached, parse)
-            if result.ok or attempt + 1 == self.max_parse_attempts:
-                results[i] = result
-                self._update(bar)
-            else:
-                asked[i] = self.reask(requests[i], attempt + 1, replace(result, request=asked[i]), remind)
-                retry_later.append((i, attempt + 1))
-
-        while pending:  # one round per attempt: answers `parse` rejected are asked again in the next round
-            next_pending, todo = [], []
-            for i, attempt in pending:
-                hit = self._cached(requests[i], attempt)
-                if hit is None:
-                    todo.append((i, attempt))
-                else:
-                    settle(i, attempt, *hit, True, next_pending)
+        async def answer(todo, asked, settle, fail):
             prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}
             todo.sort(key=lambda item: -len(prompts[item[0]]))  # similar lengths share a batch: less padding
             for batch in _batches(todo, self.batch_size, key=lambda item: _generation_kwargs(requests[item[0]])):
@@ -165,10 +144,9 @@ class LocalChatClient(ChatClient):
                 )
                 for (i, attempt), (text, usage) in zip(batch, outputs):
                     self._record(requests[i], attempt, text, usage)  # on disk before the next batch starts
-                    settle(i, attempt, text, usage, False, next_pending)
-            pending = next_pending
-        self._report(bar, desc)
-        return results
+                    settle(i, attempt, text, usage)
+
+        return await self._answer_in_rounds(requests, parse, desc, remind, answer)
 
     def encode_prompt(self, messages: list[dict]) -> list[int]:
         """The token ids the model answers `messages` from (`encode_prompt`, the module function)."""

@@ -26,7 +26,6 @@ import functools
 import json
 import logging
 import math
-from dataclasses import replace
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, as_request, check_base_url
 from rolellm.clients.openai_compatible import MalformedResponse, OpenAIChatClient, read_completion
@@ -224,59 +223,33 @@ class RayChatClient(ChatClient):
         if self.base_url is None:
             for request in requests:  # every unsupported parameter is named before the cluster is asked
                 _vllm_settings(request, self.prompts, None)
-        results: list[ChatResult | None] = [None] * len(requests)
-        bar = self._progress(len(requests), desc)
-        pending = [(i, 0) for i in range(len(requests))]
-        asked = list(requests)
 
-        def settle(i, attempt, text, usage, cached, retry_later):
-            result = self._finish(requests[i], attempt, text, usage, cached, parse)
-            if result.ok or attempt + 1 == self.max_parse_attempts:
-                results[i] = result
-                self._update(bar)
-            else:
-                asked[i] = self.reask(requests[i], attempt + 1, replace(result, request=asked[i]), remind)
-                retry_later.append((i, attempt + 1))
+        async def answer(todo, asked, settle, fail):  # one Ray job per attempt round
+            rows = [self._rows(asked[i], n, json_schema) for n, (i, _) in enumerate(todo)]
+            answered = set()
 
-        while pending:  # one Ray job per attempt round, of the requests the cache does not answer
-            next_pending, todo = [], []
-            for i, attempt in pending:
-                hit = self._cached(requests[i], attempt)
-                if hit is None:
-                    todo.append((i, attempt))
-                else:
-                    settle(i, attempt, *hit, True, next_pending)
-            if todo:
-                rows = [self._rows(asked[i], n, json_schema) for n, (i, _) in enumerate(todo)]
-                answered = set()
-
-                def receive(row, todo=todo, answered=answered, next_pending=next_pending):  # `_run` calls it
-                    n = row["index"]
-                    i, attempt = todo[n]
-                    answered.add(n)
-                    try:
-                        text, usage = self._read(row)
-                    except MalformedResponse as error:
-                        self.usage.failures += 1
-                        self._forget(requests[i], attempt - 1)
-                        results[i] = ChatResult(requests[i], error=str(error), attempts=attempt + 1)
-                        self._update(bar)
-                        return
-                    self._record(requests[i], attempt, text, usage)
-                    settle(i, attempt, text, usage, False, next_pending)
-
+            def receive(row):  # `_run` calls it as each answer arrives
+                n = row["index"]
+                i, attempt = todo[n]
+                answered.add(n)
                 try:
-                    await asyncio.to_thread(self._run, rows, json_schema, receive)
-                except Exception as error:  # the job stopped (a request failed past its retries, a worker died)
-                    bar.close()
-                    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                    raise EndpointError(
-                        f"the Ray job stopped after {len(answered)} of {len(rows)} answers ({reason}); the answers "
-                        "are cached, a re-run sends only the rest"
-                    ) from error
-            pending = next_pending
-        self._report(bar, desc)
-        return results
+                    text, usage = self._read(row)
+                except MalformedResponse as error:
+                    fail(i, attempt, str(error))
+                    return
+                self._record(requests[i], attempt, text, usage)
+                settle(i, attempt, text, usage)
+
+            try:
+                await asyncio.to_thread(self._run, rows, json_schema, receive)
+            except Exception as error:  # the job stopped (a request failed past its retries, a worker died)
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise EndpointError(
+                    f"the Ray job stopped after {len(answered)} of {len(rows)} answers ({reason}); the answers "
+                    "are cached, a re-run sends only the rest"
+                ) from error
+
+        return await self._answer_in_rounds(requests, parse, desc, remind, answer)
 
     def _run(self, rows: list[dict], json_schema, receive) -> None:
         """Run `rows` through the processor and hand each answer to `receive` as it arrives.

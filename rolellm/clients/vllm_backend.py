@@ -17,7 +17,6 @@ import asyncio
 import json
 import logging
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
@@ -204,28 +203,8 @@ class VLLMChatClient(ChatClient):
         requests = [as_request(r) for r in requests]
         for request in requests:  # every unsupported parameter is named before anything runs
             sampling_settings(request, self.max_new_tokens, self.stop_ids)
-        results: list[ChatResult | None] = [None] * len(requests)
-        bar = self._progress(len(requests), desc)
-        pending = [(i, 0) for i in range(len(requests))]
-        asked = list(requests)
 
-        def settle(i, attempt, text, usage, cached, retry_later):
-            result = self._finish(requests[i], attempt, text, usage, cached, parse)
-            if result.ok or attempt + 1 == self.max_parse_attempts:
-                results[i] = result
-                self._update(bar)
-            else:
-                asked[i] = self.reask(requests[i], attempt + 1, replace(result, request=asked[i]), remind)
-                retry_later.append((i, attempt + 1))
-
-        while pending:  # one round per attempt, as `LocalChatClient`
-            next_pending, todo = [], []
-            for i, attempt in pending:
-                hit = self._cached(requests[i], attempt)
-                if hit is None:
-                    todo.append((i, attempt))
-                else:
-                    settle(i, attempt, *hit, True, next_pending)
+        async def answer(todo, asked, settle, fail):
             for start in range(0, len(todo), CHUNK_SIZE):
                 chunk = todo[start : start + CHUNK_SIZE]
                 prompts = [self.encode_prompt(asked[i].messages) for i, _ in chunk]
@@ -236,10 +215,9 @@ class VLLMChatClient(ChatClient):
                 for (i, attempt), prompt, (text, completion_tokens) in zip(chunk, prompts, answers):
                     usage = {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens}
                     self._record(requests[i], attempt, text, usage)
-                    settle(i, attempt, text, usage, False, next_pending)
-            pending = next_pending
-        self._report(bar, desc)
-        return results
+                    settle(i, attempt, text, usage)
+
+        return await self._answer_in_rounds(requests, parse, desc, remind, answer)
 
 
 def smoke(model: str, requests: int = 256, max_new_tokens: int = 128, **client_options) -> dict:

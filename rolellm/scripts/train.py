@@ -203,22 +203,12 @@ def train(script_args, training_args, model_args):
     """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from trl import get_peft_config, get_quantization_config
 
-    from rolellm.clients.loading import check_model_source, is_adapter_checkpoint
+    from rolellm.clients.loading import is_adapter_checkpoint
     from rolellm.data.release import HUB_REPO_ID
-    from rolellm.training.engine import check_engine, describe_engine
+    from rolellm.training.engine import describe_engine, prepare_start
     from rolellm.training.trainer import RoCITTrainer
 
-    training_args.model_init_kwargs = {
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
-        **(training_args.model_init_kwargs or {}),
-    }
-    check_model_source(model_args.model_name_or_path)
-    check_engine(training_args)
-    if Path(model_args.model_name_or_path).expanduser().is_dir():  # an adapter records its base: one that resolves
-        model_args.model_name_or_path = str(Path(model_args.model_name_or_path).expanduser().resolve())
+    prepare_start(model_args, training_args)
     script_args.dataset_configs = default_configs(script_args)
     row_counts = {}
     train_rows = load_rows(script_args, script_args.dataset_train_split, row_counts)
@@ -264,20 +254,10 @@ def train_preference(script_args, training_args, model_args):
     the model with its role files and model card and print what was trained. Returns the trainer."""
     from trl import get_peft_config, get_quantization_config
 
-    from rolellm.clients.loading import check_model_source
-    from rolellm.training.engine import check_engine
+    from rolellm.training.engine import prepare_start
     from rolellm.training.preference import RoleDPOTrainer, RoleKTOTrainer
 
-    check_model_source(model_args.model_name_or_path)
-    check_engine(training_args)
-    if Path(model_args.model_name_or_path).expanduser().is_dir():
-        model_args.model_name_or_path = str(Path(model_args.model_name_or_path).expanduser().resolve())
-    training_args.model_init_kwargs = {
-        "revision": model_args.model_revision,
-        "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
-        **(training_args.model_init_kwargs or {}),
-    }
+    prepare_start(model_args, training_args)
     script_args.dataset_configs = default_configs(script_args, script_args.stage)
     train_rows = load_rows(script_args, script_args.dataset_train_split)
     eval_rows = load_rows(script_args, script_args.dataset_test_split) if training_args.eval_strategy != "no" else None

@@ -96,24 +96,13 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
     of `--stage grpo` are found as for every stage."""
     from trl import get_peft_config
 
-    from rolellm.clients.loading import check_model_source
     from rolellm.data.release import HUB_REPO_ID
-    from rolellm.training.engine import check_engine
+    from rolellm.training.engine import prepare_start
     from rolellm.training.grpo import RoleGRPOTrainer
 
     default_configs, load_rows, load_profiles_for = data_functions
-    check_model_source(model_args.model_name_or_path)
-    check_engine(training_args)
+    prepare_start(model_args, training_args)
     model = model_args.model_name_or_path
-    if Path(model).expanduser().is_dir():
-        model = str(Path(model).expanduser().resolve())
-    training_args.model_init_kwargs = {
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
-        **(training_args.model_init_kwargs or {}),
-    }
     base = ClientConfig(model, progress=False)
     output = Path(training_args.output_dir)
     judge_config = derive_client(base, "judge", judge_options, cache_path=str(output / "judge_cache.sqlite"))

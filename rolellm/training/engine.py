@@ -1,6 +1,8 @@
-"""Which distributed engine a training run is on, and the engines a CPU cannot run, for every stage."""
+"""What every stage of `rolellm train` checks before it loads a model: the model source, the distributed engine (and
+the engines a CPU cannot run), the model flags that reach the trainer's loading."""
 
 import os
+from pathlib import Path
 
 
 def describe_engine(accelerator) -> str:
@@ -25,3 +27,24 @@ def check_engine(training_args) -> None:
             "and this run is on the CPU: launch DDP on the CPU instead (torchrun --nproc_per_node N "
             "examples/train_rolellama.py ... --use_cpu true), or run on GPUs"
         )
+
+
+def prepare_start(model_args, training_args) -> None:
+    """Before a stage loads its model: refuse a model source that does not exist and an engine this machine cannot
+    run, make a local folder's path absolute (an adapter records its base by that path, which must resolve later),
+    and hand `trl.ModelConfig`'s loading flags to the trainer (`training_args.model_init_kwargs`, where flags the
+    user set there win)."""
+    from rolellm.clients.loading import check_model_source
+
+    check_model_source(model_args.model_name_or_path)
+    check_engine(training_args)
+    folder = Path(model_args.model_name_or_path).expanduser()
+    if folder.is_dir():
+        model_args.model_name_or_path = str(folder.resolve())
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
