@@ -102,3 +102,28 @@ def save_role_files(
     if inference is not None:
         (folder / INFERENCE_FILE).write_text(json.dumps(inference, indent=2) + "\n", encoding="utf-8")
     return folder
+
+
+def save_stage_checkpoint(trainer, folder: str | Path, tokenizer, keep_think: bool) -> None:
+    """What makes the checkpoint folder of any training stage usable on its own, once `Trainer._save` wrote the model
+    and tokenizer: `training_args.bin` again without the Hub token, the profiles of the roles trained (their prompt
+    text only unless `keep_card_metadata`), a custom system template, `chat_template.jinja`, the inference settings
+    and the model card (`save_role_files`).
+
+    `trainer` is one of rolellm's trainers (`RoCITTrainer`, the preference trainers, `RoleGRPOTrainer`): it has
+    `profiles`, `role_stats`, `_system_template` and `build_model_card`.
+    """
+    from accelerate.utils import is_peft_model
+
+    from rolellm.roles.card_prompts import prompt_only
+
+    save_training_args(trainer.args, folder)
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    # an adapter's base model does not carry the end-of-turn ids `set_role_chat_template` added
+    generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
+    profiles = trained_profiles(trainer.profiles, trainer.role_stats)
+    if not trainer.args.keep_card_metadata:
+        profiles = {name: prompt_only(profile) for name, profile in profiles.items()}
+    card = trainer.build_model_card(Path(trainer.args.output_dir).name)
+    inference = inference_settings(tokenizer, keep_think)
+    save_role_files(folder, profiles, trainer._system_template, tokenizer, generation_config, card, inference)

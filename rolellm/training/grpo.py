@@ -40,13 +40,12 @@ from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokeni
 from rolellm.data.release import CITATION
 from rolellm.encoding.chat_template import set_role_chat_template
 from rolellm.encoding.encode import encode_chat
-from rolellm.roles.card_prompts import prompt_only
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import to_role_messages
 from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import _adapter_settings, describe_chat_template
-from rolellm.training.checkpoint import inference_settings, save_role_files, save_training_args, trained_profiles
+from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
 from rolellm.training.grouped import grouped_token_logps
 
 
@@ -385,16 +384,7 @@ class RoleGRPOTrainer(GRPOTrainer):
         super()._save(output_dir, state_dict)
         if self.args.should_save:
             folder = output_dir if output_dir is not None else self.args.output_dir
-            save_training_args(self.args, folder)
-            unwrapped = self.accelerator.unwrap_model(self.model)
-            generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
-            profiles = trained_profiles(self.profiles, self.role_stats)
-            if not self.args.keep_card_metadata:
-                profiles = {name: prompt_only(profile) for name, profile in profiles.items()}
-            inference = inference_settings(self.processing_class, self.keep_think)
-            card = self.build_model_card(Path(self.args.output_dir).name)
-            save_role_files(folder, profiles, self._system_template, self.processing_class, generation_config, card,
-                            inference)  # fmt: skip
+            save_stage_checkpoint(self, folder, self.processing_class, self.keep_think)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir` (see `build_model_card`)."""

@@ -28,13 +28,12 @@ from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
 
 from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.encoding.encode import encode_chat
-from rolellm.roles.card_prompts import prompt_only
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import to_role_messages
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import build_model_card, describe_chat_template
-from rolellm.training.checkpoint import inference_settings, save_role_files, save_training_args, trained_profiles
+from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
 from rolellm.training.config import RolePromptArguments
 from rolellm.training.grouped import prompts_computed_once
 
@@ -240,17 +239,7 @@ class _RolePreferenceMixin:
         super()._save(output_dir, state_dict)
         if self.args.should_save:
             folder = output_dir if output_dir is not None else self.args.output_dir
-            save_training_args(self.args, folder)
-            unwrapped = self.accelerator.unwrap_model(self.model)
-            generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
-            profiles = trained_profiles(self.profiles, self.role_stats)
-            if not self.args.keep_card_metadata:
-                profiles = {name: prompt_only(profile) for name, profile in profiles.items()}
-            card = self.build_model_card(Path(self.args.output_dir).name)
-            inference = inference_settings(self._tokenizer, self.args.keep_think)
-            save_role_files(
-                folder, profiles, self._system_template, self._tokenizer, generation_config, card, inference
-            )
+            save_stage_checkpoint(self, folder, self._tokenizer, self.args.keep_think)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir` (see `build_model_card`)."""

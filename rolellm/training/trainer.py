@@ -38,11 +38,10 @@ from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat_turns
-from rolellm.roles.card_prompts import prompt_only
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
-from rolellm.training.checkpoint import inference_settings, save_role_files, save_training_args, trained_profiles
+from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, mix_subsets, rolebench_to_conversations
 from rolellm.training.packing import (
@@ -412,20 +411,11 @@ class RoCITTrainer(SFTTrainer):
         super()._save(output_dir, state_dict)
         if self.args.should_save:
             folder = output_dir if output_dir is not None else self.args.output_dir
-            save_training_args(self.args, folder)
             self.save_role_files(folder)
 
     def save_role_files(self, folder: str | Path) -> None:
-        """Write the role files of a checkpoint into `folder` (`rolellm.training.checkpoint.save_role_files`)."""
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        # an adapter's base model does not carry the end-of-turn ids `set_role_chat_template` added
-        generation_config = unwrapped.get_base_model().generation_config if is_peft_model(unwrapped) else None
-        profiles = trained_profiles(self.profiles, self.role_stats)
-        if not self.args.keep_card_metadata:
-            profiles = {name: prompt_only(profile) for name, profile in profiles.items()}
-        card = self.build_model_card(model_name=Path(self.args.output_dir).name)
-        inference = inference_settings(self._tokenizer, self.args.keep_think)
-        save_role_files(folder, profiles, self._system_template, self._tokenizer, generation_config, card, inference)
+        """Write the role files of a checkpoint into `folder` (`rolellm.training.checkpoint.save_stage_checkpoint`)."""
+        save_stage_checkpoint(self, folder, self._tokenizer, self.args.keep_think)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """Write `README.md` in `output_dir` (see `build_model_card`)."""
