@@ -42,7 +42,29 @@ _PARAMS = {
 }
 
 
-class LocalChatClient(ChatClient):
+class TokenPromptClient(ChatClient):
+    """What the clients that send token ids share (`LocalChatClient`, the vLLM client): prompts from the
+    injection-safe encoder (`encode_prompt`), counted in real tokens, and the default budget `max_new_tokens` in the
+    cache key, since it changes the answer. Subclasses set `tokenizer`, `chat_template`, `keep_think` and
+    `max_new_tokens`."""
+
+    @property
+    def default_max_tokens(self) -> int:
+        return self.max_new_tokens
+
+    def key(self, request: ChatRequest, attempt: int = 0) -> str:
+        params = {"max_tokens": self.max_new_tokens, **request.params}
+        return request_key(self.model_name, request.messages, params, request.sample_index, attempt)
+
+    def count_prompt_tokens(self, request: ChatRequest) -> int:
+        return len(self.encode_prompt(request.messages))
+
+    def encode_prompt(self, messages: list[dict]) -> list[int]:
+        """The token ids the model answers `messages` from (`encode_prompt`, the module function)."""
+        return encode_prompt(self.tokenizer, messages, self.chat_template, self.keep_think)
+
+
+class LocalChatClient(TokenPromptClient):
     """A chat client on a local `transformers` causal LM, with the same `generate()` as `OpenAIChatClient`.
 
     Greedy decoding unless a request's `params` set `temperature > 0` (or `do_sample=True`); sampled batches are
@@ -114,18 +136,6 @@ class LocalChatClient(ChatClient):
     def __repr__(self) -> str:
         return f"LocalChatClient({self.model_name!r}, batch_size={self.batch_size}, cache={self.cache!r})"
 
-    @property
-    def default_max_tokens(self) -> int:
-        return self.max_new_tokens
-
-    def key(self, request: ChatRequest, attempt: int = 0) -> str:
-        # The local default budget changes the answer, so it is part of the key.
-        params = {"max_tokens": self.max_new_tokens, **request.params}
-        return request_key(self.model_name, request.messages, params, request.sample_index, attempt)
-
-    def count_prompt_tokens(self, request: ChatRequest) -> int:
-        return len(self.encode_prompt(request.messages))
-
     async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
         """The async form of `generate`; generation runs in a worker thread so the event loop stays free (a
         `json_schema` is left to `parse`: transformers has no constrained decoding here)."""
@@ -147,10 +157,6 @@ class LocalChatClient(ChatClient):
                     settle(i, attempt, text, usage)
 
         return await self._answer_in_rounds(requests, parse, desc, remind, answer)
-
-    def encode_prompt(self, messages: list[dict]) -> list[int]:
-        """The token ids the model answers `messages` from (`encode_prompt`, the module function)."""
-        return encode_prompt(self.tokenizer, messages, self.chat_template, self.keep_think)
 
     def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
         import torch

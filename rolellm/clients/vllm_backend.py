@@ -19,10 +19,9 @@ import logging
 import os
 from pathlib import Path
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
-from rolellm.clients.cache import request_key
+from rolellm.clients.base import ChatRequest, ChatResult, as_request
 from rolellm.clients.loading import ADAPTER_CONFIG, check_adapter_base, is_adapter_checkpoint
-from rolellm.clients.local import encode_prompt, stop_token_ids
+from rolellm.clients.local import TokenPromptClient, stop_token_ids
 from rolellm.encoding.chat_template import read_chat_template
 
 
@@ -123,7 +122,7 @@ class VLLMEngine:
         return [(output.outputs[0].text, len(output.outputs[0].token_ids)) for output in outputs]
 
 
-class VLLMChatClient(ChatClient):
+class VLLMChatClient(TokenPromptClient):
     """A chat client on vLLM offline inference, with the same `generate()` as every other client.
 
     Args:
@@ -181,22 +180,6 @@ class VLLMChatClient(ChatClient):
 
     def __repr__(self) -> str:
         return f"VLLMChatClient({self.model_name!r}, cache={self.cache!r})"
-
-    @property
-    def default_max_tokens(self) -> int:
-        return self.max_new_tokens
-
-    def key(self, request: ChatRequest, attempt: int = 0) -> str:
-        # as `LocalChatClient`: the default budget changes the answer, so it is part of the key
-        params = {"max_tokens": self.max_new_tokens, **request.params}
-        return request_key(self.model_name, request.messages, params, request.sample_index, attempt)
-
-    def count_prompt_tokens(self, request: ChatRequest) -> int:
-        return len(self.encode_prompt(request.messages))
-
-    def encode_prompt(self, messages: list[dict]) -> list[int]:
-        """The token ids sent for `messages` (`rolellm.clients.local.encode_prompt`, as `LocalChatClient`)."""
-        return encode_prompt(self.tokenizer, messages, self.chat_template, self.keep_think)
 
     async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
         """The async form of `generate`; the engine runs in a worker thread, one chunk of prompts at a time."""
