@@ -17,11 +17,20 @@ from rolellm.testing import data as testing_data  # noqa: E402
 from rolellm.testing import models as testing
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Files with `slow` tests run first (a stable sort: a file's tests stay together and in their order), so under
-    pytest-xdist (`make test`) the long tests start early and the short ones fill the end, instead of one worker
-    finishing the last long test alone."""
+    """Two things for pytest-xdist (`make test`: `-n auto --dist loadgroup`), before it reads the `xdist_group` marks:
+
+    - the tests of a module that use a module-scoped fixture (a trained checkpoint, a Ray cluster, a built dataset)
+      form one group, run by one worker, so the fixture is built once instead of once per worker; every other test
+      is scheduled on its own;
+    - files with `slow` tests run first (a stable sort: a file's tests stay together and in their order), so the long
+      tests start early and the short ones fill the end, instead of one worker finishing the last long test alone.
+    """
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is not None and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
 
