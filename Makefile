@@ -21,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not gpu" -n auto --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not gpu" -n auto $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
