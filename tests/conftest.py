@@ -1,6 +1,8 @@
 """The test kit: offline environment, a locally trained tokenizer, a tiny Llama on disk, the real data folder."""
 
 import os
+import re
+from pathlib import Path
 
 
 # Set before any Hugging Face library is imported by a test module.
@@ -24,6 +26,39 @@ def pytest_collection_modifyitems(items):
     finishing the last long test alone."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+def shares_module_fixtures(path: Path) -> bool:
+    """Whether a test file defines a module-scoped fixture (a trained checkpoint, a Ray cluster, a built dataset) or
+    uses conftest's (`zhenhuan`)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return 'scope="module"' in text or re.search(r"\bzhenhuan\b", text) is not None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`-n N` (`make test`): each test is scheduled on its own, as with `--dist load`, except that the tests of a file
+    with module-scoped fixtures go to one worker together, so the fixture is built once, not once per worker (and not
+    again after another file's test ran in between). Units keep the collection order above (no reordering).
+    pytest-xdist's own `--dist loadgroup` does not group under pytest 9, whose node ids it cannot suffix."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    grouped = {}
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            file = nodeid.split("::", 1)[0]
+            if file not in grouped:
+                grouped[file] = shares_module_fixtures(config.rootpath / file)
+            return file if grouped[file] else nodeid
+
+    config.option.loadscopereorder = False
+    return ModuleFixtureScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -465,7 +465,7 @@ def test_sigkill_midway_then_restart_loses_and_repeats_nothing(tmp_path):
         assert job.wait() == -9
         assert not (out / "results.json").exists()
         killed.set()
-        subprocess.run(command, env=env, check=True, timeout=300, capture_output=True)
+        assert run_cli(run_argv(server.base_url, out)) == 0  # the restart, in this process (no second import cost)
         answered = server.answered_counts()
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert log.read_text().splitlines()[: len(saved)] == saved  # what was saved stays, in order
