@@ -169,7 +169,8 @@ def test_a_v3_system_prompt_replaces_the_instruction_and_the_nickname_is_char(lu
     )
     assert user == {"role": "user", "content": "Is it safe?"}
     lune.extra["character_card"]["data"]["system_prompt"] = "{{original}}\n\nNever break character, {{user}}."
-    original = build_system_instruction(RoleProfile("Captain Lune", "en", LUNE_DESCRIPTION))
+    # the paper's instruction, with one full stop after the card's description (a release profile would get two)
+    original = build_system_instruction(RoleProfile("Captain Lune", "en", LUNE_DESCRIPTION)).replace("..", ".", 1)
     assert build_role_messages(lune, "Is it safe?")[0]["content"] == (
         f"{original}\n\nNever break character, User.\n\nthe Captain's personality: calm"
     )
@@ -303,3 +304,15 @@ def test_a_card_chat_encodes_with_real_templates(ada, shared_data_dir, family):
     )
     assert "Scenario: A storm is coming" in prompt
     assert prompt.index("The lamp is out.") < prompt.index("Stay in character as Ada Quill")
+
+
+def test_a_card_description_ending_in_a_full_stop_is_followed_by_one_full_stop():
+    card = copy.deepcopy(V3)
+    card["data"]["system_prompt"] = ""
+    card["data"]["character_book"] = None
+    text = build_system_instruction(profile_from_card(card))
+    assert "your description is: the Captain ferries people across the bay at night. Now please" in text
+    assert ".." not in text
+    # the release's profiles keep the paper's text exactly, full stops and all
+    release = build_system_instruction(RoleProfile("Jack Sparrow", "en", "A witty pirate."))
+    assert "your description is: A witty pirate.. Now please" in release

@@ -206,9 +206,14 @@ def build_system_instruction(
             compiled = JINJA_ENV.from_string(template)
         except jinja2.TemplateSyntaxError as error:
             raise ValueError(f"template= is not valid Jinja (line {error.lineno}): {error.message}") from error
+    desc = profile.description_with_catchphrases()
+    if template is None and lang == "en" and card_data(profile) is not None and desc.endswith("."):
+        # the English instruction puts its own full stop after `{desc}`; a card's description usually ends with
+        # one too ("..."). The release's profiles keep the paper's text as it is.
+        desc = desc[:-1]
     variables = {
         "role": profile.name,
-        "desc": profile.description_with_catchphrases(),
+        "desc": desc,
         "description": profile.description,
         "catchphrases": list(profile.catchphrases),
         "lang": lang,
