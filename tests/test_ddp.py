@@ -76,39 +76,11 @@ def assert_same_losses(launched_dir, one_dir):
     assert launched == pytest.approx(one, abs=1e-5, rel=0), (launched, one)
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory, tiny_model_path, rolebench_slice_dir):
-    """Each variant trained by one process with the whole batch (2 processes x 2 rows = 1 x 4), in this process:
-    variant -> (what it printed, its output folder). The single-process test reads the full run's."""
-    tmp_path = tmp_path_factory.mktemp("one-process")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACCELERATE_USE_CPU", "1")
-        return {
-            variant: train_one_process(tmp_path, tiny_model_path, rolebench_slice_dir, variant, 2 * PER_DEVICE_BATCH)
-            for variant in VARIANTS
-        }
-
-
-@pytest.fixture(scope="module")
-def ddp_launched(tmp_path_factory, tiny_model_path, rolebench_slice_dir):
-    """One `torchrun --nproc_per_node 2` over gloo whose ranks train every variant, one after the other
-    (`tests/fixtures/train_variants.py` runs `examples/train_rolellama.py` once per variant, so the two ranks pay
-    their imports once): variant -> (what the launch printed, the variant's output folder)."""
-    tmp_path = tmp_path_factory.mktemp("ddp")
-    folders = {variant: tmp_path / f"launched-{variant}" for variant in VARIANTS}
-    runs = [script_args(folders[v], tiny_model_path, rolebench_slice_dir, PER_DEVICE_BATCH, v) for v in VARIANTS]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
-               str(ROOT / "tests" / "fixtures" / "train_variants.py"), json.dumps(runs)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return {variant: (result.stdout, folder) for variant, folder in folders.items()}
-
-
 @pytest.mark.slow
-def test_single_process(one_process, rolebench_slice_dir):
-    stdout, output_dir = one_process["full"]
-    assert f"roles in {STEPS} steps on 1 process(es); saved to {output_dir}" in stdout
+def test_single_process(tmp_path, tiny_model_path, rolebench_slice_dir, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    stdout, output_dir = train_one_process(tmp_path, tiny_model_path, rolebench_slice_dir, "full", PER_DEVICE_BATCH)
+    assert f"roles in {STEPS} steps on 1 process(es); saved to" in stdout
     assert (output_dir / "model.safetensors").is_file()
     assert (output_dir / "chat_template.jinja").is_file()
     card = (output_dir / "README.md").read_text()
@@ -118,13 +90,19 @@ def test_single_process(one_process, rolebench_slice_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["full", "lora"])
-def test_ddp_two_cpu_processes_train_as_one(variant, ddp_launched, one_process):
+def test_ddp_two_cpu_processes_train_as_one(variant, tmp_path, tiny_model_path, rolebench_slice_dir, monkeypatch):
     """DDP over gloo, 2 processes x 2 rows, against 1 process x 4 rows: the same loss at every step."""
-    stdout, launched_dir = ddp_launched[variant]
-    assert f"in {STEPS} steps on 2 process(es) (DDP); saved to {launched_dir}\n" in stdout
+    port = str(29517 + list(VARIANTS).index(variant))  # one port per test: pytest-xdist may run them at once
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
+    stdout, launched_dir = launch(
+        launcher, {"ACCELERATE_USE_CPU": "1"}, tmp_path, tiny_model_path, rolebench_slice_dir, variant
+    )
+    assert f"in {STEPS} steps on 2 process(es) (DDP); saved to" in stdout
     weights = "adapter_model.safetensors" if variant == "lora" else "model.safetensors"
     assert (launched_dir / weights).is_file()
-    assert_same_losses(launched_dir, one_process[variant][1])
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    _, one_dir = train_one_process(tmp_path, tiny_model_path, rolebench_slice_dir, variant, 2 * PER_DEVICE_BATCH)
+    assert_same_losses(launched_dir, one_dir)
 
 
 @pytest.mark.parametrize("engine", ["FSDP", "DEEPSPEED"])
