@@ -175,7 +175,12 @@ def test_ray_generate_equals_the_default_backend_through_sigkill_and_resume(
         killed.set()
         kept = cached_rows(cache)
         assert kept < total  # killed mid-run
-        answered_before = len(server.answered)
+        # the killed driver's Ray tasks may still finish requests they had sent: wait until the server is quiet
+        answered_before, quiet_since = len(server.answered), time.monotonic()
+        while time.monotonic() - quiet_since < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if len(server.answered) != answered_before:
+                answered_before, quiet_since = len(server.answered), time.monotonic()
         assert not (out / "rolebench-zh").exists()  # nothing written but the cache
 
         # the re-run, in this process: a driver on the module's cluster (the killed one joined it by RAY_ADDRESS)
