@@ -147,6 +147,15 @@ def load_rows(script_args, split, counts: dict | None = None):
     return rows
 
 
+def train_and_eval_rows(script_args, training_args, counts: dict | None = None):
+    """The rows of the train split (their counts per config into `counts`), and of the test split when the run
+    evaluates (`eval_strategy` other than `"no"`), else None: what every stage trains and evaluates on."""
+    train_rows = load_rows(script_args, script_args.dataset_train_split, counts)
+    if training_args.eval_strategy == "no":
+        return train_rows, None
+    return train_rows, load_rows(script_args, script_args.dataset_test_split)
+
+
 def default_configs(script_args, stage: str = "sft") -> list[str]:
     """`--dataset_configs`, else the configs with a train split in `--data_dir` (said in one line; for `stage` `dpo`
     the preference configs, for `kto` the unpaired ones), else `zh`."""
@@ -211,10 +220,7 @@ def train(script_args, training_args, model_args):
     prepare_start(model_args, training_args)
     script_args.dataset_configs = default_configs(script_args)
     row_counts = {}
-    train_rows = load_rows(script_args, script_args.dataset_train_split, row_counts)
-    eval_rows = None
-    if training_args.eval_strategy != "no":
-        eval_rows = load_rows(script_args, script_args.dataset_test_split)
+    train_rows, eval_rows = train_and_eval_rows(script_args, training_args, row_counts)
     trainer = RoCITTrainer(
         model_args.model_name_or_path,
         args=training_args,
@@ -259,8 +265,7 @@ def train_preference(script_args, training_args, model_args):
 
     prepare_start(model_args, training_args)
     script_args.dataset_configs = default_configs(script_args, script_args.stage)
-    train_rows = load_rows(script_args, script_args.dataset_train_split)
-    eval_rows = load_rows(script_args, script_args.dataset_test_split) if training_args.eval_strategy != "no" else None
+    train_rows, eval_rows = train_and_eval_rows(script_args, training_args)
     trainer_class = RoleDPOTrainer if script_args.stage == "dpo" else RoleKTOTrainer
     trainer = trainer_class(
         model_args.model_name_or_path,
