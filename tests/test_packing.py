@@ -309,6 +309,7 @@ def test_flex_attention_on_gpu_gives_the_gradients_of_samples_alone(tiny_model_p
     packed = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
     total = stats["num_trained"].item()
+    model.set_attn_implementation("sdpa")  # each sample alone, with the model's own causal mask
     alone = sum(
         -trained_log_probs(
             model, {"input_ids": torch.tensor([s["input_ids"]]).cuda(), "labels": torch.tensor([s["labels"]]).cuda()}
@@ -319,6 +320,40 @@ def test_flex_attention_on_gpu_gives_the_gradients_of_samples_alone(tiny_model_p
     assert loss.item() == pytest.approx((alone / total).item(), abs=1e-4)
     for name, p in model.named_parameters():
         torch.testing.assert_close(packed[name], p.grad, atol=1e-5, rtol=1e-3, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flex_attention_on_gpu_follows_batches_of_changing_length(
+    tiny_model_path, tiny_tokenizer, english_samples, dtype
+):
+    """Training batches change length from step to step: the block-mask path gives the dense mask's loss each time."""
+    from datasets import Dataset
+
+    model = LlamaForCausalLM.from_pretrained(tiny_model_path, dtype=dtype).cuda()
+    assert choose_attention_backend(model, "cuda") == "flex_attention"
+    for max_length in (128, 384, 1024):
+        rows, _ = pack_with_shared_prefix(Dataset.from_list(english_samples), max_length)
+        batch = DataCollatorForPrefixSharing(tiny_tokenizer.pad_token_id, pad_to_multiple_of=128)(list(rows)[:2])
+        batch = {k: v.cuda() for k, v in batch.items()}
+        segments = batch.pop("segment_ids"), batch.pop("prefix_segment_ids")
+        model.set_attn_implementation("flex_attention")
+        flex_loss, _ = causal_lm_loss(
+            model, {**batch, "attention_mask": build_attention_mask(*segments, "flex_attention")}
+        )
+        flex_loss.backward()
+        model.set_attn_implementation("sdpa")
+        with torch.no_grad():
+            dense = build_attention_mask(*segments, "sdpa")
+            dense_loss, _ = causal_lm_loss(model, {**batch, "attention_mask": dense})
+        assert torch.isfinite(flex_loss), max_length
+        tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+        assert flex_loss.item() == pytest.approx(dense_loss.item(), abs=tolerance), (
+            max_length,
+            batch["input_ids"].shape,
+        )
+        model.zero_grad()
 
 
 def test_packing_and_its_collator_leave_their_inputs_as_they_were():
