@@ -101,6 +101,10 @@ def loss_and_grads(trainer, inputs, prefix_sharing):
 
 
 def test_loss_and_gradients_equal_trls_path(trainer):
+    check_grpo_loss_equals_trls(trainer)
+
+
+def check_grpo_loss_equals_trls(trainer):
     ids, mask, width = batch(trainer, seed=1)
     inputs = {
         "prompt_ids": ids[:, :width], "prompt_mask": mask[:, :width],
@@ -108,6 +112,7 @@ def test_loss_and_gradients_equal_trls_path(trainer):
         "advantages": torch.tensor([1.0, -0.5, 0.25, -1.0, 0.5, -0.25, 0.75, 1.5]),
         "num_items_in_batch": mask[:, width:].sum(),
     }  # fmt: skip
+    inputs = {name: value.to(trainer.accelerator.device) for name, value in inputs.items()}
     expected_loss, expected_grads = loss_and_grads(trainer, inputs, False)
     loss, grads = loss_and_grads(trainer, inputs, True)
     torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=0)
@@ -207,6 +212,10 @@ def test_eager_attention_gets_the_additive_mask(tiny_model_path, tmp_path):
 # ---------------------------------------------------------------------------------------------------- DPO
 @pytest.fixture(scope="module")
 def dpo_trainer(tmp_path_factory):
+    return build_dpo_trainer(tmp_path_factory, use_cpu=True)
+
+
+def build_dpo_trainer(tmp_path_factory, use_cpu):
     from rolellm.encoding.chat_template import set_role_chat_template
     from rolellm.testing.models import build_tiny_llama, train_tiny_tokenizer
     from rolellm.training.preference import RoleDPOConfig, RoleDPOTrainer
@@ -223,7 +232,7 @@ def dpo_trainer(tmp_path_factory):
         ]
     ]
     args = RoleDPOConfig(
-        str(tmp_path_factory.mktemp("dpo")), use_cpu=True, max_steps=1, per_device_train_batch_size=3, beta=0.1,
+        str(tmp_path_factory.mktemp("dpo")), use_cpu=use_cpu, max_steps=1, per_device_train_batch_size=3, beta=0.1,
         report_to="none", save_strategy="no", disable_tqdm=True, activation_checkpointing=False, seed=0,
         loss_type=["sigmoid", "sft"], loss_weights=[1.0, 0.5],
     )  # fmt: skip
@@ -250,7 +259,10 @@ def test_dpo_pairs_share_the_prompt_with_trls_loss(dpo_trainer):
     """A batch of three pairs of different prompt lengths (right-padded, chosen rows then rejected rows): one packed
     row per pair, and the loss (sigmoid + SFT), its gradients, the logged metrics and the reference log-probs are
     those of TRL's padded rows."""
-    trainer = dpo_trainer
+    check_dpo_equals_trls(dpo_trainer)
+
+
+def check_dpo_equals_trls(trainer):
     assert trainer.args.prefix_sharing  # on by default
     trl_forward = vars(trainer.model)["forward"]  # TRL's fused-head forward
     with trainer._prompts_once():
@@ -271,3 +283,30 @@ def test_dpo_pairs_share_the_prompt_with_trls_loss(dpo_trainer):
     assert metrics.keys() == expected_metrics.keys() and metrics == pytest.approx(expected_metrics, abs=1e-4)
     torch.testing.assert_close(ref, expected_ref, atol=1e-5, rtol=0)
     assert vars(trainer.model)["forward"] is trl_forward
+
+
+# ---------------------------------------------------------------------------------------------------- CUDA
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_dpo_on_cuda_equals_trls_path(tmp_path_factory):
+    """The DPO check on a GPU: the grouped forwards run with the attention the model was loaded with (SDPA with a
+    dense mask), so TRL's own forwards beside them are untouched."""
+    dpo = build_dpo_trainer(tmp_path_factory, use_cpu=False)
+    assert dpo.accelerator.device.type == "cuda"
+    check_dpo_equals_trls(dpo)
+    assert dpo.model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.xfail(
+    reason="on an H200 (torch 2.11, float32, TF32 off) the loss agrees to 1e-5 but the gradients differ from TRL's "
+    "padded path by 0.1-0.5% of their norm (1e-5 on the CPU); open",
+    strict=False,
+)
+def test_grpo_on_cuda_equals_trls_path(tiny_model_path, tmp_path_factory):
+    grpo = RoleGRPOTrainer(str(tiny_model_path), lambda completions, **_: [1.0] * len(completions),
+                           config(tmp_path_factory.mktemp("grouped-cuda"), use_cpu=False), prompts(),
+                           profiles=PROFILES)  # fmt: skip
+    assert grpo.accelerator.device.type == "cuda"
+    check_grpo_loss_equals_trls(grpo)

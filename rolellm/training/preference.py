@@ -339,7 +339,11 @@ class RoleDPOTrainer(_RolePreferenceMixin, DPOTrainer):
 
     def _prompts_once(self):
         """`prompts_computed_once` over the policy and the reference model, each with the mask its attention takes
-        (`choose_attention_backend`, asked once per model); a no-op with `prefix_sharing=False`."""
+        (`choose_attention_backend`, asked once per model); a no-op with `prefix_sharing=False`.
+
+        The models keep the attention they were loaded with (a dense mask for SDPA, also on CUDA): the forwards
+        that are not grouped (a layout that cannot be packed exactly, TRL's own calls) then run as TRL runs them,
+        where a switch to FlexAttention would send them through transformers' own FlexAttention path."""
         models = []
         if self.args.prefix_sharing:
             policy = self.accelerator.unwrap_model(self.model)
@@ -347,7 +351,7 @@ class RoleDPOTrainer(_RolePreferenceMixin, DPOTrainer):
             for module in (policy, self.ref_model):
                 if module is not None:
                     if id(module) not in self._attention_backends:
-                        self._attention_backends[id(module)] = choose_attention_backend(module)
+                        self._attention_backends[id(module)] = choose_attention_backend(module, switch_to_flex=False)
                     models.append((module, self._attention_backends[id(module)]))
         return prompts_computed_once(models, self._tokenizer.pad_token_id or 0)
 
