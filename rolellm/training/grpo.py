@@ -271,13 +271,11 @@ class RoleGRPOTrainer(GRPOTrainer):
                     f"the {split} dataset has columns {dataset.column_names}: pass RoleBench rows (role, question, "
                     "generated, lang) or rows with a conversational 'prompt'"
                 )
-            profiles = Profiles(self.profiles)
-            missing = sorted({role for role in dataset.unique("role") if role not in profiles})
-            if missing:
-                raise ValueError(
-                    f"no profile for {len(missing)} role(s) of the {split} rows: {missing[:10]}; the profiles hold "
-                    f"{sorted(profiles)[:10]}: pass profiles= (or RoleGRPOConfig.profiles) that cover every role"
-                )
+            profiles = Profiles(self.profiles).require(
+                dataset.unique("role"),
+                f"the {split} rows",
+                "pass profiles= (or RoleGRPOConfig.profiles) that cover every role",
+            )
 
             def to_prompt(row):
                 profile = profiles[row["role"]]

@@ -179,13 +179,7 @@ class _RolePreferenceMixin:
     def _prepare_role_rows(self, dataset: datasets.Dataset, args, split: str) -> datasets.Dataset:
         if self.profiles is None:
             raise ValueError("role preference rows need role profiles: pass profiles= or set the config's profiles")
-        profiles = Profiles(self.profiles)
-        missing = sorted({role for role in dataset.unique("role") if role not in profiles})
-        if missing:
-            raise ValueError(
-                f"no profile for {len(missing)} role(s) of the {split} preference rows: {missing[:10]}; the profiles "
-                f"hold {sorted(profiles)[:10]}{' ...' if len(profiles) > 10 else ''}. Pass profiles that cover every role"
-            )
+        profiles = Profiles(self.profiles).require(dataset.unique("role"), f"the {split} preference rows")
         tokenizer, stats = self._tokenizer, RolePreferenceStats(rows=len(dataset))
         out = {"prompt_ids": [], **({"chosen_ids": [], "rejected_ids": []} if self._paired else {})}
         if not self._paired:
