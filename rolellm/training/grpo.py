@@ -46,7 +46,7 @@ from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import _adapter_settings, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
-from rolellm.training.grouped import grouped_token_logps
+from rolellm.training.grouped import grouped_fused_forward
 
 
 logger = logging.getLogger(__name__)
@@ -338,13 +338,15 @@ class RoleGRPOTrainer(GRPOTrainer):
             completion_mask = attention_mask.clone()
             completion_mask[:, :-logits_to_keep] = 0
             with self.accelerator.autocast():
-                result = grouped_token_logps(
+                fields = grouped_fused_forward(
                     model, backend, input_ids, attention_mask, completion_mask, self._tokenizer.pad_token_id or 0,
-                    self.accelerator.unwrap_model(model).dtype, batch_size, compute_entropy,
+                    self.accelerator.unwrap_model(model).dtype, batch_size,
                 )  # fmt: skip
-            if result is not None:
-                logps, entropies = result
-                return logps[:, -logits_to_keep:], None if entropies is None else entropies[:, -logits_to_keep:], None
+            if fields is not None:
+                entropies = fields.get("entropy") if compute_entropy else None
+                if entropies is not None:
+                    entropies = entropies[:, -logits_to_keep:]
+                return fields["log_probs"][:, -logits_to_keep:], entropies, None
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
             **multimodal,
