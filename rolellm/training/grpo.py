@@ -35,7 +35,7 @@ from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from rolellm import __version__
-from rolellm.clients.config import SYSTEM_TEMPLATE_FILE, read_inference_settings
+from rolellm.clients.config import SYSTEM_TEMPLATE_FILE, flag_field, read_inference_settings
 from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.data.release import CITATION
 from rolellm.encoding.chat_template import set_role_chat_template
@@ -107,10 +107,7 @@ class RoleGRPOConfig(GRPOConfig):
     (False, 4, None)
     """
 
-    gradient_checkpointing: bool | None = field(
-        default=None,
-        metadata={"help": "Deprecated alias of `activation_checkpointing`.", "nargs": "?", "const": True},
-    )
+    gradient_checkpointing: bool | None = flag_field("Deprecated alias of `activation_checkpointing`.")
     profiles: list[str] | None = profiles_field(
         help="Role profiles read when the trainer is not given profiles= (repeatable); default: the starting "
         "checkpoint's role_profiles.jsonl."
@@ -122,14 +119,7 @@ class RoleGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Jinja file replacing the paper's system instruction (default: the checkpoint's own)."},
     )
-    keep_think: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Keep the template's think blocks (default: what the checkpoint recorded).",
-            "nargs": "?",
-            "const": True,
-        },  # fmt: skip
-    )
+    keep_think: bool | None = flag_field("Keep the template's think blocks (default: what the checkpoint recorded).")
     keep_card_metadata: bool = field(
         default=False, metadata={"help": "Write Character Card metadata into role_profiles.jsonl."}
     )
