@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rolellm.roles.profile import RoleProfile
-from rolellm.training.grouped import grouped_fused_forward, grouped_token_logps, plan_grouped_rows
+from rolellm.training.grouped import grouped_fused_forward, plan_grouped_rows
 from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
 
 
@@ -129,7 +129,7 @@ def test_a_layout_it_cannot_pack_exactly_runs_trls_path(trainer):
     mask[0, width + 2] = 0
     model = trainer.model
     with torch.no_grad():
-        assert grouped_token_logps(model, "sdpa", ids, mask, completion_part(mask, width), 0, torch.float32) is None
+        assert grouped_fused_forward(model, "sdpa", ids, mask, completion_part(mask, width), 0, torch.float32) is None
         got, _, _ = per_token(trainer, True, ids, mask, T)
         expected, _, _ = per_token(trainer, False, ids, mask, T)
     assert torch.equal(got, expected)

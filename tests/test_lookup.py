@@ -162,3 +162,15 @@ def test_no_code_outside_roles_normalises_role_names():
             if "role_key" in names or any(name.endswith(".role_key") for name in names):
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert not offenders, f"role_key used outside rolellm/roles/: {offenders}"
+
+
+def test_require_matches_rows_by_the_rule_and_names_the_roles_without_a_profile():
+    profiles = Profiles({name: RoleProfile(name, "en") for name in ["Dr. Frank-N-Furter", "Odessa Flint"]})
+    assert profiles.require(["dr frank n furter", "ODESSA", "Odessa Flint"]) is profiles
+    missing = [f"Extra {i:02d}" for i in range(12)]
+    with pytest.raises(ValueError) as error:
+        profiles.require(["Odessa", *missing, "Extra 00"], "the train rows", "pass --profiles")
+    assert str(error.value) == (
+        f"no profile for 12 role(s) of the train rows: {missing[:10]} ...; the profiles hold "
+        "['Dr. Frank-N-Furter', 'Odessa Flint']: pass --profiles"
+    )

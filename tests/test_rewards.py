@@ -82,7 +82,7 @@ def test_style_rewards_read_the_profile():
 
 def test_rows_whose_roles_have_no_profile_are_an_error_naming_them():
     for reward in (CatchphraseReward(PROFILES), LanguageReward(PROFILES)):
-        with pytest.raises(ValueError, match=r"no profile for role\(s\) \['Shifu'\]"):
+        with pytest.raises(ValueError, match=r"no profile for 1 role\(s\) of the rows scored by \w+: \['Shifu'\]"):
             reward([PROMPT], ["Inner peace."], role=["Shifu"])
         with pytest.raises(ValueError, match="'role' column"):
             reward([PROMPT], ["Inner peace."])

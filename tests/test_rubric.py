@@ -159,7 +159,7 @@ def test_single_turn_answers_skip_memory_and_check_inputs():
         result = judge_answers(rows, ["Gone.", "俺老孙！"], PROFILES, [judge])
         with pytest.raises(ValueError, match="unknown rubric dimensions"):
             judge_answers(rows, ["a", "b"], PROFILES, [judge], dimensions=["humour"])
-        with pytest.raises(ValueError, match=r"no profile for roles \['Po'\]"):
+        with pytest.raises(ValueError, match=r"no profile for 1 role\(s\) of the transcripts: \['Po'\]"):
             judge_answers([{"role": "Po", "question": "?"}], ["a"], PROFILES, [judge])
     assert result["dimensions"] == list(SINGLE_TURN_DIMENSIONS) and "memory" not in result["items"][0]["scores"]
     assert [item["id"] for item in result["items"]] == ["0", "1"] and result["summary"]["overall"] == 2.0

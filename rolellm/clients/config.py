@@ -41,6 +41,22 @@ _RAY_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout
 ENDPOINT_FIELDS = ("model", "base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries")
 
 
+def flag_field(help: str):
+    """A `bool | None` field, `None` until given (the value is decided later: what a checkpoint recorded, another
+    field), whose flag alone means `True`, as for any other bool: `HfArgumentParser` does that only for a default
+    that is not `None`.
+
+    >>> from transformers import HfArgumentParser
+    >>> @dataclass
+    ... class Arguments:
+    ...     keep_think: bool | None = flag_field("Keep think blocks.")
+    >>> parser = HfArgumentParser(Arguments)
+    >>> [parser.parse_args(args).keep_think for args in ([], ["--keep_think"], ["--keep_think", "no"])]
+    [None, True, False]
+    """
+    return field(default=None, metadata={"help": help, "nargs": "?", "const": True})
+
+
 @dataclass
 class ClientConfig:
     """Which model answers, where, and how hard to push it: the one client description of every command that talks
@@ -119,24 +135,12 @@ class ClientConfig:
     chat_template: str | None = field(
         default=None, metadata={"help": "Local models: 'chatml', a Jinja template or its file."}
     )
-    keep_think: bool | None = field(
-        default=None,
-        # `--keep_think` alone is `True`, as for the other flags of a bool (`HfArgumentParser` does it only for a
-        # default that is not `None`)
-        metadata={
-            "help": "Local models: keep the template's think blocks (default: the checkpoint's, else no).",
-            "nargs": "?",
-            "const": True,
-        },
+    keep_think: bool | None = flag_field(
+        "Local models: keep the template's think blocks (default: the checkpoint's, else no)."
     )
-    card_extras: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Chats: add a Character Card's example dialogue, greeting and post-history text (default: not "
-            "for a model rolellm trained, which never saw them; yes for any other).",
-            "nargs": "?",
-            "const": True,
-        },
+    card_extras: bool | None = flag_field(
+        "Chats: add a Character Card's example dialogue, greeting and post-history text (default: not for a model "
+        "rolellm trained, which never saw them; yes for any other)."
     )
     dtype: str | None = field(default=None, metadata={"help": "Local models: dtype to load in (bfloat16, ...)."})
     device: str | None = field(default=None, metadata={"help": "Local models: cuda, cpu, ... (default: cuda if any)."})

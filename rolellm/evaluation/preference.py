@@ -114,10 +114,8 @@ class PreferenceGenerator(GenerationJob):
     def generate(self, client, rows, profiles, judge_client=None, output_dir=None) -> GenerationResult:
         """Sample the answers with `client`, rank them with `judge_client` (not needed for `rouge_l`), pair them; with
         `output_dir`, save the rows and the run files (`GenerationJob.save`)."""
-        rows, profiles, config = list(rows), Profiles(profiles), self.config
-        missing = sorted({row["role"] for row in rows if row["role"] not in profiles})
-        if missing:
-            raise ValueError(f"no profile for {len(missing)} role(s) of the rows: {missing[:10]}; pass --profiles")
+        rows, config = list(rows), self.config
+        profiles = Profiles(profiles).require([row["role"] for row in rows], "the rows", "pass --profiles")
         if config.judge != "rouge_l" and judge_client is None:
             raise ValueError(f"judge={config.judge!r} needs a judge endpoint (--judge_model, --judge_base_url)")
         results, usage = self.ask(client, self.requests(rows, profiles), parse=None)

@@ -61,13 +61,12 @@ def load_docs(config: str, subset: str, targets: str = "generated", data_dir: st
     data_dir = data_dir or os.environ.get(DATA_DIR_VARIABLE) or None
     rows = load_rolebench(f"{config}-{subset}", data_dir=data_dir, splits=["test"])["test"]
     lang = rows[0]["lang"]
-    profiles = Profiles(load_rolebench_profiles(lang, data_dir=data_dir))
-    missing = sorted({row["role"] for row in rows if row["role"] not in profiles})
-    if missing:
-        raise ValueError(
-            f"no profile for roles {missing[:5]} in profiles-{RELEASE_LANG_DIRS[lang]} of {data_dir or 'the Hub'}: "
-            "the system instruction needs each role's description"
-        )
+    profiles = Profiles(load_rolebench_profiles(lang, data_dir=data_dir)).require(
+        rows.unique("role"),
+        "the test rows",
+        f"the system instruction needs each role's description (profiles-{RELEASE_LANG_DIRS[lang]} of "
+        f"{data_dir or 'the Hub'})",
+    )
     raw = _raw_targets(lang, data_dir) if targets == "raw" else None
     systems, docs = {}, []
     for row in rows:

@@ -43,11 +43,5 @@ def profiles_of(profiles: Mapping[str, RoleProfile], roles: Sequence[str] | None
     role with no profile, is a `ValueError` naming the reward and the roles, never a silent skip."""
     if roles is None:
         raise ValueError(f"{reward} needs the dataset's 'role' column: the role of each prompt")
-    profiles = Profiles(profiles)
-    missing = sorted({role for role in roles if role not in profiles})
-    if missing:
-        raise ValueError(
-            f"{reward}: no profile for role(s) {missing[:10]}; the profiles hold {sorted(profiles)[:10]}: pass "
-            "profiles that cover every role of the data"
-        )
+    profiles = Profiles(profiles).require(roles, f"the rows scored by {reward}")
     return [profiles[role] for role in roles]

@@ -148,6 +148,24 @@ class Profiles(Mapping[str, RoleProfile]):
         """The name under which `name`'s profile is kept; an `UnknownRoleError` lists the known roles."""
         return self.names.resolve(name)
 
+    def require(self, roles: Iterable[str], rows: str = "the rows", hint: str = "pass profiles that cover every role"):
+        """These profiles, once every name of `roles` finds one; else a `ValueError` that counts the roles with none
+        and names them (ten at most), with the roles the profiles hold and `hint`, what to do about it.
+
+        >>> Profiles({"Po": RoleProfile("Po", "en")}).require(["po", "Shifu"], "the data", "pass --profiles")
+        Traceback (most recent call last):
+        ...
+        ValueError: no profile for 1 role(s) of the data: ['Shifu']; the profiles hold ['Po']: pass --profiles
+        """
+        missing = sorted({role for role in roles if role not in self})
+        if missing:
+            held = sorted(self)
+            raise ValueError(
+                f"no profile for {len(missing)} role(s) of {rows}: {missing[:10]}{' ...' if len(missing) > 10 else ''}; "
+                f"the profiles hold {held[:10]}{' ...' if len(held) > 10 else ''}: {hint}"
+            )
+        return self
+
     def __getitem__(self, name: str) -> RoleProfile:
         return self._profiles[self.resolve(name)]
 

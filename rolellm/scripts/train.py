@@ -208,20 +208,19 @@ def load_profiles_for(script_args, training_args):
     return Profiles({name: p for lang in langs for name, p in load_rolebench_profiles(lang).items()})
 
 
-def train(script_args, training_args, model_args):
-    """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
+def build_trainer(trainer_class, script_args, training_args, model_args, stage: str, counts=None, **kwargs):
+    """How every stage of `rolellm train` but GRPO starts: the engine prepared (`prepare_start`), the stage's configs
+    (`default_configs`), their rows (`train_and_eval_rows`, the train rows' counts per config into `counts`) and the
+    profiles (`load_profiles_for`), and `trainer_class` built on them with the PEFT and quantization settings of
+    `model_args`; `kwargs` go to the trainer."""
     from trl import get_peft_config, get_quantization_config
 
-    from rolellm.clients.loading import is_adapter_checkpoint
-    from rolellm.data.release import HUB_REPO_ID
-    from rolellm.training.engine import describe_engine, prepare_start
-    from rolellm.training.trainer import RoCITTrainer
+    from rolellm.training.engine import prepare_start
 
     prepare_start(model_args, training_args)
-    script_args.dataset_configs = default_configs(script_args)
-    row_counts = {}
-    train_rows, eval_rows = train_and_eval_rows(script_args, training_args, row_counts)
-    trainer = RoCITTrainer(
+    script_args.dataset_configs = default_configs(script_args, stage)
+    train_rows, eval_rows = train_and_eval_rows(script_args, training_args, counts)
+    return trainer_class(
         model_args.model_name_or_path,
         args=training_args,
         train_dataset=train_rows,
@@ -229,9 +228,22 @@ def train(script_args, training_args, model_args):
         profiles=load_profiles_for(script_args, training_args),
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
-        dataset_name=script_args.dataset_name or script_args.data_dir or HUB_REPO_ID,
-        dataset_configs=row_counts,
+        **kwargs,
     )
+
+
+def train(script_args, training_args, model_args):
+    """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
+    from rolellm.clients.loading import is_adapter_checkpoint
+    from rolellm.data.release import HUB_REPO_ID
+    from rolellm.training.engine import describe_engine
+    from rolellm.training.trainer import RoCITTrainer
+
+    row_counts = {}
+    trainer = build_trainer(
+        RoCITTrainer, script_args, training_args, model_args, "sft", counts=row_counts,
+        dataset_name=script_args.dataset_name or script_args.data_dir or HUB_REPO_ID, dataset_configs=row_counts,
+    )  # fmt: skip
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)  # with its profiles, chat template and model card
     trainer.save_state()  # trainer_state.json: the logged losses at full precision, as transformers' examples do
@@ -258,25 +270,13 @@ def train(script_args, training_args, model_args):
 def train_preference(script_args, training_args, model_args):
     """`--stage dpo` / `kto`: train on the preference rows of the configs, from a RoCIT checkpoint or adapter; save
     the model with its role files and model card and print what was trained. Returns the trainer."""
-    from trl import get_peft_config, get_quantization_config
-
-    from rolellm.training.engine import prepare_start
     from rolellm.training.preference import RoleDPOTrainer, RoleKTOTrainer
 
-    prepare_start(model_args, training_args)
-    script_args.dataset_configs = default_configs(script_args, script_args.stage)
-    train_rows, eval_rows = train_and_eval_rows(script_args, training_args)
     trainer_class = RoleDPOTrainer if script_args.stage == "dpo" else RoleKTOTrainer
-    trainer = trainer_class(
-        model_args.model_name_or_path,
-        args=training_args,
-        train_dataset=train_rows,
-        eval_dataset=eval_rows,
-        profiles=load_profiles_for(script_args, training_args),
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
+    trainer = build_trainer(
+        trainer_class, script_args, training_args, model_args, script_args.stage,
         dataset_name=script_args.dataset_name or script_args.data_dir,
-    )
+    )  # fmt: skip
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     stats = trainer.preference_stats["train"]

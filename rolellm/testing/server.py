@@ -140,22 +140,14 @@ class ChatCompletionsServer:
                 with server._lock:
                     server.model_listings.append(headers)
                 if self.path.rstrip("/") != "/v1/models":
-                    return self._reply(404, {"error": {"message": f"no route {self.path}"}})
+                    return _write_json(self, 404, {"error": {"message": f"no route {self.path}"}})
                 if not self._authorized():
-                    return self._reply(401, _UNAUTHORIZED)
+                    return _write_json(self, 401, _UNAUTHORIZED)
                 listed = [{"id": name, "object": "model", "owned_by": "test"} for name in server.models or []]
-                return self._reply(200, {"object": "list", "data": listed})
+                return _write_json(self, 200, {"object": "list", "data": listed})
 
             def _authorized(self) -> bool:
                 return server.api_key is None or self.headers.get("Authorization") == f"Bearer {server.api_key}"
-
-            def _reply(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def do_POST(self):
                 with server._lock:
@@ -215,16 +207,8 @@ class ChatCompletionsServer:
                             "received": self.received,
                         }
                     )
-                data = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
                 try:
-                    self.wfile.write(data)
-                    self.wfile.flush()
+                    _write_json(self, status, payload, headers)
                 except OSError:  # the client went away (a killed process, a time-out): not answered
                     return
                 if status == 200 and (fault is None or fault.kind in ("slow", "truncated")):
@@ -283,6 +267,19 @@ class ChatCompletionsServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _write_json(handler: BaseHTTPRequestHandler, status: int, payload: dict | bytes, headers=None) -> None:
+    """Answer `handler`'s request with `payload` as `application/json` (bytes are sent as they are)."""
+    data = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+    handler.wfile.flush()
 
 
 _UNAUTHORIZED = {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}
@@ -344,13 +341,7 @@ def json_server(respond: Callable[[str], tuple[int, dict]]) -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status, answer = respond(self.command)
-            body = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            _write_json(self, *respond(self.command))
 
         do_GET = do_POST = _answer
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from trl import SFTConfig
 
+from rolellm.clients.config import flag_field
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
@@ -45,13 +46,8 @@ class RolePromptArguments:
 
     # TRL sets the deprecated alias `gradient_checkpointing=True` by default, which transformers warns about even when
     # the user gave neither name: unset here, and `activation_checkpointing` defaults to True in `__post_init__`.
-    gradient_checkpointing: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Deprecated alias of `activation_checkpointing`, will be removed in transformers v6.",
-            "nargs": "?",
-            "const": True,
-        },
+    gradient_checkpointing: bool | None = flag_field(
+        "Deprecated alias of `activation_checkpointing`, will be removed in transformers v6."
     )
     profiles: list[str] | None = profiles_field(
         help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "

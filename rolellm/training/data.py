@@ -77,14 +77,9 @@ def rolebench_to_conversations(
     Rows are matched to profiles by role name across the release's spellings (the rule of `rolellm.roles.lookup`);
     rows of roles without a profile raise an error that lists those roles.
     """
-    profiles = Profiles(profiles)
-    missing = sorted({role for role in dataset.unique("role") if role not in profiles})
-    if missing:
-        raise ValueError(
-            f"no profile for {len(missing)} role(s) of the data: {missing[:10]}; the profiles hold "
-            f"{sorted(profiles)[:10]}{' ...' if len(profiles) > 10 else ''}. Pass profiles= (or RoCITConfig.profiles) that "
-            "cover every role"
-        )
+    profiles = Profiles(profiles).require(
+        dataset.unique("role"), "the data", "pass profiles= (or RoCITConfig.profiles) that cover every role"
+    )
     has_subset = "subset" in dataset.column_names
 
     def convert(batch):

@@ -209,27 +209,6 @@ def grouped_fused_forward(
     return fields
 
 
-def grouped_token_logps(
-    model,
-    backend: AttentionBackend,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    completion_mask: torch.Tensor,
-    pad_token_id: int,
-    dtype: torch.dtype,
-    batch_size: int | None = None,
-    compute_entropy: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """`grouped_fused_forward`'s per-token log-probs and, with `compute_entropy`, entropies; `None` when a row cannot
-    be packed exactly."""
-    fields = grouped_fused_forward(
-        model, backend, input_ids, attention_mask, completion_mask, pad_token_id, dtype, batch_size
-    )
-    if fields is None:
-        return None
-    return fields["log_probs"], fields.get("entropy") if compute_entropy else None
-
-
 def _grouped_fused_forward(original, backend: AttentionBackend, pad_token_id: int, dtype: torch.dtype):
     """`original` (a forward with TRL's fused LM head) that scores padded `[prompt][completion]` rows with each
     prompt computed once: for calls with `fused_lm_head=True`, 2D `attention_mask` and `labels` only (the labelled

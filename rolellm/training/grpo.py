@@ -35,7 +35,7 @@ from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from rolellm import __version__
-from rolellm.clients.config import SYSTEM_TEMPLATE_FILE, read_inference_settings
+from rolellm.clients.config import SYSTEM_TEMPLATE_FILE, flag_field, read_inference_settings
 from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.data.release import CITATION
 from rolellm.encoding.chat_template import set_role_chat_template
@@ -46,7 +46,7 @@ from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import _adapter_settings, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
-from rolellm.training.grouped import grouped_token_logps
+from rolellm.training.grouped import grouped_fused_forward
 
 
 logger = logging.getLogger(__name__)
@@ -107,10 +107,7 @@ class RoleGRPOConfig(GRPOConfig):
     (False, 4, None)
     """
 
-    gradient_checkpointing: bool | None = field(
-        default=None,
-        metadata={"help": "Deprecated alias of `activation_checkpointing`.", "nargs": "?", "const": True},
-    )
+    gradient_checkpointing: bool | None = flag_field("Deprecated alias of `activation_checkpointing`.")
     profiles: list[str] | None = profiles_field(
         help="Role profiles read when the trainer is not given profiles= (repeatable); default: the starting "
         "checkpoint's role_profiles.jsonl."
@@ -122,14 +119,7 @@ class RoleGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Jinja file replacing the paper's system instruction (default: the checkpoint's own)."},
     )
-    keep_think: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Keep the template's think blocks (default: what the checkpoint recorded).",
-            "nargs": "?",
-            "const": True,
-        },  # fmt: skip
-    )
+    keep_think: bool | None = flag_field("Keep the template's think blocks (default: what the checkpoint recorded).")
     keep_card_metadata: bool = field(
         default=False, metadata={"help": "Write Character Card metadata into role_profiles.jsonl."}
     )
@@ -271,13 +261,11 @@ class RoleGRPOTrainer(GRPOTrainer):
                     f"the {split} dataset has columns {dataset.column_names}: pass RoleBench rows (role, question, "
                     "generated, lang) or rows with a conversational 'prompt'"
                 )
-            profiles = Profiles(self.profiles)
-            missing = sorted({role for role in dataset.unique("role") if role not in profiles})
-            if missing:
-                raise ValueError(
-                    f"no profile for {len(missing)} role(s) of the {split} rows: {missing[:10]}; the profiles hold "
-                    f"{sorted(profiles)[:10]}: pass profiles= (or RoleGRPOConfig.profiles) that cover every role"
-                )
+            profiles = Profiles(self.profiles).require(
+                dataset.unique("role"),
+                f"the {split} rows",
+                "pass profiles= (or RoleGRPOConfig.profiles) that cover every role",
+            )
 
             def to_prompt(row):
                 profile = profiles[row["role"]]
@@ -340,13 +328,15 @@ class RoleGRPOTrainer(GRPOTrainer):
             completion_mask = attention_mask.clone()
             completion_mask[:, :-logits_to_keep] = 0
             with self.accelerator.autocast():
-                result = grouped_token_logps(
+                fields = grouped_fused_forward(
                     model, backend, input_ids, attention_mask, completion_mask, self._tokenizer.pad_token_id or 0,
-                    self.accelerator.unwrap_model(model).dtype, batch_size, compute_entropy,
+                    self.accelerator.unwrap_model(model).dtype, batch_size,
                 )  # fmt: skip
-            if result is not None:
-                logps, entropies = result
-                return logps[:, -logits_to_keep:], None if entropies is None else entropies[:, -logits_to_keep:], None
+            if fields is not None:
+                entropies = fields.get("entropy") if compute_entropy else None
+                if entropies is not None:
+                    entropies = entropies[:, -logits_to_keep:]
+                return fields["log_probs"][:, -logits_to_keep:], entropies, None
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
             **multimodal,

@@ -150,9 +150,17 @@ class _RolePreferenceMixin:
 
     _paired: bool
     _stage_name: str
+    _config_class: type
 
-    def _setup_roles(self, model, args, profiles, processing_class, ref_model, peft_config):
-        """Resolve the profiles and the system template, load the model (an adapter trainable) and its reference."""
+    def __init__(self, model, args=None, train_dataset=None, eval_dataset=None, processing_class=None, profiles=None,
+                 ref_model=None, dataset_name=None, peft_config=None, **kwargs):  # fmt: skip
+        """Check the configuration, resolve the profiles and the system template, load the model (an adapter
+        trainable) and its reference, and start TRL's trainer on them."""
+        model_id = model if isinstance(model, str) else model.config._name_or_path
+        args = args if args is not None else self._config_class(f"{Path(model_id).name}-{self._stage_name}")
+        if not isinstance(args, self._config_class):
+            raise TypeError(f"args must be a {self._config_class.__name__}, got {type(args).__name__}")
+        self.dataset_name = dataset_name
         self.profiles = profiles if profiles is not None else profiles_for(args.profiles) if args.profiles else None
         self._system_template = None
         if args.system_template_path is not None:
@@ -165,7 +173,10 @@ class _RolePreferenceMixin:
             args.model_init_kwargs = None  # used: TRL would warn that it ignores them
         if ref_model is None and peft_config is None and not isinstance(model, str) and not is_peft_model(model):
             ref_model = copy.deepcopy(model).eval()  # the policy as it starts, tokens added by RoCIT included
-        return model, processing_class, ref_model
+        self._attention_backends = {}  # id of a model -> the mask its attention takes for prefix-shared rows (DPO)
+        super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset,
+                         eval_dataset=eval_dataset, processing_class=processing_class, peft_config=peft_config,
+                         **kwargs)  # fmt: skip
 
     # ----------------------------------------------------------------------------------------------- data
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
@@ -179,13 +190,7 @@ class _RolePreferenceMixin:
     def _prepare_role_rows(self, dataset: datasets.Dataset, args, split: str) -> datasets.Dataset:
         if self.profiles is None:
             raise ValueError("role preference rows need role profiles: pass profiles= or set the config's profiles")
-        profiles = Profiles(self.profiles)
-        missing = sorted({role for role in dataset.unique("role") if role not in profiles})
-        if missing:
-            raise ValueError(
-                f"no profile for {len(missing)} role(s) of the {split} preference rows: {missing[:10]}; the profiles "
-                f"hold {sorted(profiles)[:10]}{' ...' if len(profiles) > 10 else ''}. Pass profiles that cover every role"
-            )
+        profiles = Profiles(self.profiles).require(dataset.unique("role"), f"the {split} preference rows")
         tokenizer, stats = self._tokenizer, RolePreferenceStats(rows=len(dataset))
         out = {"prompt_ids": [], **({"chosen_ids": [], "rejected_ids": []} if self._paired else {})}
         if not self._paired:
@@ -309,22 +314,7 @@ class RoleDPOTrainer(_RolePreferenceMixin, DPOTrainer):
         **kwargs: the other arguments of `DPOTrainer` (`peft_config`, `callbacks`, ...).
     """
 
-    _paired, _stage_name = True, "DPO"
-
-    def __init__(self, model, args: RoleDPOConfig | None = None, train_dataset=None, eval_dataset=None,
-                 processing_class=None, profiles=None, ref_model=None, dataset_name=None, peft_config=None, **kwargs):  # fmt: skip
-        model_id = model if isinstance(model, str) else model.config._name_or_path
-        args = args if args is not None else RoleDPOConfig(f"{Path(model_id).name}-DPO")
-        if not isinstance(args, RoleDPOConfig):
-            raise TypeError(f"args must be a RoleDPOConfig, got {type(args).__name__}")
-        self.dataset_name = dataset_name
-        model, processing_class, ref_model = self._setup_roles(
-            model, args, profiles, processing_class, ref_model, peft_config
-        )
-        self._attention_backends = {}  # id of a model -> the mask its attention takes for prefix-shared rows
-        super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset,
-                         eval_dataset=eval_dataset, processing_class=processing_class, peft_config=peft_config,
-                         **kwargs)  # fmt: skip
+    _paired, _stage_name, _config_class = True, "DPO", RoleDPOConfig
 
     # ----------------------------------------------------------------------------------------------- log-probs
     def _compute_loss(self, model, inputs, return_outputs):
@@ -362,21 +352,7 @@ class RoleKTOTrainer(_RolePreferenceMixin, KTOTrainer):
     for a desirable answer); the arguments are those of `RoleDPOTrainer`, with a `RoleKTOConfig`.
     """
 
-    _paired, _stage_name = False, "KTO"
-
-    def __init__(self, model, args: RoleKTOConfig | None = None, train_dataset=None, eval_dataset=None,
-                 processing_class=None, profiles=None, ref_model=None, dataset_name=None, peft_config=None, **kwargs):  # fmt: skip
-        model_id = model if isinstance(model, str) else model.config._name_or_path
-        args = args if args is not None else RoleKTOConfig(f"{Path(model_id).name}-KTO")
-        if not isinstance(args, RoleKTOConfig):
-            raise TypeError(f"args must be a RoleKTOConfig, got {type(args).__name__}")
-        self.dataset_name = dataset_name
-        model, processing_class, ref_model = self._setup_roles(
-            model, args, profiles, processing_class, ref_model, peft_config
-        )
-        super().__init__(model, ref_model=ref_model, args=args, train_dataset=train_dataset,
-                         eval_dataset=eval_dataset, processing_class=processing_class, peft_config=peft_config,
-                         **kwargs)  # fmt: skip
+    _paired, _stage_name, _config_class = False, "KTO", RoleKTOConfig
 
     def _finish_dataset(self, dataset, args, split):
         """The KL completions of TRL's `_prepare_dataset`: each batch's completions rotated by one, so the KL term

@@ -84,27 +84,6 @@ def simulation_text(simulation: Sequence[Mapping], name_speakers: bool) -> str:
     return "\n\n".join(text.strip("\n") for text in texts)
 
 
-def judge_requests(
-    case: CoserCase,
-    text: str,
-    prompts: CoserPrompts,
-    continue_from: int = 0,
-    max_tokens: int = 4096,
-    seed: int = 0,
-    dimensions: Sequence[str] = DIMENSIONS,
-) -> list[ChatRequest]:
-    """One request per dimension for a scene whose judged simulation is `text` (greedy decoding)."""
-    params = {"temperature": 0.0, "max_tokens": max_tokens, "seed": seed}
-    return [
-        ChatRequest(
-            [{"role": "system", "content": prompts.judge(case, d, continue_from)}, {"role": "user", "content": text}],
-            params=dict(params),
-            metadata={"case": case.id, "dimension": d},
-        )
-        for d in dimensions
-    ]
-
-
 def judge_scenes(
     items: Sequence[tuple[CoserCase, str]],
     judge,
@@ -121,13 +100,20 @@ def judge_scenes(
         `list[dict]`: one per item, `{dimension: {"flaws": [...]}}` for every dimension that was read, plus
         `"errors"`: `{dimension: why}` for those that failed.
     """
+    params = {"temperature": 0.0, "max_tokens": max_tokens, "seed": seed}  # greedy decoding
     verdicts = [{"errors": {}} for _ in items]
     for dimension in dimensions:
-        requests = []
-        for index, (case, text) in enumerate(items):
-            [request] = judge_requests(case, text, prompts, continue_from, max_tokens, seed, [dimension])
-            request.metadata["index"] = index
-            requests.append(request)
+        requests = [
+            ChatRequest(
+                [
+                    {"role": "system", "content": prompts.judge(case, dimension, continue_from)},
+                    {"role": "user", "content": text},
+                ],
+                params=dict(params),
+                metadata={"case": case.id, "dimension": dimension, "index": index},
+            )
+            for index, (case, text) in enumerate(items)
+        ]
         parse = partial(parse_flaws, dimension=dimension)
         for result in judge.generate(requests, parse=parse, desc=f"Judge: {dimension}", remind=True):
             verdict = verdicts[result.request.metadata["index"]]

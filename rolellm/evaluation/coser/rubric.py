@@ -59,10 +59,9 @@ def judge_transcripts_by_flaws(
     """
     if not judges:
         raise ValueError("judge_transcripts_by_flaws needs at least one judge client")
-    profiles = Profiles(profiles)
-    missing = sorted({t["role"] for t in transcripts if t["role"] not in profiles})
-    if missing:
-        raise ValueError(f"no profile for roles {missing}: the judge needs each role's description")
+    profiles = Profiles(profiles).require(
+        [t["role"] for t in transcripts], "the transcripts", "the judge needs each role's description"
+    )
     prompts = builtin_prompts()
     judgeable = [i for i, t in enumerate(transcripts) if t["turns"]]
     scenes = {i: transcript_case(transcripts[i], profiles[transcripts[i]["role"]]) for i in judgeable}

@@ -173,10 +173,9 @@ def judge_transcripts(
         raise ValueError(f"unknown rubric dimensions {unknown}; choose from {list(DIMENSIONS)}")
     if not judges:
         raise ValueError("judge_transcripts needs at least one judge client")
-    profiles = Profiles(profiles)
-    missing = sorted({t["role"] for t in transcripts if t["role"] not in profiles})
-    if missing:
-        raise ValueError(f"no profile for roles {missing}: the judge needs each role's description")
+    profiles = Profiles(profiles).require(
+        [t["role"] for t in transcripts], "the transcripts", "the judge needs each role's description"
+    )
     names = judge_names(judges)
     judgeable = [i for i, t in enumerate(transcripts) if t["turns"]]
     requests = []
