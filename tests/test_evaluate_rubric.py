@@ -4,6 +4,7 @@ chat-completions test server playing the evaluated model and the judge, on the R
 import json
 
 import pytest
+from huggingface_hub import ModelCard
 
 from rolellm.clients.config import ClientConfig
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, NothingEvaluated, run_benchmark
@@ -149,7 +150,11 @@ def test_the_command_line_hands_the_rubric_and_the_judge_over(rolebench_slice_di
         ChatCompletionsServer(judge) as judge_server,
     ):
         judge_url = judge_server.base_url
-        assert cli.main(cli_args(tmp_path, rolebench_slice_dir, model.base_url, judge_url)) == 0
+        card = tmp_path / "card" / "README.md"
+        assert (
+            cli.main([*cli_args(tmp_path, rolebench_slice_dir, model.base_url, judge_url), "--model_card", str(card)])
+            == 0
+        )
         assert {r["body"]["model"] for r in judge_server.requests} == {"judge"}
         assert {r["body"]["model"] for r in model.requests} == {"served-model"}
         assert {r["body"]["max_tokens"] for r in judge_server.requests} == {1024}  # the rubric's budget
@@ -162,6 +167,11 @@ def test_the_command_line_hands_the_rubric_and_the_judge_over(rolebench_slice_di
         printed
     )
     assert "2 of 2 answers scored, 0 verdicts failed" in printed
+    # the model card's model-index gets the rubric's overall mean beside ROUGE-L
+    entries = {e.metric_name: e for e in ModelCard.load(card).data.eval_results}
+    rubric_entry = entries["Rubric score (1-5, judge judge) [system]"]
+    assert rubric_entry.metric_type == "rubric" and rubric_entry.metric_value == round(saved["metrics"]["rubric"], 4)
+    assert "SPE (ROUGE-L recall) [system]" in entries
 
 
 def test_a_dead_judge_is_a_clear_error_before_anything_is_generated(rolebench_slice_dir, tmp_path, capsys):
