@@ -2,14 +2,15 @@
 # After examples/your_character.sh: preference pairs from the RoCIT adapter, DPO on them, evaluation before and
 # after, a chat turn. Every step is one `rolellm` command:
 #   the adapter answers the folder's questions twice -> the judge ranks its answers and the references (both orders)
-#   -> chosen/rejected pairs in the release folder -> rolellm train --stage dpo -> rolellm evaluate -> rolellm chat.
+#   -> chosen/rejected pairs in the release folder -> rolellm train --stage dpo -> rolellm evaluate before and after
+#   DPO (ROUGE-L, the judge's rubric scores, the judge's win rate of DPO over RoCIT) -> rolellm chat.
 # The walk-through is docs/preference.md.
 #
 #   bash examples/your_character.sh WORK && bash examples/preference_your_character.sh WORK
 #
 # Offline by default, like your_character.sh: the judge is examples/stand_in_llm.py (it prefers the answer with more
-# real words, so the references beat a tiny random model). With OPENAI_BASE_URL (and JUDGE_MODEL) the judge is that
-# endpoint. The run takes about a minute on a CPU.
+# real words, so the references beat a tiny random model, and scores the rubric by real words too). With
+# OPENAI_BASE_URL (and JUDGE_MODEL) the judge is that endpoint. The run takes about a minute on a CPU.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,21 +62,30 @@ run rolellm train --stage dpo --config "$HERE/recipes/dpo-tiny-cpu.yaml" --model
     --data_dir "$OUT" --profiles "$CARD" --max_steps 4 --learning_rate 1e-3 --logging_steps 1 --output_dir "$DPO"
 nonempty "$DPO/adapter_config.json" "$DPO/adapter_model.safetensors" "$DPO/README.md"
 
-step "3/4 Evaluate after DPO as your_character.sh evaluated before it: ROUGE-L, and the judge's win rate over RoCIT"
-if [ ! -s "$WORK/eval/results.json" ]; then  # the RoCIT adapter's results, unless your_character.sh wrote them
-    run rolellm evaluate --model "$ADAPTER" --dataset_name en-instruction --data_dir "$OUT" \
-        --profiles "$CARD" --max_new_tokens 16 --output_dir "$WORK/eval" --overwrite_output_dir
-fi
-# --baseline: the RoCIT adapter's answers, judged against the DPO adapter's in both orders
+step "3/4 Evaluate before (RoCIT) and after DPO: ROUGE-L, the judge's rubric scores, and DPO's win rate over RoCIT"
+# before: the RoCIT adapter's answers (those your_character.sh generated are reused) scored by the judge on the rubric
+run rolellm evaluate --model "$ADAPTER" --dataset_name en-instruction --data_dir "$OUT" \
+    --profiles "$CARD" --max_new_tokens 16 --output_dir "$WORK/eval" --overwrite_output_dir \
+    --judge_model "$JUDGE_MODEL" --judge_base_url "$BASE_URL" --rubric rubric --baseline none
+# after: the DPO adapter's answers on the rubric, and judged against the RoCIT adapter's in both orders (--baseline)
 run rolellm evaluate --model "$DPO" --dataset_name en-instruction --data_dir "$OUT" \
     --profiles "$CARD" --max_new_tokens 16 --output_dir "$WORK/eval-dpo" --overwrite_output_dir \
-    --baseline "$WORK/eval" --judge_model "$JUDGE_MODEL" --judge_base_url "$BASE_URL"
-nonempty "$WORK/eval/results.json" "$WORK/eval-dpo/results.json"
+    --judge_model "$JUDGE_MODEL" --judge_base_url "$BASE_URL" --rubric rubric --baseline "$WORK/eval"
+nonempty "$WORK/eval/results.json" "$WORK/eval-dpo/results.json" "$WORK/eval/scores.json" "$WORK/eval-dpo/scores.json"
 python - "$WORK" <<'PY'
 import json, sys
+def number(value, digits):
+    return "n/a" if value is None else f"{value:.{digits}f}"
+print(f"{'':16} {'CUS':>7} {'SPE':>7} {'rubric':>7}  rubric per dimension (1 to 5)")
 for name, folder in (("before (RoCIT)", "eval"), ("after (DPO)", "eval-dpo")):
-    metrics = json.load(open(f"{sys.argv[1]}/{folder}/results.json"))["metrics"]
-    print(name, {key: value for key, value in metrics.items() if value is not None})
+    results = json.load(open(f"{sys.argv[1]}/{folder}/results.json"))
+    metrics, rubric = results["metrics"], results["rubric"]
+    dimensions = ", ".join(f"{d} {number(m, 2)}" for d, m in rubric["per_dimension"].items())
+    print(f"{name:16} {number(metrics['CUS'], 4):>7} {number(metrics['SPE'], 4):>7} {number(metrics['rubric'], 2):>7}  "
+          f"{dimensions}; {rubric['n']} of {rubric['asked']} answers scored, {rubric['failed']} verdicts failed")
+judged = results["win_rate"]
+print(f"win rate of DPO over RoCIT: {number(judged['win_rate'], 2)} (wins {judged['wins']}, ties {judged['ties']}, "
+      f"losses {judged['losses']}, failed {judged['failed']})")
 PY
 
 step "4/4 A chat turn with $ROLE after DPO"

@@ -7,6 +7,8 @@ itself, so `rolellm generate describe|context-instruct|rolegpt` run end to end w
 - `context-instruct` gets a JSON array of items (questions naming the role, both types, high confidence);
 - the paper's pairwise judge (`rolellm generate preferences`, `rolellm evaluate --judge_model`) gets a ranking that
   puts first the answer with more real words (a run of letters, three or more), so fluent text beats token soup;
+- the rubric judge (`rolellm evaluate --rubric rubric`, `rolellm dialogue`) gets, on every dimension asked, the score
+  `1 + real words // 4` of the role's lines (at most 5), so it too tells fluent text from token soup;
 - anything else (a RoleGPT request: the role's system text, then a question) gets a short in-role answer that
   differs per question and per sample seed.
 
@@ -105,6 +107,8 @@ class StandInLLM:
             return self.describe(prompt)
         if "The respective answers from the models to this question are:" in prompt:
             return self.judge(prompt)
+        if len(messages) > 1 and "<conversation>" in messages[1]["content"]:  # a re-ask adds turns after the first
+            return self.rubric(messages[1]["content"])
         return self.answer(messages, body.get("seed", 0))
 
     def describe(self, prompt: str) -> str:
@@ -127,6 +131,23 @@ class StandInLLM:
         best = max(range(len(shown)), key=lambda i: (words[i], -i))
         return json.dumps([{"model": item["model"], "reason": "more real words" if i == best else "fewer real words",
                             "rank": 1 if i == best else 2} for i, item in enumerate(shown)])  # fmt: skip
+
+    def rubric(self, prompt: str) -> str:
+        """The rubric's JSON form: every dimension asked gets `1 + real words // 4` of the role's lines, at most 5."""
+        role = _first([re.compile(r'The model plays "([^"\n]+)"'), re.compile(r"模型扮演的是“([^”\n]+)”")], prompt, "")
+        conversation = prompt.split("<conversation>")[1].split("</conversation>")[0].strip("\n")
+        lines, speaker = [], None
+        for line in conversation.splitlines():  # an answer may run over several lines
+            label = re.match(r"^(User|用户|.+?)(?:: |：)", line)
+            if label and label[1] in ("User", "用户", role):
+                speaker, line = label[1], line[label.end() :]
+            if speaker == role:
+                lines.append(line)
+        words = len(re.findall(r"[A-Za-z]{3,}|[\u3400-\u9fff]", " ".join(lines)))
+        score = min(5, 1 + words // 4)
+        form = prompt.rsplit("\n", 1)[-1]  # the JSON form asked for, one key per dimension
+        dimensions = re.findall(r'"([a-z_]+)": \{"score"', form)
+        return json.dumps({d: {"score": score, "rationale": f"{words} real words."} for d in dimensions})
 
     def context_instruct(self, prompt: str) -> str:
         """`num_questions` items (one per topic, then the topics again, numbered), both types, naming the role."""

@@ -119,10 +119,10 @@ def test_every_module_lives_in_a_stage_folder():
     )
 
 
-# Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the single-turn
-# benchmark (which judges against a baseline), the multi-turn evaluation, CoSER (on the multi-turn log) and the
-# preference pairs ranked by those judges.
-EVALUATION_ROOMS = ["charts", "pages", "judge", "benchmark", "multiturn", "coser", "preference"]
+# Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the multi-turn
+# evaluation with its rubric judges, the single-turn benchmark (which judges against a baseline and on the rubric),
+# CoSER (on the multi-turn log, scored with the benchmark's ROUGE-L) and the preference pairs ranked by those judges.
+EVALUATION_ROOMS = ["charts", "pages", "judge", "multiturn", "benchmark", "coser", "preference"]
 
 
 def room(module: str) -> int | None:

@@ -189,6 +189,55 @@ def test_kto_trains_on_labelled_answers(chat_model_path, tmp_path):
     assert "with KTO (TRL" in (tmp_path / "kto" / "README.md").read_text(encoding="utf-8")
 
 
+def unpaired(rows) -> list[dict]:
+    """Each pair as two labelled answers for KTO: the chosen one desirable, the rejected one not."""
+    return [
+        {"role": row["role"], "question": row["question"], "completion": answer, "label": label, "lang": "en"}
+        for row in rows
+        for answer, label in ((row["chosen"], True), (row["rejected"], False))
+    ]
+
+
+def completion_logps(trainer, rows) -> list[float]:
+    """log p(completion | prompt) of each labelled row, summed over the completion tokens."""
+    prepared = trainer._prepare_role_rows(datasets.Dataset.from_list(rows), trainer.args, "held_out")
+    model = trainer.accelerator.unwrap_model(trainer.model).eval()
+    out = []
+    with torch.no_grad():
+        for row in prepared:
+            ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
+            logps = model(input_ids=ids).logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
+            out.append(logps[len(row["prompt_ids"]) - 1 :].sum().item())
+    return out
+
+
+def test_kto_raises_desirable_answers_over_undesirable_ones_on_held_out_questions(chat_model_path, tmp_path):
+    """KTO from the model itself (the reference): on answers to questions it never trained on, the log-probability
+    of the desirable answer rises against the undesirable one's, so KTO's implicit reward,
+    beta * (log p_policy - log p_reference), ends higher for the desirable answers than for the undesirable ones."""
+    held_out = unpaired(pairs(QUESTIONS[9:]))
+    args = RoleKTOConfig(str(tmp_path / "kto"), use_cpu=True, max_steps=4, per_device_train_batch_size=4,
+                         learning_rate=5e-3, beta=0.1, report_to="none", save_strategy="no", disable_tqdm=True,
+                         logging_steps=1, activation_checkpointing=False, seed=0)  # fmt: skip
+    trainer = RoleKTOTrainer(chat_model_path, args=args, train_dataset=datasets.Dataset.from_list(
+        unpaired(pairs(QUESTIONS[:9]))), profiles=PROFILES)  # fmt: skip
+    before = completion_logps(trainer, held_out)
+    result = trainer.train()
+    after = completion_logps(trainer, held_out)
+    margin_before = [before[i] - before[i + 1] for i in range(0, len(before), 2)]  # desirable - undesirable
+    margin_after = [after[i] - after[i + 1] for i in range(0, len(after), 2)]
+    rewards = [args.beta * (a - b) for a, b in zip(after, before)]
+    desirable, undesirable = rewards[0::2], rewards[1::2]
+    print(f"held-out margin: before {sum(margin_before) / len(margin_before):.3f}, after "
+          f"{sum(margin_after) / len(margin_after):.3f}; KTO reward: desirable {sum(desirable) / len(desirable):.3f}, "
+          f"undesirable {sum(undesirable) / len(undesirable):.3f}")  # fmt: skip
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    assert all(math.isfinite(loss) for loss in losses) and result.global_step == 4
+    assert sum(margin_after) / len(margin_after) > sum(margin_before) / len(margin_before) + 1.0
+    assert sum(a > b for a, b in zip(margin_after, margin_before)) == len(margin_after)
+    assert min(desirable) > max(undesirable)
+
+
 def test_rolellm_train_stage_dpo_on_a_release_folder(chat_model_path, tmp_path, capsys):
     from rolellm.data.layout import get_spec
     from rolellm.data.preference import write_preference_rows

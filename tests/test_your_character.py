@@ -135,10 +135,22 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
     dpo = work / "dpo"
     assert (dpo / "adapter_model.safetensors").stat().st_size > 0 and (dpo / "role_profiles.jsonl").is_file()
     assert "with DPO (TRL, loss `['sigmoid']`" in (dpo / "README.md").read_text("utf-8")
+    # evaluate before (the RoCIT adapter's answers of the first script, reused) and after DPO: ROUGE-L and the rubric
+    before = json.loads((work / "eval" / "results.json").read_text("utf-8"))
     after = json.loads((work / "eval-dpo" / "results.json").read_text("utf-8"))
+    assert before["metrics"]["CUS"] == results["metrics"]["CUS"] and before["counts"] == results["counts"]
     assert after["metrics"]["CUS"] is not None and after["counts"] == results["counts"]
     assert after["metrics"]["win_rate"] is not None  # the stand-in judged DPO's answers against RoCIT's
-    assert "before (RoCIT)" in more.stdout and "after (DPO)" in more.stdout
+    for run, folder in ((before, "eval"), (after, "eval-dpo")):
+        rubric = run["rubric"]
+        assert rubric["failed"] == 0 and rubric["n"] == rubric["asked"] == results["counts"]["rows"]
+        assert set(rubric["per_subset"]) == {"general", "role_specific"}
+        # the stand-in scores every dimension 1 + real words // 4 (at most 5): recomputed from the saved answers
+        answers = [r["prediction"] for r in read_rows(work / folder / "generations.jsonl")]
+        expected = sum(min(5, 1 + real_words(a.strip()) // 4) for a in answers) / len(answers)
+        assert run["metrics"]["rubric"] == pytest.approx(expected, abs=1e-3)
+        assert set(rubric["per_dimension"].values()) == {run["metrics"]["rubric"]}
+    assert "before (RoCIT)" in more.stdout and "after (DPO)" in more.stdout and "win rate of DPO" in more.stdout
     assert len((work / "chat-dpo.txt").read_text("utf-8").strip().splitlines()) == 1
 
 

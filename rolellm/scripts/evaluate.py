@@ -17,10 +17,15 @@ rolellm evaluate --model ./rolellama --dataset_name zh --data_dir RoleBench --ou
 # ... or against a model answering the same rows now
 rolellm evaluate ... --judge_model gpt-4o --baseline_model Qwen/Qwen2.5-7B-Instruct \
     --baseline_base_url http://localhost:8001/v1
+
+# the judge also scores every answer on the rubric (1-5 per dimension); --baseline none: the rubric only
+rolellm evaluate --model ./rolellama --dataset_name en-instruction --data_dir RoleBench --output_dir runs/rolellama \
+    --judge_model gpt-4o --judge_base_url http://localhost:8000/v1 --rubric rubric --baseline none
 ```
 
-Exit codes: 0 done, 1 some generations or verdicts failed (`--allow_partial` accepts that), 2 a usage or input
-error, 3 nothing could be generated or judged.
+Exit codes: 0 done, 1 some generations or verdicts (win rate or rubric) failed (`--allow_partial` accepts that), 2
+a usage or input error, 3 nothing could be generated or judged (an endpoint that does not answer, every rubric
+verdict failed: then no `results.json` is written).
 
 Command-line flags override the values of `--config`.
 """
@@ -35,7 +40,7 @@ from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
-JudgeOptions = endpoint_options("judge", model_help="Judge model for the win rate vs the baseline.")
+JudgeOptions = endpoint_options("judge", model_help="Judge model for the win rate vs the baseline and the rubric.")
 BaselineOptions = endpoint_options(
     "baseline", model_help="Model answering as the baseline (local folder, Hub id, or served name)."
 )
@@ -72,6 +77,18 @@ def format_win_rate(judged: dict) -> str:
     )
 
 
+def format_rubric_scores(rubric: dict) -> str:
+    """One line: the rubric means per dimension and overall, per subset, and the failed verdicts."""
+    parts = [f"all {rubric['overall']}"] + [
+        f"{subset} {part['overall']}" for subset, part in rubric["per_subset"].items()
+    ]
+    dimensions = ", ".join(f"{d} {mean}" for d, mean in rubric["per_dimension"].items())
+    return (
+        f"Rubric (1-5, judge {rubric['judge']}): overall {'; '.join(parts)}; per dimension: {dimensions}; "
+        f"{rubric['n']} of {rubric['asked']} answers scored, {rubric['failed']} verdicts failed"
+    )
+
+
 def _first_error(judged: dict) -> str:
     errors = judged.get("errors") or {}
     return f"{judged['failed']} verdicts failed, e.g. {next(iter(errors.values()))}" if errors else "no sample"
@@ -89,6 +106,8 @@ def main(args=None):
     print(format_table([results]))
     if "win_rate" in results:
         print(format_win_rate(results["win_rate"]))
+    if "rubric" in results:
+        print(format_rubric_scores(results["rubric"]))
     for metric, reason in results["unavailable"].items():
         print(f"{metric}: unavailable ({reason})")
     print(f"Wrote results.json, results.md, results.html and the charts to {args.output_dir}")
@@ -97,6 +116,7 @@ def main(args=None):
     failed = {
         "generations": results["counts"].get("failed", 0),
         "verdicts": results.get("win_rate", {}).get("failed", 0),
+        "rubric verdicts": results.get("rubric", {}).get("failed", 0),
     }
     if "win_rate" in results and results["win_rate"]["judged"] == 0:
         print(f"rolellm evaluate: no sample was judged: {_first_error(results['win_rate'])}", file=sys.stderr)

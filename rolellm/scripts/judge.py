@@ -78,8 +78,8 @@ def format_agreement(result: dict, level: float = 0.95) -> str:
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
+    from rolellm.evaluation.benchmark.report import rewrite_reports
     from rolellm.evaluation.multiturn.agreement import compare_with_humans, read_human_labels, read_judge_results
-    from rolellm.evaluation.multiturn.report import rewrite_reports
 
     prog = "rolellm judge agreement"
     if args.num_bootstrap < 1 or not 0 < args.confidence_level < 1:

@@ -7,6 +7,7 @@
 
 import os
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from rolellm.clients.config import ClientConfig, check_minimums, resolve_keep_think
 from rolellm.roles.prompts import prompting_mode, prompting_mode_field
@@ -14,6 +15,7 @@ from rolellm.roles.resolve import as_sources, profiles_field
 
 
 ROLEGPT = "rolegpt"
+NO_BASELINE = "none"  # `baseline="none"`: no win rate (the judge scores the rubric only)
 # what decides the generations, as `run_config.json` records it: a resumed run must agree on all of them (the model,
 # its endpoint and decoding settings are `config.client`'s, under the names older runs recorded)
 GENERATION_FIELDS = (
@@ -71,14 +73,20 @@ class EvaluateConfig:
         compare_with (`list[str]`, *optional*): `results.json` files of other runs to put in the same table and plot.
         model_card (`str`, *optional*): a model card (`README.md`) whose `model-index` receives the scores.
 
-    > Parameters that control the GPT-judge win rate
+    > Parameters that control the judge: the GPT-judge win rate and the rubric
 
         judge (`ClientConfig`, *optional*): also judge the answers against a baseline's with this model, the paper's
-            win rate (`rolellm.evaluation.judge.pairwise`) with its length-controlled variant; not set: no win rate.
-            Its answers are cached in `<output_dir>/judge_cache.sqlite` unless it sets `cache_path`.
+            win rate (`rolellm.evaluation.judge.pairwise`) with its length-controlled variant, and, with `rubric`,
+            score each answer on the rubric; not set: no win rate, no rubric. Its answers are cached in
+            `<output_dir>/judge_cache.sqlite` unless it sets `cache_path`, so a re-run asks nothing twice.
+        rubric (`str`, *optional*): `"rubric"`: the judge also scores every answer from 1 to 5 on the single-turn
+            dimensions of the rubric of `rolellm dialogue` (`rolellm.evaluation.multiturn.rubric.judge_answers`:
+            character consistency, knowledge, speaking style, engagement, in character), reported per dimension
+            and overall, for all rows and per subset (the CUS and the SPE rows), with the failed verdicts counted.
         baseline (`str`, *optional*, defaults to `"rolegpt"`): what the judge compares against: `"rolegpt"` (the
-            release's `rolegpt_baseline` answers, as in the paper) or the `output_dir` of another `rolellm evaluate`
-            run (its `generations.jsonl`, matched on role, subset and question).
+            release's `rolegpt_baseline` answers, as in the paper), the `output_dir` of another `rolellm evaluate`
+            run (its `generations.jsonl`, matched on role, subset and question), or `"none"` (no win rate: the judge
+            scores the `rubric` only).
         baseline_client (`ClientConfig`, *optional*): instead, a model that answers the same rows as the baseline
             (`--baseline_model`). Its answers are generated with the same prompting and decoding as the evaluated
             model's, into `<output_dir>/baseline/` (resumable).
@@ -108,9 +116,15 @@ class EvaluateConfig:
     save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
     compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})
     model_card: str | None = field(default=None, metadata={"help": "Model card whose model-index gets the scores."})
-    judge: ClientConfig | None = field(default=None, metadata={"help": "Judge of the win rate (--judge_* flags)."})
+    judge: ClientConfig | None = field(
+        default=None, metadata={"help": "Judge of the win rate and the rubric (--judge_* flags)."}
+    )
+    rubric: Literal["rubric"] | None = field(
+        default=None, metadata={"help": "'rubric': the judge also scores every answer on the rubric (1-5)."}
+    )
     baseline: str = field(
-        default=ROLEGPT, metadata={"help": "'rolegpt' or the output_dir of another rolellm evaluate run."}
+        default=ROLEGPT,
+        metadata={"help": "'rolegpt', the output_dir of another rolellm evaluate run, or 'none' (no win rate)."},
     )
     baseline_client: ClientConfig | None = field(
         default=None, metadata={"help": "Model answering as the baseline (--baseline_* flags)."}
@@ -130,14 +144,18 @@ class EvaluateConfig:
         if self.is_rolegpt_baseline and self.client.base_url is not None:
             raise ValueError("the model 'rolegpt' scores the release's answers: drop base_url")
         compares_rolegpt = self.baseline.lower() == ROLEGPT and self.baseline_client is None
-        if self.is_rolegpt_baseline and self.judge is not None and compares_rolegpt:
+        if self.is_rolegpt_baseline and self.judges_win_rate and compares_rolegpt:
             raise ValueError("model 'rolegpt' against baseline 'rolegpt': pass another baseline or drop judge_model")
         if self.baseline_client is not None and self.baseline.lower() != ROLEGPT:
             raise ValueError(
-                f"pass either baseline={self.baseline!r} (a predictions folder) or baseline_model, not both"
+                f"pass either baseline={self.baseline!r} (a predictions folder, or none) or baseline_model, not both"
             )
         if self.judge is None and not compares_rolegpt:
             raise ValueError("the baseline is what the judge compares against: set judge_model too")
+        if self.rubric is not None and self.judge is None:
+            raise ValueError(f"rubric={self.rubric!r} is scored by the judge: set judge_model too")
+        if self.judge is not None and not self.judges_win_rate and self.rubric is None:
+            raise ValueError("baseline='none' leaves the judge nothing to do: set rubric, or drop judge_model")
         if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
             raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
         # each client keeps its answers in its own file of output_dir, the names earlier runs used
@@ -154,6 +172,11 @@ class EvaluateConfig:
         elif self.baseline_label is None and compares_rolegpt:
             self.baseline_label = "RoleGPT"
 
+    @property
+    def judges_win_rate(self) -> bool:
+        """Whether the judge compares the answers with a baseline's (the win rate): a judge and a baseline."""
+        return self.judge is not None and self.baseline.lower() != NO_BASELINE
+
     def generation_settings(self) -> dict:
         """What decides the generations (`GENERATION_FIELDS`), as `run_config.json` records it; `keep_think` as it
         will be used (set, else the checkpoint's, else `False`)."""
@@ -169,7 +192,7 @@ class EvaluateConfig:
         baseline model, written to `<output_dir>/baseline/`."""
         return replace(
             self, client=self.baseline_client, model_label=None, output_dir=os.path.join(self.output_dir, "baseline"),
-            judge=None, baseline_client=None, baseline_label=None, compare_with=None, model_card=None,
+            judge=None, rubric=None, baseline_client=None, baseline_label=None, compare_with=None, model_card=None,
         )  # fmt: skip
 
     @property

@@ -2,8 +2,8 @@
 
 `write_report` takes the `results.json` content of one or more runs (`run_benchmark` writes it) and writes
 `results.md` and `results.html` (the main table, one row per model, the per-role and per-type breakdowns of the last
-run, answer lengths with the raw and length-controlled win rates, and the judge's agreement with people when
-`agreement.json` is in the folder), `per_role.png` (a bar per role and metric), `comparison.png` (the metrics side by
+run, answer lengths with the raw and length-controlled win rates, the rubric scores per dimension and subset, and the
+judge's agreement with people when `agreement.json` is in the folder), `per_role.png` (a bar per role and metric), `comparison.png` (the metrics side by
 side across runs), the same two as SVG, `lengths.svg` and `win_rate.svg`. The HTML embeds the SVGs, whose text stays
 text (`rolellm.evaluation.charts`), so Chinese role names show even where no CJK font is installed for matplotlib.
 `update_model_card` writes the scores into the `model-index` of a model card.
@@ -174,6 +174,44 @@ def format_win_rates(results: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + notes
 
 
+def format_rubric(results: list[dict]) -> str:
+    """The rubric scores of the runs that have them: one row per run and dimension, the mean over all rows and per
+    subset (the general rows CUS scores, the role-specific rows SPE scores), with the failed verdicts; `""` when no
+    run was scored on the rubric.
+
+    >>> run = {"model": "m", "dataset_name": "zh", "rubric": {"judge": "j", "dimensions": ["knowledge"],
+    ...        "scale": [1, 5], "per_dimension": {"knowledge": 4.0}, "overall": 4.0, "n": 2, "asked": 3, "failed": 1,
+    ...        "per_subset": {"general": {"per_dimension": {"knowledge": 4.0}, "overall": 4.0, "n": 2}}}}
+    >>> print(format_rubric([run]).splitlines()[4])
+    | m | zh | j | knowledge | 4.00 | 4.00 | n/a |
+    """
+    scored = [result for result in results if result.get("rubric")]
+    if not scored:
+        return ""
+    lines = ["### Rubric scores\n", "| Model | Dataset | Judge | Dimension | All rows | General (CUS rows) | "
+             "Role-specific (SPE rows) |", "|---" * 7 + "|"]  # fmt: skip
+    notes = []
+    for result in scored:
+        rubric = result["rubric"]
+        subsets = [rubric["per_subset"].get(name) or {} for name in ("general", "role_specific")]
+        for dimension in [*rubric["dimensions"], "overall"]:
+            means = [_rubric_mean(part, dimension) for part in (rubric, *subsets)]
+            name = "**overall**" if dimension == "overall" else dimension
+            cells = [result["model"], result["dataset_name"], rubric["judge"], name, *(_number(m, 2) for m in means)]
+            lines.append("| " + " | ".join(cells) + " |")
+        notes.append(f"{result['model']}: {rubric['n']} of {rubric['asked']} answers scored, {rubric['failed']} "
+                     "verdicts failed")  # fmt: skip
+    scale = scored[-1]["rubric"]["scale"]
+    return "\n".join(lines) + (
+        f"\n\nScores from {scale[0]} to {scale[1]} (the rubric of `rolellm dialogue`, "
+        f"single-turn dimensions); overall: the mean of the dimensions. " + "; ".join(notes) + "."
+    )
+
+
+def _rubric_mean(part: dict, dimension: str) -> float | None:
+    return part.get("overall") if dimension == "overall" else (part.get("per_dimension") or {}).get(dimension)
+
+
 def _number(value, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if is_number(value) else "n/a"
 
@@ -208,6 +246,7 @@ def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]
     written["lengths"] = output_dir / "lengths.svg"
     written["lengths"].write_text(bar_chart(lengths, "characters per answer", "Answer length"), encoding="utf-8")
     sections = [format_table(results), format_breakdowns(results[-1]), format_win_rates(results)]
+    sections += [rubric] if (rubric := format_rubric(results)) else []
     judged = [{"label": f"{label} vs {r['win_rate'].get('baseline') or 'RoleGPT'}", **r["win_rate"]}
               for label, r in zip(labels, results) if r.get("win_rate")]  # fmt: skip
     images = ["![Per role](per_role.svg)", "![Runs compared](comparison.svg)", "![Answer length](lengths.svg)"]
@@ -226,6 +265,25 @@ def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]
     return written
 
 
+def rewrite_reports(folder: str | Path) -> list[Path]:
+    """Write again the reports of a results folder (a `rolellm dialogue` and/or `rolellm evaluate` output), as
+    `rolellm judge agreement` does to show the agreement it wrote there; returns the HTML pages written."""
+    from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME
+    from rolellm.evaluation.multiturn.report import write_dialogue_report
+
+    folder = Path(folder)
+    written = []
+    if (folder / TRANSCRIPTS_NAME).is_file():
+        written.append(write_dialogue_report(folder)["html"])
+    if (folder / "results.json").is_file():
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        if "per_role" in results:  # a full run_benchmark result, not only verdicts
+            compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
+            others = [json.loads(path.read_text(encoding="utf-8")) for path in compared if path.is_file()]
+            written.append(write_report([*others, results], folder)["html"])
+    return written
+
+
 def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
     """The available scores of a run as `huggingface_hub.EvalResult`s (the entries of a card's `model-index`)."""
     from huggingface_hub import EvalResult
@@ -234,6 +292,8 @@ def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
     names = {"CUS": "CUS (ROUGE-L recall)", "RAW": "RAW (ROUGE-L recall)", "SPE": "SPE (ROUGE-L recall)"}
     names.update({"avg": "Avg. (ROUGE-L recall)", "win_rate": f"Win rate vs {baseline}"})
     names["lc_win_rate"] = f"Length-controlled win rate vs {baseline}"
+    if result.get("rubric"):
+        names["rubric"] = f"Rubric score (1-5, judge {result['rubric']['judge']})"
     return [
         EvalResult(
             task_type="text-generation",
@@ -242,7 +302,7 @@ def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
             dataset_name="RoleBench",
             dataset_config=result["dataset_name"],
             dataset_split=result.get("split", "test"),
-            metric_type="win_rate" if name.endswith("win_rate") else "rouge",
+            metric_type="win_rate" if name.endswith("win_rate") else "rubric" if name == "rubric" else "rouge",
             metric_name=f"{label} [{result.get('mode') or 'answers'}]",
             metric_value=round(result["metrics"][name], 4),
         )

@@ -54,6 +54,24 @@ def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
     return rows
 
 
+def changed_settings(config: EvaluateConfig) -> dict:
+    """The generation settings that differ from those `run_config.json` in `output_dir` records (`{}` for a new
+    folder); raises `ValueError` when they differ and `overwrite_output_dir` is not set."""
+    folder = Path(config.output_dir)
+    config_path = folder / "run_config.json"
+    if not config_path.exists():
+        return {}
+    previous = json.loads(config_path.read_text(encoding="utf-8"))
+    changed = {k: (previous.get(k), v) for k, v in config.generation_settings().items() if previous.get(k) != v}
+    if changed and not config.overwrite_output_dir:
+        detail = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items())
+        raise ValueError(
+            f"{folder} holds generations of another run ({detail}); pass another output_dir or "
+            "overwrite_output_dir=True to discard them"
+        )
+    return changed
+
+
 class GenerationLog:
     """`generations.jsonl` + `run_config.json` in `output_dir`: the answers so far, appended as they arrive."""
 
@@ -64,17 +82,8 @@ class GenerationLog:
         self.folder.mkdir(parents=True, exist_ok=True)
         run_config = config.generation_settings()
         config_path = self.folder / "run_config.json"
-        if config_path.exists():
-            previous = json.loads(config_path.read_text(encoding="utf-8"))
-            changed = {k: (previous.get(k), v) for k, v in run_config.items() if previous.get(k) != v}
-            if changed and not config.overwrite_output_dir:
-                detail = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items())
-                raise ValueError(
-                    f"{self.folder} holds generations of another run ({detail}); pass another output_dir or "
-                    "overwrite_output_dir=True to discard them"
-                )
-            if changed:
-                self.path.unlink(missing_ok=True)
+        if changed_settings(config):
+            self.path.unlink(missing_ok=True)
         config_path.write_text(json.dumps(run_config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         self.answers: dict[int, str] = self._read()
 
@@ -258,8 +267,55 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
     return result.to_dict()
 
 
+def rubric_scores(config: EvaluateConfig, rows, predictions, profiles, client=None) -> tuple[dict, dict]:
+    """The judge's rubric scores of the answers (`config.rubric`): every answer scored from 1 to 5 on the single-turn
+    dimensions of the rubric of `rolellm dialogue`, by `judge_answers` (`rolellm.evaluation.multiturn.rubric`).
+
+    A failed generation is judged as an empty answer, as ROUGE-L scores it. An answer the judge never gives in the
+    rubric's form (after the client's re-asks), or a request that fails, is a failed verdict: counted, with its
+    reason, and left out of the means. The judge's answers are cached in `<output_dir>/judge_cache.sqlite`.
+
+    Returns:
+        `tuple[dict, dict]`: the summary for `results.json` (`rubric`, `judge`, `dimensions`, `scale`,
+        `per_dimension` (mean per dimension), `overall` (the mean of those), `n` (answers scored), `per_subset`
+        (`general` (the CUS rows) and `role_specific` (the SPE rows): the same means and `n`), `per_role`,
+        `length_spearman` (per dimension, answer length against score), `asked`, `failed`, `unscored`, `errors` (the
+        first five failed verdicts: `{"id", "judge", "error"}`, `id` the row index), `scores_file`), and the full
+        `judge_answers` result, written as `scores.json` (each answer's scores and rationales).
+    """
+    from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS, judge_answers, summarize
+
+    client = client if client is not None else make_client(config.judge)
+    scored = judge_answers(rows, predictions, profiles, [client], SINGLE_TURN_DIMENSIONS)
+    dimensions, items, names = scored["dimensions"], scored["items"], scored["judges"]
+
+    def means(summary: dict, chosen: list[dict]) -> dict:
+        return {
+            "per_dimension": {d: v["mean"] for d, v in summary["per_dimension"].items()},
+            "overall": summary["overall"],
+            "n": sum(any(v is not None for v in item["scores"].values()) for item in chosen),
+        }
+
+    per_subset = {}
+    for subset in ("general", "role_specific"):
+        chosen = [item for item, row in zip(items, rows) if row["subset"] == subset]
+        if chosen:
+            per_subset[subset] = means(summarize(chosen, dimensions, names), chosen)
+    summary = scored["summary"]
+    failures = scored["failures"]
+    result = {
+        "rubric": config.rubric, "judge": names[0], "dimensions": dimensions, "scale": scored["scale"],
+        **means(summary, items), "per_subset": per_subset, "per_role": summary["per_role"],
+        "length_spearman": {d: v["length_spearman"] for d, v in summary["per_dimension"].items()},
+        "asked": len(items), "failed": failures["count"], "unscored": failures["unscored"],
+        "errors": failures["reasons"][:5], "scores_file": "scores.json",
+    }  # fmt: skip
+    return result, scored
+
+
 class NothingEvaluated(RuntimeError):
-    """Every generation of a run failed: there is nothing to score, and no result is written."""
+    """Every generation of a run failed, or every rubric verdict: there is nothing to score, and no result is
+    written."""
 
 
 def run_benchmark(config: EvaluateConfig, client=None) -> dict:
@@ -272,14 +328,26 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
 
     Returns:
         `dict`: the content of `results.json`: `model`, `dataset_name`, `split`, `mode`, `lang`, `metrics` (`CUS`,
-        `RAW`, `SPE`, `avg`, `win_rate`), `unavailable`, `counts`, `per_role`, `per_type`, `win_rate` (the judge's
-        full result, when `config.judge` is set) and `config`.
+        `RAW`, `SPE`, `avg`, `win_rate`, `rubric`), `unavailable`, `counts`, `per_role`, `per_type`, `win_rate`
+        (the judge's full result, when the judge compares with a baseline), `rubric` (`rubric_scores`, when
+        `config.rubric` is set; each answer's verdict is in `scores.json`) and `config`.
+
+    Raises:
+        `NothingEvaluated`: every generation failed, or every rubric verdict; `EndpointError`: an endpoint does not
+        answer (checked before anything is generated) or stops answering. Then no `results.json` is written, and
+        those of an earlier run in `output_dir` are removed first, so a folder never shows results this run did not
+        finish; the answers and the judge's verdicts so far are kept for the next run.
     """
     from rolellm.data.builder import load_rolebench
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
     from rolellm.roles.resolve import profiles_for
 
-    judged = config.judge is not None
+    output_dir = Path(config.output_dir)
+    if not config.is_rolegpt_baseline:
+        changed_settings(config)  # another run's folder stops the run before anything of it is removed
+    for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
+        (output_dir / name).unlink(missing_ok=True)
+    judged = config.judges_win_rate
     needs_rolegpt = config.is_rolegpt_baseline or (
         judged and config.baseline_client is None and config.baseline.lower() == ROLEGPT
     )
@@ -290,17 +358,17 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
     profiles = {}
-    if judged or not config.is_rolegpt_baseline:  # the data's, then --profiles, else those the model trained with
+    if config.judge is not None or not config.is_rolegpt_baseline:  # the data's, --profiles, the checkpoint's
         model_dir = config.client.model if config.client.runs_weights else None
         profiles = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
     baseline, baseline_label, judge = None, None, None
     if judged and config.baseline_client is None:  # read before anything is sent: a row without one stops the run
         baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
-    if judged:  # the judge is checked before any answer is generated, the baseline model's included
+    if config.judge is not None:  # the judge is checked before any answer is generated, the baseline model's included
         judge = make_client(config.judge)
         check_endpoints(judge)
-        if baseline is None:
-            baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
+    if judged and baseline is None:
+        baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
     if config.is_rolegpt_baseline:
         predictions, mode = rolegpt_predictions(rows, dataset["rolegpt_baseline"]), None
     else:
@@ -316,11 +384,26 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     scores["metrics"]["win_rate"] = None
     if config.judge is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
+    elif not judged:
+        scores["unavailable"]["win_rate"] = "not requested (baseline none)"
     else:
         verdicts = judge_against_baseline(config, rows, predictions, baseline, profiles, client=judge)
         scores["metrics"]["win_rate"] = verdicts["win_rate"]
         scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
         scores["win_rate"] = {**verdicts, "baseline": baseline_label}
+    scores["metrics"]["rubric"], rubric_items = None, None
+    if config.rubric is None:
+        scores["unavailable"]["rubric"] = "not requested (rubric not set)"
+    else:
+        scores["rubric"], rubric_items = rubric_scores(config, rows, predictions, profiles, client=judge)
+        if scores["rubric"]["unscored"] == len(rows):
+            example = scores["rubric"]["errors"][0]["error"] if scores["rubric"]["errors"] else "no answer"
+            raise NothingEvaluated(
+                f"all {len(rows)} rubric verdicts of {scores['rubric']['judge']} failed (e.g. {example}), so no "
+                f"result was written; the answers are kept in {output_dir / 'generations.jsonl'}, and a re-run asks "
+                "the judge again only what failed"
+            )
+        scores["metrics"]["rubric"] = scores["rubric"]["overall"]
     answered = [len(p) for p in predictions if p is not None]
     scores["answer_length"] = {"chars": sum(answered) / len(answered) if answered else None, "answers": len(answered)}
     results = {
@@ -332,14 +415,19 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         **scores,
         "config": asdict(config),
     }
-    output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if rubric_items is not None:  # each answer's scores and rationales (`rolellm judge agreement` reads them)
+        (output_dir / "scores.json").write_text(json.dumps(rubric_items, indent=2, ensure_ascii=False) + "\n", "utf-8")
     (output_dir / "results.json").write_text(
         json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     others = [json.loads(Path(path).read_text(encoding="utf-8")) for path in config.compare_with or []]
     write_report([*others, results], output_dir)
-    failed = results["counts"].get("failed", 0) or (results.get("win_rate") or {}).get("failed", 0)
+    failed = (
+        results["counts"].get("failed", 0)
+        + (results.get("win_rate") or {}).get("failed", 0)
+        + (results.get("rubric") or {}).get("failed", 0)
+    )
     if config.model_card is not None and (not failed or config.allow_partial):
         update_model_card(config.model_card, results)
     elif config.model_card is not None:

@@ -133,20 +133,3 @@ def write_dialogue_report(folder: str | Path) -> dict[str, Path]:
     written["transcripts"] = folder / "transcripts.html"
     written["transcripts"].write_text(transcripts_html(transcripts, scores), encoding="utf-8")
     return written
-
-
-def rewrite_reports(folder: Path) -> list[Path]:
-    """Write again the reports of a results folder (a `rolellm dialogue` and/or `rolellm evaluate` output), as
-    `rolellm judge agreement` does to show the agreement it wrote there; returns the HTML pages written."""
-    from rolellm.evaluation.benchmark.report import write_report
-
-    written = []
-    if (folder / TRANSCRIPTS_NAME).is_file():
-        written.append(write_dialogue_report(folder)["html"])
-    if (folder / "results.json").is_file():
-        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-        if "per_role" in results:  # a full run_benchmark result, not only verdicts
-            compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
-            others = [json.loads(path.read_text(encoding="utf-8")) for path in compared if path.is_file()]
-            written.append(write_report([*others, results], folder)["html"])
-    return written
