@@ -165,7 +165,7 @@ def test_failed_generations_are_none_and_retried_on_rerun(zh_rows, zh_profiles, 
 
 def test_missing_profile_and_dialogue_are_clear_errors(zh_rows, zh_profiles, tmp_path):
     rows = _select(zh_rows, 1)
-    with pytest.raises(ValueError, match=r"no profile for roles \['张飞'\]"):
+    with pytest.raises(ValueError, match=r"no profile for 1 role\(s\) of the evaluation rows: \['张飞'\]"):
         profiles = {k: v for k, v in zh_profiles.items() if k != "张飞"}
         generate_predictions(rows, profiles, EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path)))
     config = EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path / "b"), mode="few-shot-dialogue")

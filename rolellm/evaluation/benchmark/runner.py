@@ -173,14 +173,12 @@ def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateCo
     """
     from rolellm.roles.lookup import Profiles
 
-    profiles = Profiles(profiles)
-    missing = sorted({row["role"] for row in rows if row["role"] not in profiles})
-    if missing:
-        folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}"
-        raise ValueError(
-            f"no profile for roles {missing}: the system instruction needs each role's description. Give data_dir "
-            f"with the release's {folder}/desc.json, or profiles (--profiles) with any profile source of these roles"
-        )
+    folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
+    profiles = Profiles(profiles).require(
+        (row["role"] for row in rows), "the evaluation rows",
+        f"the system instruction needs each role's description. Give data_dir with the release's {folder}/desc.json, "
+        "or profiles (--profiles) with any profile source of these roles",
+    )  # fmt: skip
     failures = []
     with GenerationLog(config, rows) as log:
         pending = [i for i in range(len(rows)) if i not in log.answers]
