@@ -168,7 +168,7 @@ class RayChatClient(ChatClient):
         ray.data.DataContext.get_current().enable_progress_bars = False  # rolellm's bar counts the answers
         if self.base_url is not None:
             import aiohttp
-            from ray.data import ActorPoolStrategy
+            from ray.data import ActorPoolStrategy, TaskPoolStrategy
             from ray.data.llm import HttpRequestProcessorConfig
 
             s = self.settings
@@ -194,7 +194,7 @@ class RayChatClient(ChatClient):
                 preprocess_map_kwargs={"num_cpus": HTTP_WORKER_CPUS},
                 postprocess_map_kwargs={
                     "num_cpus": HTTP_WORKER_CPUS,
-                    "concurrency": max(1, min(blocks, POSTPROCESS_TASKS_PER_WORKER * s["workers"])),
+                    "compute": TaskPoolStrategy(size=max(1, min(blocks, POSTPROCESS_TASKS_PER_WORKER * s["workers"]))),
                 },
             )
             # the config has no setting for the tasks one worker runs at once: the stage's actor pool gets it here
@@ -296,24 +296,25 @@ class RayChatClient(ChatClient):
         for row in rows:
             shapes.setdefault(_shape(row), []).append(row)
         for group in shapes.values():
-            batch_size, rows_per_block = self._blocks(len(group))
-            blocks = math.ceil(len(group) / rows_per_block)
+            batch_size, blocks = self._blocks(len(group))
             processor = self._processor(json_schema, batch_size, blocks)
             for row in processor(ray.data.from_items(group, override_num_blocks=blocks)).iter_rows():
                 receive(row)
 
     def _blocks(self, rows: int) -> tuple[int, int]:
-        """`(batch_size, rows_per_block)` of a dataset of `rows` rows.
+        """`(batch_size, blocks)` of a dataset of `rows` rows.
 
-        An engine takes blocks of one batch. An HTTP task sends `batches_per_task` batches at once, so its block
-        holds that many; a job too small to give every task in flight (`workers * tasks_per_worker`) such a block
-        gets smaller batches, down to one request each, rather than fewer requests in flight."""
+        An engine takes blocks of one batch. An HTTP task sends the `batches_per_task` batches of its block at once;
+        a job too small to give every task in flight (`workers * tasks_per_worker`) such a block gets smaller
+        batches, down to one request each, rather than fewer requests in flight, and the blocks come in whole rounds
+        of the tasks in flight, so that the last round keeps them all busy."""
         s = self.settings
         if self.base_url is None:
-            return s["batch_size"], s["batch_size"]
-        slots = s["workers"] * s["tasks_per_worker"] * s["batches_per_task"]
-        batch_size = max(1, min(s["batch_size"], rows // slots))
-        return batch_size, batch_size * s["batches_per_task"]
+            return s["batch_size"], math.ceil(rows / s["batch_size"])
+        tasks = s["workers"] * s["tasks_per_worker"]
+        batch_size = max(1, min(s["batch_size"], rows // (tasks * s["batches_per_task"])))
+        blocks = math.ceil(rows / (batch_size * s["batches_per_task"]))
+        return batch_size, min(rows, math.ceil(blocks / tasks) * tasks)
 
 
 def _shape(row: dict) -> str:
