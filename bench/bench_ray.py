@@ -18,7 +18,9 @@ server's arrival times and the cache's write times (`created`, written as each a
 - throughput including start-up: requests / the command's seconds;
 - throughput excluding start-up: requests / seconds from the first request at the server to the last answer in the
   cache (for Ray this still holds the wait for the last Ray task's answers to reach the driver);
-- peak in flight: the most requests the server held at once (100 ms windows): both sides run 16.
+- peak in flight: the most requests the server held at once (100 ms windows): both sides run 16;
+- CPU seconds: of this process and every process it started but the server (for Ray: the cluster's, its workers'
+  and its actors', sampled every 0.1 s, so a process that ends between two samples misses its last 0.1 s).
 
 Run: `python bench/bench_ray.py` (about two minutes); it needs `rolellm[ray]` and the RoleBench data.
 """
@@ -29,6 +31,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -61,7 +64,42 @@ def serve(connection):
             connection.send(received)
 
 
-def generate(base_url: str, data_dir: Path, output_dir: Path, server, *backend: str) -> dict:
+class CPUMeter:
+    """CPU seconds of this process and its descendants but `skip` (the server), from samples every 0.1 s."""
+
+    def __init__(self, skip: int):
+        import psutil
+
+        self.root, self.skip, self.seen = psutil.Process(), skip, {}
+
+    def sample(self) -> None:
+        for process in [self.root, *self.root.children(recursive=True)]:
+            if process.pid != self.skip:
+                try:
+                    times = process.cpu_times()
+                except Exception:  # it ended meanwhile
+                    continue
+                self.seen[(process.pid, process.create_time())] = times.user + times.system
+
+    def __enter__(self):
+        self.sample()
+        self.before, self.done = dict(self.seen), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        while not self.done.wait(0.1):
+            self.sample()
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        self.sample()
+        self.seconds = sum(cpu - self.before.get(key, 0.0) for key, cpu in self.seen.items())
+
+
+def generate(base_url: str, data_dir: Path, output_dir: Path, server, server_pid: int, *backend: str) -> dict:
     """One `rolellm generate rolegpt` run and its figures (see the module docstring)."""
     from rolellm.scripts.cli import main
 
@@ -73,9 +111,10 @@ def generate(base_url: str, data_dir: Path, output_dir: Path, server, *backend: 
         "--progress", "false", *backend,
     ]  # fmt: skip
     wall_offset = time.time() - time.monotonic()  # the cache writes `time.time()`
-    start = time.monotonic()
-    code = main(command)
-    seconds = time.monotonic() - start
+    with CPUMeter(server_pid) as cpu:
+        start = time.monotonic()
+        code = main(command)
+        seconds = time.monotonic() - start
     if code != 0:
         raise SystemExit(f"rolellm generate {' '.join(backend) or '(built-in client)'} exited {code}")
     server.send("arrivals")
@@ -89,6 +128,7 @@ def generate(base_url: str, data_dir: Path, output_dir: Path, server, *backend: 
         "first request": arrivals[0] - start,
         "first answer": written[0] - start,
         "work": written[-1] - arrivals[0],
+        "cpu": cpu.seconds,
         "in flight": max(sum(1 for t in arrivals[i:] if t < a + LATENCY) for i, a in enumerate(arrivals)),
     }
 
@@ -116,12 +156,12 @@ def main():
         with tempfile.TemporaryDirectory() as folder:
             for r in range(REPEATS):  # in turns: every setup sees the same machine load
                 out = Path(folder) / str(r)
-                runs[labels[0]].append(generate(base_url, data_dir, out / "builtin", parent))
+                runs[labels[0]].append(generate(base_url, data_dir, out / "builtin", parent, server.pid))
                 start = time.monotonic()
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
                 inits.append(time.monotonic() - start)
-                runs[labels[1]].append(generate(base_url, data_dir, out / "ray-1", parent, *ray_flags))
-                runs[labels[2]].append(generate(base_url, data_dir, out / "ray-2", parent, *ray_flags))
+                runs[labels[1]].append(generate(base_url, data_dir, out / "ray-1", parent, server.pid, *ray_flags))
+                runs[labels[2]].append(generate(base_url, data_dir, out / "ray-2", parent, server.pid, *ray_flags))
                 ray.shutdown()
     finally:
         parent.send("stop")
@@ -140,16 +180,16 @@ def main():
     )
     print(
         "| run | seconds | to first request | to first answer | req/s incl. start-up | req/s excl. start-up | "
-        "vs built-in incl. / excl. | peak in flight |"
+        "vs built-in incl. / excl. | peak in flight | CPU s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     base = labels[0]
     for label in labels:
         incl, excl = REQUESTS / median(label, "seconds"), REQUESTS / median(label, "work")
         ratio = f"{median(base, 'seconds') / median(label, 'seconds'):.2f}x / {median(base, 'work') / median(label, 'work'):.2f}x"
         print(
             f"| {label} | {cell(label, 'seconds')} | {cell(label, 'first request')} | {cell(label, 'first answer')} "
-            f"| {incl:.1f} | {excl:.1f} | {ratio} | {max(run['in flight'] for run in runs[label])} |"
+            f"| {incl:.1f} | {excl:.1f} | {ratio} | {max(run['in flight'] for run in runs[label])} | {cell(label, 'cpu')} |"
         )
     print(
         f"\nray.init (a local cluster of {os.cpu_count()} CPUs): {min(inits):.2f} / {statistics.median(inits):.2f} s"
