@@ -11,11 +11,12 @@ Two ways to spread a run over a Ray cluster, chosen by `base_url`:
 Either way the requests are the job's own (`ChatRequest`), cached requests are never submitted, and every answer is
 written to the cache the moment it streams back to the driver: a run killed at any point resumes with what is
 missing. Requests that get no answer are failures (`ChatResult.error`, the generators' `failures.jsonl`), never
-dropped. The driver joins the cluster at `$RAY_ADDRESS` (or starts a local one) unless `ray.init` already ran.
+dropped. The driver joins the cluster at `$RAY_ADDRESS`, else the one a `ray start` on this machine left running, else
+starts a local one, unless `ray.init` already ran.
 
 ```python
 import ray
-ray.init(address="auto")  # or nothing: the client joins $RAY_ADDRESS, else starts a local cluster
+ray.init(address="auto")  # or nothing: the client joins $RAY_ADDRESS or a running `ray start`, else starts one
 client = RayChatClient("my-model", base_url="http://llm-lb.internal:8000/v1", max_concurrency=256)
 results = client.generate(requests, parse=...)  # the `ChatClient` interface; tests/test_ray_backend.py runs it
 ```
