@@ -51,8 +51,10 @@ POSTPROCESS_TASKS_PER_WORKER = 1
 
 
 def http_fan_out(max_concurrency: int) -> dict:
-    """`{"workers", "tasks_per_worker", "batches_per_task"}`: the HTTP workers of `max_concurrency` requests in flight
-    (their product, at most `max_concurrency`: rounded down to a multiple of `BATCHES_PER_TASK` above it)."""
+    """`{"workers", "tasks_per_worker", "batches_per_task"}`: the HTTP workers of `max_concurrency` requests in flight.
+
+    Their product is the requests in flight: at most `max_concurrency`, a multiple of `BATCHES_PER_TASK` above it, and
+    as many workers of `TASKS_PER_WORKER` tasks as that takes, all with the same number of tasks (so 20 gives 16)."""
     batches = min(BATCHES_PER_TASK, max_concurrency)
     tasks = max_concurrency // batches  # actor tasks in flight over all workers
     workers = math.ceil(tasks / TASKS_PER_WORKER)
@@ -70,8 +72,8 @@ class RayChatClient(ChatClient):
 
         > Parameters of the HTTP fan-out
 
-        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once: Ray workers of up to 16
-            requests each (`http_fan_out`; above 4, rounded down to a multiple of 4).
+        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once, at most: Ray workers of up
+            to 16 requests each (`http_fan_out`: above 4 a multiple of 4, so 20 gives 16).
         requests_per_minute (`int`, *optional*): a limit on requests per minute, as whole requests per second per
             worker (Ray's `qps`).
         timeout (`float`, *optional*, defaults to 120.0): seconds before a request is abandoned (then retried).
