@@ -1,23 +1,37 @@
 """`rolellm generate` through Ray Data's HTTP processor (`--backend ray`) against the built-in client, same settings.
 
-What it compares, in one run, on the same local chat-completions server (`rolellm.testing.ChatCompletionsServer`, in
-its own process as a remote server would be, every answer delayed by 100 ms):
+What it compares, on the same local chat-completions server (`rolellm.testing.ChatCompletionsServer`, in its own
+process as a remote server would be, every answer delayed by 100 ms):
 
 - `rolellm generate rolegpt` with the built-in asyncio client (`OpenAIChatClient`), `--max_concurrency 16`;
-- the same command with `--backend ray --batch_size 24` (`RayChatClient`: `HttpRequestProcessorConfig`, 16 requests in
-  flight, 24 per Ray batch) on a local Ray cluster, twice: the first run after `ray.init` and a second one on the
-  running cluster.
+- the same command with `--backend ray --batch_size 4` (`RayChatClient`: `HttpRequestProcessorConfig` on one Ray worker
+  of 16 requests in flight) on a local Ray cluster: the first job after `ray.init` (a fresh cluster: its worker
+  processes start cold) and a later job on the running cluster (a driver joining a running `ray start` cluster).
 
-Both send 360 requests (RoleGPT: 2 roles x 30 instructions x 6 samples), each run into a fresh folder and cache. It
-prints the seconds of each, the Ray path's throughput as a fraction of the built-in one, and Ray's fixed start-up
-cost: `ray.init` itself, and what a job pays on top of its requests (the Ray run's seconds minus the built-in run's).
-Run: `python bench/bench_ray.py` (about a minute); it needs `rolellm[ray]` and the RoleBench data.
+Each run sends 360 requests (RoleGPT: 2 roles x 30 instructions x 6 samples) into a fresh folder and cache. The
+setups run in turns (built-in, `ray.init`, first Ray job, later Ray job, `ray.shutdown`), `REPEATS` times; printed
+are the minimum and the median of each figure over the repeats, and ratios of the medians. Per run, from the
+server's arrival times and the cache's write times (`created`, written as each answer reaches the driver):
+
+- start-up: seconds from the command's start to its first request at the server (for Ray: planning the job and
+  starting its workers), and to its first answer in the cache;
+- throughput including start-up: requests / the command's seconds;
+- throughput excluding start-up: requests / seconds from the first request at the server to the last answer in the
+  cache (for Ray this still holds the wait for the last Ray task's answers to reach the driver);
+- peak in flight: the most requests the server held at once (100 ms windows): both sides run 16;
+- CPU seconds: of this process and every process it started but the server (for Ray: the cluster's, its workers'
+  and its actors', sampled every 0.1 s, so a process that ends between two samples misses its last 0.1 s).
+
+Run: `python bench/bench_ray.py` (about two minutes); it needs `rolellm[ray]` and the RoleBench data.
 """
 
 import multiprocessing
 import os
+import sqlite3
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,21 +45,62 @@ LATENCY = 0.1
 CONCURRENCY = 16
 INSTRUCTIONS = 30  # per role; x 2 roles x 6 samples = 360 requests
 REQUESTS = 2 * INSTRUCTIONS * 6
-# requests per Ray Data batch (`--batch_size`): 360 requests over 16 slots (4 workers x 4 batches) is 22.5 per slot, so
-# each slot runs about one batch; every batch costs Ray a task, which on a small machine outweighs the requests
-RAY_BATCH_SIZE = 24
+RAY_BATCH_SIZE = 4  # requests per Ray Data batch: 4 batches per Ray task, blocks of 16 requests
+REPEATS = 3
 RECIPE = Path(__file__).resolve().parents[1] / "examples" / "recipes" / "generate_rolegpt.yaml"
 
 
 def serve(connection):
+    """The server process: answers with 100 ms latency; on "arrivals" sends the `time.monotonic()` of every request
+    received since the last call (the clock is the machine's, the same in every process)."""
     from rolellm.testing.server import ChatCompletionsServer
 
     with ChatCompletionsServer(lambda body: f"answer {body['seed']}", latency=LATENCY) as server:
         connection.send(server.base_url)
-        connection.recv()  # until the benchmark is done
+        seen = 0
+        while connection.recv() == "arrivals":
+            received = [r["received"] for r in server.requests[seen:]]
+            seen += len(received)
+            connection.send(received)
 
 
-def generate(base_url: str, data_dir: Path, output_dir: Path, *backend: str) -> float:
+class CPUMeter:
+    """CPU seconds of this process and its descendants but `skip` (the server), from samples every 0.1 s."""
+
+    def __init__(self, skip: int):
+        import psutil
+
+        self.root, self.skip, self.seen = psutil.Process(), skip, {}
+
+    def sample(self) -> None:
+        for process in [self.root, *self.root.children(recursive=True)]:
+            if process.pid != self.skip:
+                try:
+                    times = process.cpu_times()
+                except Exception:  # it ended meanwhile
+                    continue
+                self.seen[(process.pid, process.create_time())] = times.user + times.system
+
+    def __enter__(self):
+        self.sample()
+        self.before, self.done = dict(self.seen), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        while not self.done.wait(0.1):
+            self.sample()
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        self.sample()
+        self.seconds = sum(cpu - self.before.get(key, 0.0) for key, cpu in self.seen.items())
+
+
+def generate(base_url: str, data_dir: Path, output_dir: Path, server, server_pid: int, *backend: str) -> dict:
+    """One `rolellm generate rolegpt` run and its figures (see the module docstring)."""
     from rolellm.scripts.cli import main
 
     command = [
@@ -55,12 +110,27 @@ def generate(base_url: str, data_dir: Path, output_dir: Path, *backend: str) -> 
         "--max_instructions", str(INSTRUCTIONS), "--model", "bench", "--max_concurrency", str(CONCURRENCY),
         "--progress", "false", *backend,
     ]  # fmt: skip
-    start = time.perf_counter()
-    code = main(command)
-    seconds = time.perf_counter() - start
+    wall_offset = time.time() - time.monotonic()  # the cache writes `time.time()`
+    with CPUMeter(server_pid) as cpu:
+        start = time.monotonic()
+        code = main(command)
+        seconds = time.monotonic() - start
     if code != 0:
         raise SystemExit(f"rolellm generate {' '.join(backend) or '(built-in client)'} exited {code}")
-    return seconds
+    server.send("arrivals")
+    arrivals = sorted(server.recv())
+    with sqlite3.connect(output_dir / "cache.sqlite") as connection:
+        written = sorted(t - wall_offset for (t,) in connection.execute("SELECT created FROM completions"))
+    if len(arrivals) != REQUESTS or len(written) != REQUESTS:
+        raise SystemExit(f"expected {REQUESTS} requests and answers, got {len(arrivals)} and {len(written)}")
+    return {
+        "seconds": seconds,
+        "first request": arrivals[0] - start,
+        "first answer": written[0] - start,
+        "work": written[-1] - arrivals[0],
+        "cpu": cpu.seconds,
+        "in flight": max(sum(1 for t in arrivals[i:] if t < a + LATENCY) for i, a in enumerate(arrivals)),
+    }
 
 
 def main():
@@ -74,33 +144,63 @@ def main():
     server = multiprocessing.Process(target=serve, args=(child,), daemon=True)
     server.start()
     base_url = parent.recv()
+    ray_flags = ("--backend", "ray", "--batch_size", str(RAY_BATCH_SIZE))
+    labels = (
+        "built-in client (OpenAIChatClient)",
+        "--backend ray, first job after ray.init",
+        "--backend ray, later job",
+    )
+    runs = {label: [] for label in labels}
+    inits = []
     try:
         with tempfile.TemporaryDirectory() as folder:
-            folder = Path(folder)
-            builtin = generate(base_url, data_dir, folder / "builtin")
-            start = time.perf_counter()
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-            init = time.perf_counter() - start
-            ray_flags = ("--backend", "ray", "--batch_size", str(RAY_BATCH_SIZE))
-            first = generate(base_url, data_dir, folder / "ray-1", *ray_flags)
-            second = generate(base_url, data_dir, folder / "ray-2", *ray_flags)
-            ray.shutdown()
+            for r in range(REPEATS):  # in turns: every setup sees the same machine load
+                out = Path(folder) / str(r)
+                runs[labels[0]].append(generate(base_url, data_dir, out / "builtin", parent, server.pid))
+                start = time.monotonic()
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+                inits.append(time.monotonic() - start)
+                runs[labels[1]].append(generate(base_url, data_dir, out / "ray-1", parent, server.pid, *ray_flags))
+                runs[labels[2]].append(generate(base_url, data_dir, out / "ray-2", parent, server.pid, *ray_flags))
+                ray.shutdown()
     finally:
         parent.send("stop")
         server.join(timeout=5)
 
-    print(f"\n{REQUESTS} requests, {LATENCY * 1000:.0f} ms per answer, {CONCURRENCY} in flight, {os.cpu_count()} CPUs")
-    print("| run | seconds | requests/s | throughput vs built-in |")
-    print("|---|---:|---:|---:|")
-    for label, seconds in (
-        ("built-in client (OpenAIChatClient)", builtin),
-        ("--backend ray, first job after ray.init", first),
-        ("--backend ray, second job", second),
-    ):
-        print(f"| {label} | {seconds:.2f} | {REQUESTS / seconds:.1f} | {builtin / seconds:.2f}x |")
-    print(f"\nRay start-up: ray.init {init:.1f} s; per job on top of the built-in run's time: first "
-          f"{first - builtin:.1f} s, second {second - builtin:.1f} s")  # fmt: skip
-    print(f"target: the Ray path at 0.8x of the built-in one or better; second job: {builtin / second:.2f}x")
+    def median(label, key):
+        return statistics.median(run[key] for run in runs[label])
+
+    def cell(label, key):
+        return f"{min(run[key] for run in runs[label]):.2f} / {median(label, key):.2f}"
+
+    print(
+        f"\n{REQUESTS} requests, {LATENCY * 1000:.0f} ms per answer, --max_concurrency {CONCURRENCY}, "
+        f"{os.cpu_count()} CPUs; {REPEATS} runs of each setup in turns; seconds as min / median, rates and ratios "
+        "from the medians"
+    )
+    print(
+        "| run | seconds | to first request | to first answer | req/s incl. start-up | req/s excl. start-up | "
+        "vs built-in incl. / excl. | peak in flight | CPU s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    base = labels[0]
+    for label in labels:
+        incl, excl = REQUESTS / median(label, "seconds"), REQUESTS / median(label, "work")
+        ratio = f"{median(base, 'seconds') / median(label, 'seconds'):.2f}x / {median(base, 'work') / median(label, 'work'):.2f}x"
+        print(
+            f"| {label} | {cell(label, 'seconds')} | {cell(label, 'first request')} | {cell(label, 'first answer')} "
+            f"| {incl:.1f} | {excl:.1f} | {ratio} | {max(run['in flight'] for run in runs[label])} | {cell(label, 'cpu')} |"
+        )
+    print(
+        f"\nray.init (a local cluster of {os.cpu_count()} CPUs): {min(inits):.2f} / {statistics.median(inits):.2f} s"
+    )
+    later, first = labels[2], labels[1]
+    print(
+        f"target: the Ray path at 0.8x of the built-in one or better; later job: "
+        f"{median(base, 'seconds') / median(later, 'seconds'):.2f}x including its start-up, "
+        f"{median(base, 'work') / median(later, 'work'):.2f}x excluding it; a fresh cluster: "
+        f"{median(base, 'seconds') / (statistics.median(inits) + median(first, 'seconds')):.2f}x with ray.init"
+    )
 
 
 if __name__ == "__main__":

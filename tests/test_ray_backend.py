@@ -106,6 +106,35 @@ def test_a_request_failing_past_its_retries_stops_the_job_and_keeps_the_answers(
     assert cached_rows(cache) == client.usage.requests < 6
 
 
+@pytest.mark.slow
+def test_http_mode_holds_max_concurrency_requests_in_flight(ray_address, tmp_path):
+    """Ray's HTTP stage sends a batch's requests one after the other: `max_concurrency` in flight come from the Ray
+    tasks a worker runs at once and the batches of each task, never more than asked."""
+    from rolellm.clients.ray_backend import RayChatClient
+
+    lock, arrived, in_flight, peak, gave_up = threading.Lock(), threading.Condition(), [0], [0], threading.Event()
+
+    def responder(body):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        with arrived:  # the first requests wait until 8 are held at once (the first to wait 30 s in vain ends that)
+            arrived.notify_all()
+            if not arrived.wait_for(lambda: peak[0] >= 8 or gave_up.is_set(), timeout=30):
+                gave_up.set()
+        with lock:
+            in_flight[0] -= 1
+        return "ok"
+
+    requests = [ChatRequest([{"role": "user", "content": f"question {i}"}]) for i in range(40)]
+    with ChatCompletionsServer(responder) as server:
+        client = RayChatClient("test-model", server.base_url, max_concurrency=8, cache_path=tmp_path / "cache.sqlite",
+                               progress=False)  # fmt: skip
+        results = client.generate(requests)
+    assert all(r.text == "ok" for r in results) and len(server.requests) == 40
+    assert (peak[0], gave_up.is_set()) == (8, False)  # 8 requests were held at once, and never a ninth
+
+
 def test_dead_endpoint_stops_before_ray_runs():
     from rolellm.clients.ray_backend import RayChatClient
 

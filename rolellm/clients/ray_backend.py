@@ -11,11 +11,12 @@ Two ways to spread a run over a Ray cluster, chosen by `base_url`:
 Either way the requests are the job's own (`ChatRequest`), cached requests are never submitted, and every answer is
 written to the cache the moment it streams back to the driver: a run killed at any point resumes with what is
 missing. Requests that get no answer are failures (`ChatResult.error`, the generators' `failures.jsonl`), never
-dropped. The driver joins the cluster at `$RAY_ADDRESS` (or starts a local one) unless `ray.init` already ran.
+dropped. The driver joins the cluster at `$RAY_ADDRESS`, else the one a `ray start` on this machine left running, else
+starts a local one, unless `ray.init` already ran.
 
 ```python
 import ray
-ray.init(address="auto")  # or nothing: the client joins $RAY_ADDRESS, else starts a local cluster
+ray.init(address="auto")  # or nothing: the client joins $RAY_ADDRESS or a running `ray start`, else starts one
 client = RayChatClient("my-model", base_url="http://llm-lb.internal:8000/v1", max_concurrency=256)
 results = client.generate(requests, parse=...)  # the `ChatClient` interface; tests/test_ray_backend.py runs it
 ```
@@ -33,11 +34,31 @@ from rolellm.clients.openai_compatible import MalformedResponse, OpenAIChatClien
 
 logger = logging.getLogger(__name__)
 
-# Ray Data runs up to this many batches at once in one async worker (`DEFAULT_ASYNC_BATCH_UDF_MAX_CONCURRENCY`), and
-# the HTTP stage sends the requests of one batch one after the other: `max_concurrency` requests in flight take
-# `max_concurrency / BATCHES_PER_WORKER` workers.
-BATCHES_PER_WORKER = 4
+# How Ray Data's HTTP stage keeps requests in flight: it sends the requests of one batch one after the other, and one
+# actor task runs up to `BATCHES_PER_TASK` batches of its block at once (Ray Data's
+# `DEFAULT_ASYNC_BATCH_UDF_MAX_CONCURRENCY`), so a block of that many batches holds that many requests in flight; a
+# worker (an actor, one Python process) runs up to `TASKS_PER_WORKER` tasks at once (`max_concurrent_calls_per_actor`).
+# `max_concurrency` requests in flight take `max_concurrency / 16` workers: on a small machine every worker process costs
+# seconds of start-up, on a cluster a worker is cheap either way.
+BATCHES_PER_TASK = 4
+TASKS_PER_WORKER = 4
 HTTP_WORKER_CPUS = 0.25  # an HTTP worker waits on the network: a quarter CPU each, so that a laptop holds several
+# Ray Data hands each output block of the HTTP workers to a Ray task that unwraps its rows (the processor's
+# postprocess): one at a time per worker. More start more Python processes than a small machine keeps (Ray keeps about
+# one idle worker process per CPU and starts the others anew, a second of CPU each); on a 2-core machine one postprocess
+# task per worker saves a job about 2 s of CPU and serves more requests per second than two.
+POSTPROCESS_TASKS_PER_WORKER = 1
+
+
+def http_fan_out(max_concurrency: int) -> dict:
+    """`{"workers", "tasks_per_worker", "batches_per_task"}`: the HTTP workers of `max_concurrency` requests in flight.
+
+    Their product is the requests in flight: at most `max_concurrency`, a multiple of `BATCHES_PER_TASK` above it, and
+    as many workers of `TASKS_PER_WORKER` tasks as that takes, all with the same number of tasks (so 20 gives 16)."""
+    batches = min(BATCHES_PER_TASK, max_concurrency)
+    tasks = max_concurrency // batches  # actor tasks in flight over all workers
+    workers = math.ceil(tasks / TASKS_PER_WORKER)
+    return {"workers": workers, "tasks_per_worker": tasks // workers, "batches_per_task": batches}
 
 
 class RayChatClient(ChatClient):
@@ -51,16 +72,17 @@ class RayChatClient(ChatClient):
 
         > Parameters of the HTTP fan-out
 
-        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once (Ray workers of
-            `BATCHES_PER_WORKER` batches each).
+        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once, at most: Ray workers of up
+            to 16 requests each (`http_fan_out`: above 4 a multiple of 4, so 20 gives 16).
         requests_per_minute (`int`, *optional*): a limit on requests per minute, as whole requests per second per
             worker (Ray's `qps`).
         timeout (`float`, *optional*, defaults to 120.0): seconds before a request is abandoned (then retried).
         max_retries (`int`, *optional*, defaults to 6): Ray's retries of a request after a 429, 408 or 502-504.
 
         batch_size (`int`, *optional*, defaults to 8): requests per Ray Data batch: prompts handed to an engine at once,
-            or requests a worker sends one after the other. Every batch costs Ray a task, and the answers of a batch
-            reach the driver (and the cache) together when it ends.
+            or requests an HTTP worker sends one after the other (4 batches at once per Ray task; a job too small to
+            fill every task with 4 batches gets smaller ones). The answers of a Ray task reach the driver (and the
+            cache) together when it ends, and every task costs Ray scheduling time.
 
         > Parameters of the vLLM engines
 
@@ -107,9 +129,8 @@ class RayChatClient(ChatClient):
             self.endpoint = OpenAIChatClient(
                 model, base_url, max_retries=max_retries, timeout=timeout, max_concurrency=1, progress=False
             )
-            workers = math.ceil(max_concurrency / BATCHES_PER_WORKER)
             self.settings = {
-                "workers": workers,
+                **http_fan_out(max_concurrency),
                 "batch_size": batch_size,
                 "qps": max(1, requests_per_minute // 60) if requests_per_minute else None,
                 "timeout": timeout,
@@ -142,16 +163,17 @@ class RayChatClient(ChatClient):
     def check_endpoint(self) -> str | None:
         return self.endpoint.check_endpoint() if self.base_url else None
 
-    def _processor(self, json_schema):
+    def _processor(self, json_schema, batch_size: int, blocks: int):
         """The Ray Data processor of this client, with the preprocess and postprocess that run on the workers."""
         import ray
         from ray.data.llm import build_processor
 
         if not ray.is_initialized():
-            ray.init(log_to_driver=False)  # joins $RAY_ADDRESS when it is set
+            ray.init(log_to_driver=False)  # joins $RAY_ADDRESS, else a running `ray start` cluster, else starts one
         ray.data.DataContext.get_current().enable_progress_bars = False  # rolellm's bar counts the answers
         if self.base_url is not None:
             import aiohttp
+            from ray.data import ActorPoolStrategy, TaskPoolStrategy
             from ray.data.llm import HttpRequestProcessorConfig
 
             s = self.settings
@@ -162,16 +184,31 @@ class RayChatClient(ChatClient):
                 qps=s["qps"],
                 max_retries=s["max_retries"],
                 base_retry_wait_time_in_s=0.5,
-                batch_size=s["batch_size"],
+                batch_size=batch_size,
                 concurrency=(s["workers"], s["workers"]),  # all of them from the start: the run is short
                 session_factory=functools.partial(
                     aiohttp.ClientSession, timeout=aiohttp.ClientTimeout(total=s["timeout"])
                 ),
                 http_request_stage={"num_cpus": HTTP_WORKER_CPUS},
             )
-            return build_processor(
-                config, postprocess=_http_answer, postprocess_map_kwargs={"num_cpus": HTTP_WORKER_CPUS}
+            processor = build_processor(
+                config,
+                postprocess=_http_answer,
+                # the same resources as the HTTP stage: Ray Data fuses the preprocess (which moves each row into
+                # the processor's data column) into the HTTP workers instead of running a Ray task per block
+                preprocess_map_kwargs={"num_cpus": HTTP_WORKER_CPUS},
+                postprocess_map_kwargs={
+                    "num_cpus": HTTP_WORKER_CPUS,
+                    "compute": TaskPoolStrategy(size=max(1, min(blocks, POSTPROCESS_TASKS_PER_WORKER * s["workers"]))),
+                },
             )
+            # the config has no setting for the tasks one worker runs at once: the stage's actor pool gets it here
+            stage = processor.get_stage_by_name("HttpRequestStage")
+            stage.map_batches_kwargs = {
+                **stage.map_batches_kwargs,
+                "compute": ActorPoolStrategy(size=s["workers"], max_concurrent_calls_per_actor=s["tasks_per_worker"]),
+            }
+            return processor
         from ray.data.llm import vLLMEngineProcessorConfig
 
         s = self.settings
@@ -179,7 +216,7 @@ class RayChatClient(ChatClient):
         config = vLLMEngineProcessorConfig(
             model_source=self.model_name,
             engine_kwargs=engine_kwargs,
-            batch_size=s["batch_size"],
+            batch_size=batch_size,
             concurrency=s["engines"],
             chat_template_stage=False,  # the prompts are token ids from rolellm's encoder
             tokenize_stage=False,
@@ -254,20 +291,35 @@ class RayChatClient(ChatClient):
     def _run(self, rows: list[dict], json_schema, receive) -> None:
         """Run `rows` through the processor and hand each answer to `receive` as it arrives.
 
-        The rows are the stages' own inputs (`payload`, or `tokenized_prompt` and `sampling_params`), with no
-        preprocess: a row function before the HTTP stage would make its workers run one batch at a time. Rows of one
+        The rows are the stages' own inputs (`payload`, or `tokenized_prompt` and `sampling_params`). Rows of one
         shape (the same parameter names and types) go through one dataset: Ray Data stores a column in one Arrow
-        type, so a parameter missing from some rows would reach the others as `null`."""
+        type, so a parameter missing from some rows would reach the others as `null`. A dataset's blocks are what
+        one Ray task takes: `batches_per_task` batches for the HTTP workers, which send them at once."""
         import ray
 
-        processor = self._processor(json_schema)
         shapes: dict[str, list[dict]] = {}
         for row in rows:
             shapes.setdefault(_shape(row), []).append(row)
         for group in shapes.values():
-            blocks = math.ceil(len(group) / self.settings["batch_size"])  # one block per batch: spread over workers
+            batch_size, blocks = self._blocks(len(group))
+            processor = self._processor(json_schema, batch_size, blocks)
             for row in processor(ray.data.from_items(group, override_num_blocks=blocks)).iter_rows():
                 receive(row)
+
+    def _blocks(self, rows: int) -> tuple[int, int]:
+        """`(batch_size, blocks)` of a dataset of `rows` rows.
+
+        An engine takes blocks of one batch. An HTTP task sends the `batches_per_task` batches of its block at once;
+        a job too small to give every task in flight (`workers * tasks_per_worker`) such a block gets smaller
+        batches, down to one request each, rather than fewer requests in flight, and the blocks come in whole rounds
+        of the tasks in flight, so that the last round keeps them all busy."""
+        s = self.settings
+        if self.base_url is None:
+            return s["batch_size"], math.ceil(rows / s["batch_size"])
+        tasks = s["workers"] * s["tasks_per_worker"]
+        batch_size = max(1, min(s["batch_size"], rows // (tasks * s["batches_per_task"])))
+        blocks = math.ceil(rows / (batch_size * s["batches_per_task"]))
+        return batch_size, min(rows, math.ceil(blocks / tasks) * tasks)
 
 
 def _shape(row: dict) -> str:
