@@ -145,6 +145,22 @@ def test_dead_endpoint_stops_before_ray_runs():
         client.check_endpoint()
 
 
+def test_a_rate_limit_it_cannot_keep_is_refused(tmp_path, capsys):
+    """Ray's HTTP stage limits each batch while queuing it: a requests-per-minute limit would not hold, so it is an
+    error naming the option (exit 2 on the command line), not a silent overrun of the endpoint's quota."""
+    from rolellm.clients.ray_backend import RayChatClient
+    from rolellm.scripts.cli import main
+
+    with pytest.raises(ValueError, match="requests_per_minute=60 cannot be kept with backend ray"):
+        RayChatClient("test-model", "http://127.0.0.1:9/v1", requests_per_minute=60, progress=False)
+    profiles, instructions = tmp_path / "none.jsonl", tmp_path / "none.txt"
+    command = generate_command(profiles, instructions, tmp_path / "out", "http://127.0.0.1:9/v1", "--backend", "ray")
+    assert main([*command, "--requests_per_minute", "60"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) <= 2 and "requests_per_minute" in err[-1] and "Traceback" not in "".join(err)
+    assert not (tmp_path / "out").exists()
+
+
 def generate_command(profiles, instructions, output_dir, base_url, *backend):
     return [
         "generate", "rolegpt", "--config", str(RECIPES / "generate_rolegpt.yaml"), "--profiles", str(profiles),

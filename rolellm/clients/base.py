@@ -39,6 +39,23 @@ REASK_REMINDER = "Your answer could not be used ({error}). Answer again, exactly
 _SECRET_PARAMETER = re.compile(r"key|token|secret|password|passwd|auth|signature|sig$", re.IGNORECASE)
 
 
+def check_rate_limit(backend: str | None, requests_per_minute: int | None) -> None:
+    """A `ValueError` for a requests-per-minute limit a backend cannot keep: Ray Data's HTTP stage limits each batch
+    while queuing it, not the requests it sends.
+
+    >>> check_rate_limit("openai", 60)
+    >>> check_rate_limit("ray", 60)
+    Traceback (most recent call last):
+    ...
+    ValueError: requests_per_minute=60 cannot be kept with backend ray: Ray Data's HTTP stage limits each batch while queuing it, not the requests sent. Leave it unset, or use backend openai
+    """
+    if backend == "ray" and requests_per_minute:
+        raise ValueError(
+            f"requests_per_minute={requests_per_minute} cannot be kept with backend ray: Ray Data's HTTP stage "
+            "limits each batch while queuing it, not the requests sent. Leave it unset, or use backend openai"
+        )
+
+
 def check_base_url(url: str | None, where: str = "base_url") -> str | None:
     """An endpoint URL that carries no secret, or a `ValueError` naming where it came from and never the secret.
 

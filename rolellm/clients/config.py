@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.base import ChatClient, check_base_url
+from rolellm.clients.base import ChatClient, check_base_url, check_rate_limit
 
 
 logger = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class ClientConfig:
                        max_new_tokens=1, tensor_parallel_size=1)  # fmt: skip
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
+        check_rate_limit(self.backend, self.requests_per_minute)
         if self.backend in ("local", "vllm") and self.base_url is not None:
             where = "in-process" if self.backend == "local" else "on this node"
             raise ValueError(f"backend={self.backend!r} runs the model {where}: drop base_url={self.base_url!r}")

@@ -28,7 +28,15 @@ import json
 import logging
 import math
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, as_request, check_base_url
+from rolellm.clients.base import (
+    ChatClient,
+    ChatRequest,
+    ChatResult,
+    EndpointError,
+    as_request,
+    check_base_url,
+    check_rate_limit,
+)
 from rolellm.clients.openai_compatible import MalformedResponse, OpenAIChatClient, read_completion
 
 
@@ -74,8 +82,9 @@ class RayChatClient(ChatClient):
 
         max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once, at most: Ray workers of up
             to 16 requests each (`http_fan_out`: above 4 a multiple of 4, so 20 gives 16).
-        requests_per_minute (`int`, *optional*): a limit on requests per minute, as whole requests per second per
-            worker (Ray's `qps`).
+        requests_per_minute (`int`, *optional*): not available here: Ray's HTTP stage applies its `qps` to each
+            batch while it queues the requests, so a limit would not hold. A value is refused; use the built-in client
+            (`backend="openai"`) against a rate-limited endpoint.
         timeout (`float`, *optional*, defaults to 120.0): seconds before a request is abandoned (then retried).
         max_retries (`int`, *optional*, defaults to 6): Ray's retries of a request after a 429, 408 or 502-504.
 
@@ -124,6 +133,7 @@ class RayChatClient(ChatClient):
         super().__init__(model, cache_path, max_parse_attempts, progress)
         self.base_url = check_base_url(base_url)
         self.max_new_tokens = max_new_tokens
+        check_rate_limit("ray", requests_per_minute)
         if self.base_url is not None:
             # the pre-flight and the key are the endpoint client's own
             self.endpoint = OpenAIChatClient(
@@ -132,7 +142,6 @@ class RayChatClient(ChatClient):
             self.settings = {
                 **http_fan_out(max_concurrency),
                 "batch_size": batch_size,
-                "qps": max(1, requests_per_minute // 60) if requests_per_minute else None,
                 "timeout": timeout,
                 "max_retries": max_retries,
             }
@@ -181,7 +190,6 @@ class RayChatClient(ChatClient):
             config = HttpRequestProcessorConfig(
                 url=f"{self.base_url.rstrip('/')}/chat/completions",
                 headers={"Authorization": f"Bearer {key}"},
-                qps=s["qps"],
                 max_retries=s["max_retries"],
                 base_retry_wait_time_in_s=0.5,
                 batch_size=batch_size,
