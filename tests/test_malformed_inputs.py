@@ -16,13 +16,18 @@ import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fixtures.mini_release import write_mini_release
 
 from rolellm.data.builder import load_rolebench, read_rolebench_table
+from rolellm.data.preference import read_sillytavern_chat
 from rolellm.data.readers import read_rolebench_jsonl
+from rolellm.encoding.chat_template import read_chat_template
+from rolellm.evaluation.coser.scoring import read_results
+from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
 from rolellm.evaluation.multiturn.dialogue import read_scenarios
 from rolellm.roles.character_card import read_character_card
@@ -145,10 +150,10 @@ def screenplay_po(path):
 
 
 def cli(*argv):
-    """Run `rolellm *argv` (`{path}` replaced by the input); the result is `(exit code, stderr)`."""
+    """Run `rolellm *argv` (`{path}` replaced by the input, `{dir}` by its folder); the result is the exit code."""
 
     def entry(path):
-        args = [a.replace("{path}", str(path)) for a in argv]
+        args = [a.replace("{path}", str(path)).replace("{dir}", str(path.parent)) for a in argv]
         try:
             code = main(args)
         except SystemExit as exit_:  # argparse's usage errors
@@ -186,6 +191,84 @@ def append(rel, content):
 
 
 ZH_TRAIN = "rolebench-zh/general/train.jsonl"
+
+
+def model_folder(**files):
+    """A folder with `files` (name -> text; a dict is written as JSON) and a mini release beside it (`release/`);
+    returns the folder. A `config.json` of `{}` is enough for a command that stops before loading the weights."""
+
+    def build(tmp_path):
+        write_mini_release(tmp_path / "release")
+        folder = tmp_path / "model"
+        folder.mkdir()
+        for name, content in files.items():
+            (folder / name).write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+        return folder
+
+    return build
+
+
+def train_recipe(extra="", stage="sft"):
+    """A `rolellm train` recipe on the mini release and a `model/` folder holding `config.json` (`{}`: the commands
+    tested stop before loading weights), with `extra` lines."""
+
+    def build(tmp_path):
+        model_folder(**{"config.json": {}})(tmp_path)
+        text = (f"stage: {stage}\nmodel_name_or_path: {tmp_path / 'model'}\ndata_dir: {tmp_path / 'release'}\n"
+                f"output_dir: {tmp_path / 'out'}\nuse_cpu: true\nbf16: false\nreport_to: none\n{extra}")  # fmt: skip
+        return text_file("recipe.yaml", text)(tmp_path)
+
+    return build
+
+
+TRAIN = ("train", "--config", "{path}")
+GRPO = "rewards: [catchphrase]\n"
+ST_HEADER = {"user_name": "You", "character_name": "Ada Quill", "chat_metadata": {}}
+ST_USER = {"name": "You", "is_user": True, "mes": "What are you building?"}
+ST_ANSWER = {
+    "name": "Ada Quill",
+    "is_user": False,
+    "mes": "A clock.",
+    "swipes": ["A clock.", "A kite."],
+    "swipe_id": 0,
+}
+
+
+def sillytavern(*messages, header=ST_HEADER):
+    """A SillyTavern chat export and the mini release beside it; returns the chat's path."""
+
+    def build(tmp_path):
+        write_mini_release(tmp_path / "release")
+        return jsonl("chat.jsonl", header, *messages)(tmp_path)
+
+    return build
+
+
+SILLYTAVERN = ("generate", "sillytavern", "--chats", "{path}", "--profiles", "{dir}/release", "--lang", "en",
+               "--output_dir", "{dir}/out")  # fmt: skip
+
+
+def nothing_written(path):
+    return not (path.parent / "out").exists()
+
+
+COSER_SET = json.loads((Path(__file__).parent / "fixtures" / "coser" / "test_set.json").read_text(encoding="utf-8"))
+COSER_RESULTS = (Path(__file__).parent / "fixtures" / "coser" / "original_results.json").read_text(encoding="utf-8")
+
+
+def instructions(*records):
+    """An instructions file for `rolellm generate rolegpt` and the mini release beside it; returns the file."""
+
+    def build(tmp_path):
+        write_mini_release(tmp_path / "release")
+        return jsonl("instructions.jsonl", *records)(tmp_path)
+
+    return build
+
+
+ROLEGPT = ("generate", "rolegpt", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles",
+           "{dir}/release", "--lang", "en", "--roles", "Ada Quill", "--instructions", "{path}",
+           "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
 
 
 CASES = [
@@ -531,6 +614,97 @@ CASES = [
      error(r"batch_size=0 must be at least 1")),
     ("flag-zero-save-every", rows_file(ROW), cli("evaluate", "--model", "m", "--output_dir", "o", "--save_every", "0"),
      error(r"save_every=0 must be at least 1")),
+    # --- rolellm train recipes of every stage, and what they point at ----------------------------------------------
+    ("train-recipe-empty", recipe(""), cli(*TRAIN), error(r"recipe\.yaml: the file is empty")),
+    ("train-recipe-only-comments", recipe("# stage: dpo\n"), cli(*TRAIN),
+     error(r"recipe\.yaml: the recipe sets no field \(only comments\)")),
+    ("train-recipe-stage-not-a-stage", recipe("stage: 3\nrewards: [catchphrase]\n"), cli(*TRAIN),
+     error(r"--stage \(or the recipe's stage\): '3' is not one of \['sft', 'dpo', 'kto', 'grpo'\]")),
+    ("train-no-model", recipe("output_dir: out\nuse_cpu: true\n"), cli(*TRAIN),
+     error(r"rolellm train: --model_name_or_path is required")),
+    ("train-negative-learning-rate", train_recipe("learning_rate: -1\n"), cli(*TRAIN),
+     error(r"learning_rate=-1 must be at least 0")),
+    ("train-dpo-negative-beta", train_recipe("beta: -0.5\n", "dpo"), cli(*TRAIN), error(r"beta=-0.5 must be at least 0")),
+    ("train-kto-negative-weight", train_recipe("desirable_weight: -1\n", "kto"), cli(*TRAIN),
+     error(r"desirable_weight=-1 must be at least 0")),
+    ("train-grpo-zero-generations", train_recipe(GRPO + "num_generations: 0\n", "grpo"), cli(*TRAIN),
+     error(r"num_generations=0 must be at least 2")),
+    ("train-grpo-zero-temperature", train_recipe(GRPO + "temperature: 0\n", "grpo"), cli(*TRAIN),
+     error(r"temperature=0 must be above 0")),
+    ("train-grpo-negative-beta", train_recipe(GRPO + "beta: -0.1\n", "grpo"), cli(*TRAIN),
+     error(r"beta=-0.1 must be at least 0")),
+    ("train-grpo-unknown-aggregation", train_recipe(GRPO + "multi_objective_aggregation: mean\n", "grpo"), cli(*TRAIN),
+     error(r"multi_objective_aggregation='mean' is not one of \['sum_then_normalize', 'normalize_then_sum'\]")),
+    ("train-grpo-no-rewards", train_recipe("rewards: []\n", "grpo"), cli(*TRAIN),
+     error(r"--rewards is empty: name at least one of")),
+    ("train-zero-train-samples", train_recipe("max_train_samples: 0\n"), cli(*TRAIN),
+     error(r"--max_train_samples 0: keep at least 1 row")),
+    ("train-dpo-data-dir-absent", train_recipe(stage="dpo"), cli(*TRAIN, "--data_dir", "{dir}/nowhere"),
+     error(r"--data_dir .*nowhere: no such folder")),
+    # --- model and checkpoint folders -----------------------------------------------------------------------------
+    ("model-config-not-json", model_folder(**{"config.json": "{not json"}),
+     cli("export", "{path}", "--output_dir", "{dir}/exported"), error(r"model/config\.json:1: not valid JSON")),
+    ("model-config-a-list", model_folder(**{"config.json": "[]"}),
+     cli("export", "{path}", "--output_dir", "{dir}/exported"), error(r"model/config\.json: expected a JSON object")),
+    ("model-adapter-config-not-json", model_folder(**{"adapter_config.json": "{"}),
+     cli("export", "{path}", "--merge", "--output_dir", "{dir}/exported"),
+     error(r"model/adapter_config\.json:1: not valid JSON")),
+    ("model-adapter-without-base", model_folder(**{"adapter_config.json": {"base_model_name_or_path": "/no/base"}}),
+     cli("export", "{path}", "--merge", "--output_dir", "{dir}/exported"),
+     error(r"the base model of .*model \(adapter_config\.json: base_model_name_or_path\) /no/base: no such folder")),
+    ("model-empty-folder", model_folder(), cli("train", "--model_name_or_path", "{path}", "--output_dir", "o"),
+     error(r"--model_name_or_path .*model: not a model folder \(no config\.json or adapter_config\.json\)")),
+    ("model-config-not-json-train", model_folder(**{"config.json": ""}),
+     cli("train", "--model_name_or_path", "{path}", "--output_dir", "o"), error(r"model/config\.json: the file is empty")),
+    # --- SillyTavern chat exports ---------------------------------------------------------------------------------
+    ("sillytavern-header-only", sillytavern(), cli(*SILLYTAVERN),
+     error(r"no preference pair in 1 chat\(s\) \(not paired: .*nothing written")),
+    ("sillytavern-no-other-swipe", sillytavern(ST_USER, {**ST_ANSWER, "swipes": ["A clock."]}), cli(*SILLYTAVERN),
+     error(r"no preference pair in 1 chat\(s\) \(not paired: \{'one_swipe': 1")),
+    ("sillytavern-is-user-a-string", sillytavern({**ST_USER, "is_user": "true"}, ST_ANSWER), read_sillytavern_chat,
+     error(r"chat\.jsonl:2: field 'is_user' must be true or false, got 'true'")),
+    ("sillytavern-dry-run-writes-nothing", sillytavern(ST_USER, ST_ANSWER), cli(*SILLYTAVERN, "--dry_run"),
+     accepted(nothing_written)),
+    # --- CoSER test sets and results files ------------------------------------------------------------------------
+    ("coser-results-no-cases", text_file("results.json", '{"scores": {}, "cases": {}}'), cli("coser", "rescore", "{path}"),
+     error(r"results\.json: field 'cases' is empty")),
+    ("coser-results-scores-a-string", text_file("results.json", '{"scores": "high", "cases": {"a": {}}}'), read_results,
+     error(r"results\.json: field 'scores' must be an object")),
+    ("coser-results-role-not-a-string", text_file("results.json", COSER_RESULTS.replace('"role": "Hamlet"', '"role": 5', 1)),
+     read_results, error(r"results\.json: case 'Hamlet-3-0': field 'simulation' must be a list")),
+    ("coser-results-invalid-utf8", text_file("results.json", "", raw=b'{"cases": {"\xff": {}}}'), cli("coser", "rescore", "{path}"),
+     error(r"results\.json:1: not UTF-8 text")),
+    ("coser-results-bom", text_file("results.json", "\ufeff" + COSER_RESULTS), read_results,
+     accepted(lambda results: len(results["cases"]) == 2)),
+    ("coser-results-nested-too-deeply", text_file("results.json", "[" * 100_000 + "]" * 100_000), cli("coser", "rescore", "{path}"),
+     error(r"results\.json: a JSON value nested too deeply")),
+    ("coser-results-a-folder", lambda tmp_path: tmp_path, cli("coser", "rescore", "{path}"), error(r"is a folder: give its results\.json")),
+    ("coser-testset-huge-integer", text_file("test_set.json", '[{"i_c": ' + "9" * 5000 + "}]"), read_coser_test_set,
+     error(r"test_set\.json: not a readable JSON value")),
+    ("coser-testset-a-folder", lambda tmp_path: tmp_path, read_coser_test_set, error(r"is a folder: give the test set file")),
+    ("coser-testset-bom-crlf", text_file("test_set.json", "\ufeff" + json.dumps(COSER_SET, indent=1).replace("\n", "\r\n")),
+     read_coser_test_set, accepted(lambda cases: len(cases) == 2)),
+    # --- chat template files --------------------------------------------------------------------------------------
+    ("chat-template-empty", text_file("t.jinja", ""), lambda path: read_chat_template(str(path)),
+     error(r"t\.jinja: the file is empty")),
+    ("chat-template-invalid-utf8", text_file("t.jinja", "", raw=b"{{ messages }}\n\xff"), lambda path: read_chat_template(str(path)),
+     error(r"t\.jinja:2: not UTF-8 text")),
+    ("chat-template-bom", text_file("t.jinja", "\ufeff{{ messages }}"), lambda path: read_chat_template(str(path)),
+     accepted(lambda template: template == "{{ messages }}")),
+    # --- RoleGPT instructions files -------------------------------------------------------------------------------
+    ("instructions-empty", instructions(), cli(*ROLEGPT), error(r"instructions\.jsonl: the file is empty")),
+    ("instructions-a-list-line", instructions({"instruction": "Hi?"}, "[1]"), cli(*ROLEGPT),
+     error(r"instructions\.jsonl:2: expected a JSON object, got list")),
+    ("instructions-no-text", instructions({"instruction": "Hi?"}, {"prompt": "Hi?"}), cli(*ROLEGPT),
+     error(r"instructions\.jsonl:2: field 'instruction' \(or 'question'\) must be a non-empty string, got None")),
+    ("instructions-role-not-a-string", instructions({"instruction": "Hi?", "role": 3}), cli(*ROLEGPT),
+     error(r"instructions\.jsonl:1: field 'role' must be a string")),
+    ("instructions-other-roles-only", instructions({"instruction": "Hi?", "role": "Moss Brindle"}), cli(*ROLEGPT),
+     error(r"instructions\.jsonl: no instruction is for the roles \['Ada Quill'\]")),
+    ("instructions-zero-kept", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--max_instructions", "0"),
+     error(r"--max_instructions 0: keep at least 1")),
+    ("instructions-question-column", instructions({"question": "Hi?"}, {"instruction": "Why?", "target": "Because."}),
+     cli(*ROLEGPT), accepted()),
 ]  # fmt: skip
 
 
@@ -551,6 +725,7 @@ def test_malformed_input(name, build, entry, expected, tmp_path, capsys, monkeyp
             assert any(_search(expected.pattern, line) for line in [err]), err
             return
         assert code == 0, err
+        assert expected.check is None or expected.check(path)
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

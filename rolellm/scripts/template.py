@@ -58,6 +58,7 @@ def main(args):
     from rolellm.clients.config import read_inference_settings
     from rolellm.encoding.chat_template import read_chat_template
     from rolellm.encoding.check import check_chat_template
+    from rolellm.roles.profile import DataFormatError
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.model_or_dir, trust_remote_code=args.trust_remote_code)
@@ -67,6 +68,9 @@ def main(args):
         return EXIT_USAGE
     try:
         chat_template = read_chat_template(args.chat_template)
+    except DataFormatError as error:  # the template file's own fault: it names the file (and the line)
+        print(f"rolellm template check: --chat_template {error}", file=sys.stderr)
+        return EXIT_USAGE
     except ValueError as error:
         print(f"rolellm template check: --{error}", file=sys.stderr)
         return EXIT_USAGE

@@ -4,11 +4,20 @@ language and template of the system text, think blocks, what a checkpoint keeps 
 checkpointing defaults that let a CPU train without flags."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from trl import SFTConfig
 
 from rolellm.roles.resolve import as_sources, profiles_field
+
+
+def check_at_least(config, minimums: dict) -> None:
+    """Each field of `config` named in `minimums` at least its minimum, else a `ValueError` naming the field and the
+    value (a negative learning rate or `beta`, a batch of 0: transformers and TRL take some of these unchecked and
+    fail on others only once the model is loaded and training has started)."""
+    for name, low in minimums.items():
+        if getattr(config, name) < low:
+            raise ValueError(f"{name}={getattr(config, name)} must be at least {low}")
 
 
 @dataclass
@@ -53,6 +62,11 @@ class RolePromptArguments:
             "const": True,
         },
     )
+    # numbers transformers and TRL take unchecked, or check only once training has started (`check_at_least`)
+    _minimums: ClassVar[dict] = {
+        "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1, "gradient_accumulation_steps": 1,
+        "learning_rate": 0,
+    }  # fmt: skip
     profiles: list[str] | None = profiles_field(
         help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "
         "desc.json, a screenplay folder, Character Cards (.json, .png) or a folder of cards."
@@ -84,9 +98,7 @@ class RolePromptArguments:
             from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        check_at_least(self, self._minimums)
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
 

@@ -46,6 +46,7 @@ from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import _adapter_settings, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
+from rolellm.training.config import RolePromptArguments, check_at_least
 from rolellm.training.grouped import grouped_token_logps
 
 
@@ -58,6 +59,10 @@ def encode_prompt(tokenizer, prompt: list[dict], keep_think: bool = False) -> li
     tokens a RoCIT sample of the same conversation has before its answer (text that looks like a control token stays
     plain text)."""
     return encode_chat(tokenizer, prompt, add_generation_prompt=True, keep_think=keep_think)["input_ids"]
+
+
+# TRL's ways of weighing several rewards (`GRPOConfig.multi_objective_aggregation`)
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 
 
 class UnscorableBatchError(ValueError):
@@ -152,6 +157,14 @@ class RoleGRPOConfig(GRPOConfig):
             from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
+        # TRL divides by num_generations here, and checks the others only once the model is loaded and training began
+        check_at_least(self, {**RolePromptArguments._minimums, "num_generations": 2, "beta": 0})
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature} must be above 0: GRPO samples the group's completions")
+        if self.multi_objective_aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not one of {list(AGGREGATIONS)}"
+            )
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
         if self.max_prompt_length is not None and self.max_prompt_length < 1:

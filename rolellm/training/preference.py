@@ -21,6 +21,7 @@ import copy
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import datasets
 from accelerate.utils import is_peft_model
@@ -63,6 +64,8 @@ class RoleDPOConfig(RolePromptArguments, DPOConfig):
     (False, ['sigmoid'], 0.5, True)
     """
 
+    _minimums: ClassVar[dict] = {**RolePromptArguments._minimums, "beta": 0}
+
     prefix_sharing: bool = field(
         default=True,
         metadata={
@@ -79,6 +82,13 @@ class RoleKTOConfig(RolePromptArguments, KTOConfig):
     >>> RoleKTOConfig("out", use_cpu=True, desirable_weight=1.5).desirable_weight
     1.5
     """
+
+    _minimums: ClassVar[dict] = {
+        **RolePromptArguments._minimums,
+        "beta": 0,
+        "desirable_weight": 0,
+        "undesirable_weight": 0,
+    }
 
 
 def encode_preference(tokenizer, prompt: list[dict], completions: list[str], keep_think: bool = False):
