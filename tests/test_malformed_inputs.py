@@ -404,6 +404,13 @@ CASES = [
     ("release-bom-and-crlf", mini_release(lambda root: write(ZH_TRAIN, "\ufeff" + (root / ZH_TRAIN).read_text().replace("\n", "\r\n"))(root)),
      build_config("zh-general"), accepted(lambda d: d["train"].num_rows == 4 and "\r" not in "".join(d["train"]["question"]))),
     ("release-complete", mini_release(), build_config("zh"), accepted(lambda d: d["test"].num_rows == 4)),
+    ("release-preference-empty-file", mini_release(write("rolebench-zh/preference/train.jsonl", "")),
+     build_config("zh-preference"), error(r"preference/train\.jsonl: the file is empty")),
+    ("release-unpaired-label-a-string", mini_release(write("rolebench-zh/unpaired/train.jsonl", json.dumps(
+        {"role": "说书人", "question": "你好", "completion": "列位看官", "label": "true"}) + "\n")),
+     build_config("zh-unpaired"), error(r"unpaired/train\.jsonl:1: field 'label' must be a bool, got 'true'")),
+    ("release-preference-a-list-line", mini_release(append("rolebench-zh/preference/train.jsonl", "[1]\n")),
+     build_config("zh-preference"), error(r"preference/train\.jsonl:\d+: expected a JSON object, got list")),
     # --- profile files and desc.json ------------------------------------------------------------------------------
     ("profile-line-missing-act", jsonl("Po.jsonl", {"diag_id": 0, "role": "Po", "content": "Hi"}), profile_lines,
      error(r"Po\.jsonl:1: field 'act_id' is missing")),
@@ -688,6 +695,11 @@ CASES = [
      error(r"--model_name_or_path .*model: not a model folder \(no config\.json or adapter_config\.json\)")),
     ("model-config-not-json-train", model_folder(**{"config.json": ""}),
      cli("train", "--model_name_or_path", "{path}", "--output_dir", "o"), error(r"model/config\.json: the file is empty")),
+    ("output-dir-a-file", text_file("out", "another run's notes"),
+     cli("coser", "run", "--test_file", str(Path(__file__).parent / "fixtures" / "coser" / "test_set.json"),
+         "--actor_model", "m", "--base_url", "http://127.0.0.1:9/v1", "--judge_model", "j", "--output_dir", "{path}"),
+     error(r"rolellm coser: .*out exists and is a file, not a folder")),
+    ("config-a-folder", lambda tmp_path: tmp_path, cli("evaluate", "--config", "{path}"), error(r"is a folder, not a file")),
     # --- SillyTavern chat exports ---------------------------------------------------------------------------------
     ("sillytavern-header-only", sillytavern(), cli(*SILLYTAVERN),
      error(r"no preference pair in 1 chat\(s\) \(not paired: .*nothing written")),

@@ -74,9 +74,9 @@ def check_preference_row(record: dict, kind: str, where: str) -> dict:
 
 def read_preference_rows(path: str | Path, kind: str) -> list[dict]:
     """The rows of a preference file of `kind` (`"preference"` or `"unpaired"`), each checked; errors name the file
-    and the line."""
+    and the line (an empty file is one: a split without rows has no file)."""
     rows = []
-    for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
+    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
         if line.strip():
             rows.append(check_preference_row(parse_json_line(line, path, line_no), kind, f"{path}:{line_no}"))
     return rows
