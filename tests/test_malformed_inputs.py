@@ -30,6 +30,9 @@ from rolellm.evaluation.coser.scoring import read_results
 from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
 from rolellm.evaluation.multiturn.dialogue import read_scenarios
+from rolellm.rewards.combine import reward_settings
+from rolellm.rewards.reference import reference_rouge_l
+from rolellm.rewards.style import LengthPenalty
 from rolellm.roles.character_card import read_character_card
 from rolellm.roles.release import read_profile_jsonl, read_release_profiles
 from rolellm.roles.screenplay import read_screenplay
@@ -728,6 +731,19 @@ CASES = [
     ("coser-testset-a-folder", lambda tmp_path: tmp_path, read_coser_test_set, error(r"is a folder: give the test set file")),
     ("coser-testset-bom-crlf", text_file("test_set.json", "\ufeff" + json.dumps(COSER_SET, indent=1).replace("\n", "\r\n")),
      read_coser_test_set, accepted(lambda cases: len(cases) == 2)),
+    # --- reward settings (`rolellm.rewards.reward_settings`, the rewards of --stage grpo) ---------------------------
+    ("rewards-a-bare-function", rows_file(ROW), lambda _: reward_settings([reference_rouge_l]),
+     error(r"weighted\[0\] must be a \(reward function, weight\) pair, got <function reference_rouge_l")),
+    ("rewards-a-name-not-a-function", rows_file(ROW), lambda _: reward_settings([("reference_rouge_l", 1.0)]),
+     error(r"weighted\[0\]: 'reference_rouge_l' is not a reward function")),
+    ("rewards-a-dict", rows_file(ROW), lambda _: reward_settings({reference_rouge_l: 1.0}),
+     error(r"reward_settings needs a list of \(reward function, weight\) pairs")),
+    ("rewards-a-weight-string", rows_file(ROW), lambda _: reward_settings([(reference_rouge_l, "1")]),
+     error(r"the weight of reference_rouge_l is '1': give a finite number")),
+    ("rewards-every-weight-zero", rows_file(ROW), lambda _: reward_settings([(reference_rouge_l, 0), (LengthPenalty(9), 0.0)]),
+     error(r"every reward's weight is 0")),
+    ("rewards-length-a-string", rows_file(ROW), lambda _: LengthPenalty("40"),
+     error(r"LengthPenalty\(max_length=40\): give a positive number of words")),
     # --- chat template files --------------------------------------------------------------------------------------
     ("chat-template-empty", text_file("t.jinja", ""), lambda path: read_chat_template(str(path)),
      error(r"t\.jinja: the file is empty")),
