@@ -632,6 +632,8 @@ CASES = [
     ("flag-config-without-path", rows_file(ROW), cli("evaluate", "--config"), error(r"--config needs the path")),
     ("flag-data-check-missing-folder", lambda tmp_path: tmp_path / "absent",
      cli("data", "check", "--data-dir", "{path}"), error(r"rolellm data: --data_dir .*absent is not a folder")),
+    ("flag-data-stats-empty-folder", lambda tmp_path: tmp_path, cli("data", "stats", "--data-dir", "{path}"),
+     error(r"rolellm data stats: no RoleBench train or test file in .*nothing was counted")),
     ("flag-unknown-role", mini_release(), cli("generate", "rolegpt", "--model", "m", "--output_dir", "{path}/out",
                                              "--profiles", "{path}", "--lang", "zh", "--instructions",
                                              "{path}/rolebench-zh/general/test.jsonl", "--roles", "Nobody"),
