@@ -14,6 +14,7 @@ Exit codes: 0 supported, 2 the tokenizer could not be loaded, has no chat templa
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rolellm.clients.config import client_options
 from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -56,10 +57,13 @@ def main(args):
     from transformers import AutoTokenizer
 
     from rolellm.clients.config import read_inference_settings
+    from rolellm.clients.loading import check_model_source
     from rolellm.encoding.chat_template import read_chat_template
     from rolellm.encoding.check import check_chat_template
     from rolellm.roles.profile import DataFormatError
 
+    if not Path(args.model_or_dir).expanduser().exists():
+        check_model_source(args.model_or_dir, "model_or_dir")  # a local path that is not there: said so, not a Hub id
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.model_or_dir, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError, KeyError) as error:
