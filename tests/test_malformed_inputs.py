@@ -639,7 +639,7 @@ CASES = [
          "--data_dir", "{path}", "--dataset_configs", "zh", "--output_dir", "{dir}/out", "--num_samples", "1",
          "--dry_run"), error(r"num_samples=1: a pair needs two answers to a question")),
     ("flag-template-check-absent-folder", lambda tmp_path: tmp_path / "absent", cli("template", "check", "{path}"),
-     error(r"model_or_dir .*absent: no such folder")),
+     error(r"cannot load the tokenizer of .*absent': the path .*absent: no such folder")),
     ("flag-unknown-role", mini_release(), cli("generate", "rolegpt", "--model", "m", "--output_dir", "{path}/out",
                                              "--profiles", "{path}", "--lang", "zh", "--instructions",
                                              "{path}/rolebench-zh/general/test.jsonl", "--roles", "Nobody"),

@@ -62,9 +62,9 @@ def main(args):
     from rolellm.encoding.check import check_chat_template
     from rolellm.roles.profile import DataFormatError
 
-    if not Path(args.model_or_dir).expanduser().exists():
-        check_model_source(args.model_or_dir, "model_or_dir")  # a local path that is not there: said so, not a Hub id
     try:
+        if not Path(args.model_or_dir).expanduser().exists():  # a local path that is not there: said so, not the Hub's
+            check_model_source(args.model_or_dir, "the path")  # "Repo id must be in the form ..."
         tokenizer = AutoTokenizer.from_pretrained(args.model_or_dir, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError, KeyError) as error:
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
