@@ -34,6 +34,8 @@ from rolellm.rewards.combine import reward_settings
 from rolellm.rewards.reference import reference_rouge_l
 from rolellm.rewards.style import LengthPenalty
 from rolellm.roles.character_card import read_character_card
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.prompts import build_system_instruction, read_system_template
 from rolellm.roles.release import read_profile_jsonl, read_release_profiles
 from rolellm.roles.screenplay import read_screenplay
 from rolellm.scripts.cli import main
@@ -759,6 +761,19 @@ CASES = [
      error(r"t\.jinja:2: not UTF-8 text")),
     ("chat-template-bom", text_file("t.jinja", "\ufeff{{ messages }}"), lambda path: read_chat_template(str(path)),
      accepted(lambda template: template == "{{ messages }}")),
+    # --- system template files (chat --system_template, train system_template_path) --------------------------------
+    ("system-template-empty", text_file("s.jinja", ""), read_system_template, error(r"s\.jinja: the file is empty")),
+    ("system-template-not-jinja", text_file("s.jinja", "You are {{ role }.\n{% if %}"), read_system_template,
+     error(r"s\.jinja:1: not valid Jinja")),
+    ("system-template-missing", lambda tmp_path: tmp_path / "none.jinja", read_system_template,
+     error(r"none\.jinja: no such system template file")),
+    ("system-template-bom-crlf", text_file("s.jinja", "\ufeffYou are {{ role }}.\r\n"), read_system_template,
+     accepted(lambda text: text == "You are {{ role }}.\r\n")),
+    ("system-template-a-path-as-text", text_file("s.jinja", "You are {{ role }}."),
+     lambda path: build_system_instruction(RoleProfile("Po", "en", "A panda."), template=str(path)),
+     error(r"template='.*s\.jinja' is the name of a file, not a template's text")),
+    ("system-template-train-recipe", train_recipe("system_template_path: s.jinja\n"), cli(*TRAIN),
+     error(r"rolellm train: s\.jinja: no such system template file")),
     # --- RoleGPT instructions files -------------------------------------------------------------------------------
     ("instructions-empty", instructions(), cli(*ROLEGPT), error(r"instructions\.jsonl: the file is empty")),
     ("instructions-a-list-line", instructions({"instruction": "Hi?"}, "[1]"), cli(*ROLEGPT),

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 
 from trl import SFTConfig
 
+from rolellm.roles.prompts import read_system_template
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
@@ -99,6 +100,8 @@ class RolePromptArguments:
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
         check_at_least(self, self._minimums)
+        if self.system_template_path is not None:  # read and checked now, not once the model is loaded
+            read_system_template(self.system_template_path)
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
 
