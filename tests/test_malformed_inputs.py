@@ -26,6 +26,7 @@ from rolellm.data.builder import load_rolebench, read_rolebench_table
 from rolellm.data.preference import read_sillytavern_chat
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.encoding.chat_template import read_chat_template
+from rolellm.evaluation.benchmark.report import update_model_card
 from rolellm.evaluation.coser.scoring import read_results
 from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
@@ -774,6 +775,11 @@ CASES = [
      error(r"template='.*s\.jinja' is the name of a file, not a template's text")),
     ("system-template-train-recipe", train_recipe("system_template_path: s.jinja\n"), cli(*TRAIN),
      error(r"rolellm train: s\.jinja: no such system template file")),
+    # --- model cards given to rolellm evaluate --model_card ---------------------------------------------------------
+    ("model-card-bad-yaml", text_file("README.md", "---\nlicense: [apache\n---\n# Po\n"),
+     lambda path: update_model_card(path, {"model": "po"}), error(r"--model_card .*README\.md: its YAML header cannot be read")),
+    ("model-card-a-folder", lambda tmp_path: tmp_path, lambda path: update_model_card(path, {"model": "po"}),
+     error(r"--model_card .* is a folder: give the model card file")),
     # --- RoleGPT instructions files -------------------------------------------------------------------------------
     ("instructions-empty", instructions(), cli(*ROLEGPT), error(r"instructions\.jsonl: the file is empty")),
     ("instructions-a-list-line", instructions({"instruction": "Hi?"}, "[1]"), cli(*ROLEGPT),
