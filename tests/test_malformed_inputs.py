@@ -694,6 +694,9 @@ CASES = [
      error(r"--max_train_samples 0: keep at least 1 row")),
     ("train-dpo-data-dir-absent", train_recipe(stage="dpo"), cli(*TRAIN, "--data_dir", "{dir}/nowhere"),
      error(r"--data_dir .*nowhere: no such folder")),
+    ("train-output-dir-holds-an-adapter", lambda tmp_path: text_file("out/adapter_config.json", "{}")(tmp_path)
+     and train_recipe()(tmp_path), cli(*TRAIN),
+     error(r"--output_dir .*out holds an adapter of another run \(adapter_config\.json\) and this run saves a full")),
     # --- model and checkpoint folders -----------------------------------------------------------------------------
     ("model-config-not-json", model_folder(**{"config.json": "{not json"}),
      cli("export", "{path}", "--output_dir", "{dir}/exported"), error(r"model/config\.json:1: not valid JSON")),
