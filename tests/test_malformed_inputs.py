@@ -27,6 +27,7 @@ from rolellm.data.preference import read_sillytavern_chat
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.encoding.chat_template import read_chat_template
 from rolellm.evaluation.benchmark.report import update_model_card
+from rolellm.evaluation.coser.prompts import checkout_prompts
 from rolellm.evaluation.coser.scoring import read_results
 from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
@@ -758,6 +759,15 @@ CASES = [
      error(r"every reward's weight is 0")),
     ("rewards-length-a-string", rows_file(ROW), lambda _: LengthPenalty("40"),
      error(r"LengthPenalty\(max_length=40\): give a positive number of words")),
+    ("coser-prompts-from-not-python", text_file("CoSER/gca_evaluation/prompts.py", "critic_prompts = {\n"),
+     lambda path: checkout_prompts(path.parent.parent), error(r"gca_evaluation/prompts\.py:1: not valid Python")),
+    ("coser-prompts-from-invalid-utf8", text_file("CoSER/gca_evaluation/prompts.py", "", raw=b"x = '\xff'\n"),
+     lambda path: checkout_prompts(path.parent.parent), error(r"gca_evaluation/prompts\.py:1: not UTF-8 text")),
+    ("coser-prompts-from-critic-a-list", text_file("CoSER/gca_evaluation/prompts.py", "critic_prompts = [1]\n"),
+     lambda path: checkout_prompts(path.parent.parent),
+     error(r"prompts\.py: critic_prompts with 'self-play-deduct-template' and the four dimensions not found")),
+    ("coser-prompts-from-absent", lambda tmp_path: tmp_path / "CoSER", checkout_prompts,
+     error(r"CoSER/gca_evaluation/prompts\.py: not found; --prompts_from takes a checkout")),
     # --- chat template files --------------------------------------------------------------------------------------
     ("chat-template-empty", text_file("t.jinja", ""), lambda path: read_chat_template(str(path)),
      error(r"t\.jinja: the file is empty")),
