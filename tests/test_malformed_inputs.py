@@ -39,6 +39,7 @@ from rolellm.roles.character_card import read_character_card
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_system_instruction, read_system_template
 from rolellm.roles.release import read_profile_jsonl, read_release_profiles
+from rolellm.roles.resolve import profiles_for
 from rolellm.roles.screenplay import read_screenplay
 from rolellm.scripts.cli import main
 
@@ -524,6 +525,9 @@ CASES = [
      read_character_card, accepted(lambda p: p.name == "Po")),
     ("card-nested-too-deeply", text_file("po.json", "[" * 100_000 + "]" * 100_000), read_character_card,
      error(r"po\.json: a JSON value nested too deeply")),
+    ("cards-folder-one-role-twice", lambda tmp_path: text_file("cards/po.json", json.dumps(CARD))(tmp_path) and text_file(
+        "cards/po-copy.json", json.dumps({**CARD, "data": {"name": "po", "description": "Another."}}))(tmp_path).parent,
+     lambda folder: profiles_for([str(folder)]), error(r"cards/po\.json and .*cards/po-copy\.json are cards of one role")),
     ("card-png-two-cards", text_file("po.png", "", raw=png_bytes(card_chunk(), card_chunk({**CARD, "data": {"name": "Shifu"}}))),
      read_character_card, error(r"po\.png: two 'chara' text chunks")),
     ("desc-one-role-two-spellings", text_file("profiles-eng/desc.json", '{"Dr. Frank-N-Furter": "A.", "Dr. Frank N Furter": "B."}'),
