@@ -15,10 +15,16 @@ from rolellm.roles.resolve import as_sources, profiles_field
 def check_at_least(config, minimums: dict) -> None:
     """Each field of `config` named in `minimums` at least its minimum, else a `ValueError` naming the field and the
     value (a negative learning rate or `beta`, a batch of 0: transformers and TRL take some of these unchecked and
-    fail on others only once the model is loaded and training has started)."""
+    fail on others only once the model is loaded and training has started); and a run of some steps."""
     for name, low in minimums.items():
-        if getattr(config, name) < low:
-            raise ValueError(f"{name}={getattr(config, name)} must be at least {low}")
+        value = getattr(config, name)
+        if value is not None and value < low:  # None: the library's own default, worked out later
+            raise ValueError(f"{name}={value} must be at least {low}")
+    if config.max_steps <= 0 and not config.num_train_epochs > 0:  # 0 steps, then a model saved as if trained
+        raise ValueError(
+            f"num_train_epochs={config.num_train_epochs} without max_steps trains nothing: give a positive "
+            "num_train_epochs or max_steps"
+        )
 
 
 @dataclass
@@ -66,7 +72,7 @@ class RolePromptArguments:
     # numbers transformers and TRL take unchecked, or check only once training has started (`check_at_least`)
     _minimums: ClassVar[dict] = {
         "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1, "gradient_accumulation_steps": 1,
-        "learning_rate": 0,
+        "learning_rate": 0, "weight_decay": 0,
     }  # fmt: skip
     profiles: list[str] | None = profiles_field(
         help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "

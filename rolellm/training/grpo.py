@@ -158,7 +158,9 @@ class RoleGRPOConfig(GRPOConfig):
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
         # TRL divides by num_generations here, and checks the others only once the model is loaded and training began
-        check_at_least(self, {**RolePromptArguments._minimums, "num_generations": 2, "beta": 0})
+        check_at_least(
+            self, {**RolePromptArguments._minimums, "num_generations": 2, "beta": 0, "max_completion_length": 1}
+        )
         if not self.temperature > 0:
             raise ValueError(f"temperature={self.temperature} must be above 0: GRPO samples the group's completions")
         if self.system_template_path is not None:  # read and checked now, not once the model is loaded
