@@ -737,6 +737,10 @@ CASES = [
      error(r"chat\.jsonl:2: field 'is_user' must be true or false, got 'true'")),
     ("sillytavern-dry-run-writes-nothing", sillytavern(ST_USER, ST_ANSWER), cli(*SILLYTAVERN, "--dry_run"),
      accepted(nothing_written)),
+    ("sillytavern-chat-given-twice", sillytavern(ST_USER, ST_ANSWER),
+     cli("generate", "sillytavern", "--chats", "{path}", "{path}", *SILLYTAVERN[4:]),
+     accepted(lambda path: sum(len(f.read_text().splitlines()) for f in (path.parent / "out").rglob("preference/*.jsonl"))
+              == 1)),
     # --- CoSER test sets and results files ------------------------------------------------------------------------
     ("coser-results-no-cases", text_file("results.json", '{"scores": {}, "cases": {}}'), cli("coser", "rescore", "{path}"),
      error(r"results\.json: field 'cases' is empty")),

@@ -375,7 +375,7 @@ def read_chats(job, chats) -> int:
 
     check_test_fraction(chats.test_fraction)
     profiles = profiles_for(job.profiles, lang=job.lang, roles=job.roles)
-    pairs, not_paired = [], Counter()
+    pairs, not_paired, seen = [], Counter(), set()
     for path in chats.chats:
         found, skipped = read_sillytavern_chat(path, lang=job.lang or "")
         not_paired.update(skipped)
@@ -385,9 +385,16 @@ def read_chats(job, chats) -> int:
                 raise ValueError(
                     f"{path}: the chat's character {row['role']!r} has no profile among {sorted(profiles)}"
                 )
+            key = (name, row["question"], row["chosen"], row["rejected"])
+            if key in seen:  # a chat given twice, or a branch repeating its parent's turns: the pair is kept once
+                not_paired["repeated"] += 1
+                continue
+            seen.add(key)
             split = stable_split(name, row["question"], chats.test_fraction, chats.seed)
             pairs.append({**row, "role": name, "lang": row["lang"] or profiles[name].lang, "split": split})
         print(f"{path}: {len(found)} pairs; not paired: {skipped}")
+    if not_paired["repeated"]:
+        print(f"{not_paired['repeated']} pairs repeated in the chats (a chat given twice, or branches) were kept once")
     if not pairs:
         raise ValueError(
             f"no preference pair in {len(chats.chats)} chat(s) (not paired: {dict(not_paired)}): a pair is an answer "
