@@ -152,3 +152,19 @@ def test_a_dry_run_counts_the_requests_and_sends_nothing(job, tmp_path, capsys):
         assert main([*job, "--base_url", server.base_url, "--dry_run", "true"]) == 0
     out = capsys.readouterr().out
     assert "RoleGPT would send 8 requests (8 already cached, 0 to send)" in out  # ...which the dry run counts
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (PermissionError(13, "Permission denied", "data/train.jsonl"), "data/train.jsonl: permission denied"),
+        (IsADirectoryError(21, "Is a directory", "recipes"), "recipes is a folder, not a file"),
+        (NotADirectoryError(20, "Not a directory", "notes.txt/out"), "notes.txt/out: a part of this path is a file"),
+        (FileNotFoundError(2, "No such file or directory", "none.yaml"), "none.yaml: no such file or folder"),
+    ],
+)
+def test_a_file_system_error_is_2_with_the_path_in_words(error, message):
+    from rolellm.scripts.cli import describe_error
+
+    code, text = describe_error(error)
+    assert code == 2 and text.startswith(message) and "Errno" not in text

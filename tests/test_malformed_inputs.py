@@ -16,17 +16,30 @@ import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fixtures.mini_release import write_mini_release
 
 from rolellm.data.builder import load_rolebench, read_rolebench_table
+from rolellm.data.preference import read_sillytavern_chat
 from rolellm.data.readers import read_rolebench_jsonl
+from rolellm.encoding.chat_template import read_chat_template
+from rolellm.evaluation.benchmark.report import update_model_card
+from rolellm.evaluation.coser.prompts import checkout_prompts
+from rolellm.evaluation.coser.scoring import read_results
+from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
 from rolellm.evaluation.multiturn.dialogue import read_scenarios
+from rolellm.rewards.combine import reward_settings
+from rolellm.rewards.reference import reference_rouge_l
+from rolellm.rewards.style import LengthPenalty
 from rolellm.roles.character_card import read_character_card
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.prompts import build_system_instruction, read_system_template
 from rolellm.roles.release import read_profile_jsonl, read_release_profiles
+from rolellm.roles.resolve import profiles_for
 from rolellm.roles.screenplay import read_screenplay
 from rolellm.scripts.cli import main
 
@@ -145,10 +158,10 @@ def screenplay_po(path):
 
 
 def cli(*argv):
-    """Run `rolellm *argv` (`{path}` replaced by the input); the result is `(exit code, stderr)`."""
+    """Run `rolellm *argv` (`{path}` replaced by the input, `{dir}` by its folder); the result is the exit code."""
 
     def entry(path):
-        args = [a.replace("{path}", str(path)) for a in argv]
+        args = [a.replace("{path}", str(path)).replace("{dir}", str(path.parent)) for a in argv]
         try:
             code = main(args)
         except SystemExit as exit_:  # argparse's usage errors
@@ -186,6 +199,84 @@ def append(rel, content):
 
 
 ZH_TRAIN = "rolebench-zh/general/train.jsonl"
+
+
+def model_folder(**files):
+    """A folder with `files` (name -> text; a dict is written as JSON) and a mini release beside it (`release/`);
+    returns the folder. A `config.json` of `{}` is enough for a command that stops before loading the weights."""
+
+    def build(tmp_path):
+        write_mini_release(tmp_path / "release")
+        folder = tmp_path / "model"
+        folder.mkdir()
+        for name, content in files.items():
+            (folder / name).write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+        return folder
+
+    return build
+
+
+def train_recipe(extra="", stage="sft"):
+    """A `rolellm train` recipe on the mini release and a `model/` folder holding `config.json` (`{}`: the commands
+    tested stop before loading weights), with `extra` lines."""
+
+    def build(tmp_path):
+        model_folder(**{"config.json": {}})(tmp_path)
+        text = (f"stage: {stage}\nmodel_name_or_path: {tmp_path / 'model'}\ndata_dir: {tmp_path / 'release'}\n"
+                f"output_dir: {tmp_path / 'out'}\nuse_cpu: true\nbf16: false\nreport_to: none\n{extra}")  # fmt: skip
+        return text_file("recipe.yaml", text)(tmp_path)
+
+    return build
+
+
+TRAIN = ("train", "--config", "{path}")
+GRPO = "rewards: [catchphrase]\n"
+ST_HEADER = {"user_name": "You", "character_name": "Ada Quill", "chat_metadata": {}}
+ST_USER = {"name": "You", "is_user": True, "mes": "What are you building?"}
+ST_ANSWER = {
+    "name": "Ada Quill",
+    "is_user": False,
+    "mes": "A clock.",
+    "swipes": ["A clock.", "A kite."],
+    "swipe_id": 0,
+}
+
+
+def sillytavern(*messages, header=ST_HEADER):
+    """A SillyTavern chat export and the mini release beside it; returns the chat's path."""
+
+    def build(tmp_path):
+        write_mini_release(tmp_path / "release")
+        return jsonl("chat.jsonl", header, *messages)(tmp_path)
+
+    return build
+
+
+SILLYTAVERN = ("generate", "sillytavern", "--chats", "{path}", "--profiles", "{dir}/release", "--lang", "en",
+               "--output_dir", "{dir}/out")  # fmt: skip
+
+
+def nothing_written(path):
+    return not (path.parent / "out").exists()
+
+
+COSER_SET = json.loads((Path(__file__).parent / "fixtures" / "coser" / "test_set.json").read_text(encoding="utf-8"))
+COSER_RESULTS = (Path(__file__).parent / "fixtures" / "coser" / "original_results.json").read_text(encoding="utf-8")
+
+
+def instructions(*records):
+    """An instructions file for `rolellm generate rolegpt` and the mini release beside it; returns the file."""
+
+    def build(tmp_path):
+        write_mini_release(tmp_path / "release")
+        return jsonl("instructions.jsonl", *records)(tmp_path)
+
+    return build
+
+
+ROLEGPT = ("generate", "rolegpt", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles",
+           "{dir}/release", "--lang", "en", "--roles", "Ada Quill", "--instructions", "{path}",
+           "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
 
 
 CASES = [
@@ -321,6 +412,13 @@ CASES = [
     ("release-bom-and-crlf", mini_release(lambda root: write(ZH_TRAIN, "\ufeff" + (root / ZH_TRAIN).read_text().replace("\n", "\r\n"))(root)),
      build_config("zh-general"), accepted(lambda d: d["train"].num_rows == 4 and "\r" not in "".join(d["train"]["question"]))),
     ("release-complete", mini_release(), build_config("zh"), accepted(lambda d: d["test"].num_rows == 4)),
+    ("release-preference-empty-file", mini_release(write("rolebench-zh/preference/train.jsonl", "")),
+     build_config("zh-preference"), error(r"preference/train\.jsonl: the file is empty")),
+    ("release-unpaired-label-a-string", mini_release(write("rolebench-zh/unpaired/train.jsonl", json.dumps(
+        {"role": "说书人", "question": "你好", "completion": "列位看官", "label": "true"}) + "\n")),
+     build_config("zh-unpaired"), error(r"unpaired/train\.jsonl:1: field 'label' must be a bool, got 'true'")),
+    ("release-preference-a-list-line", mini_release(append("rolebench-zh/preference/train.jsonl", "[1]\n")),
+     build_config("zh-preference"), error(r"preference/train\.jsonl:\d+: expected a JSON object, got list")),
     # --- profile files and desc.json ------------------------------------------------------------------------------
     ("profile-line-missing-act", jsonl("Po.jsonl", {"diag_id": 0, "role": "Po", "content": "Hi"}), profile_lines,
      error(r"Po\.jsonl:1: field 'act_id' is missing")),
@@ -409,6 +507,41 @@ CASES = [
      read_character_card, error(r"po\.png: field 'spec' is 'v1'")),
     ("card-png-bad-crc", text_file("po.png", "", raw=png_bytes((*card_chunk(), False))), read_character_card,
      error(r"po\.png: the tEXt chunk at byte \d+ fails its CRC check")),
+    ("card-v2-first-mes-a-number", text_file("po.json", json.dumps({**CARD, "data": {**CARD["data"], "first_mes": 3}})),
+     read_character_card, error(r"po\.json: field 'data\.first_mes' must be a string, got int: 3")),
+    ("card-v3-scenario-an-object", text_file("po.json", json.dumps({**CARD, "spec": "chara_card_v3", "spec_version": "3.0",
+                                                                     "data": {**CARD["data"], "scenario": {"a": 1}}})),
+     read_character_card, error(r"po\.json: field 'data\.scenario' must be a string, got dict")),
+    ("card-greetings-a-string", text_file("po.json", json.dumps({**CARD, "data": {**CARD["data"], "alternate_greetings": "Hi"}})),
+     read_character_card, error(r"po\.json: field 'data\.alternate_greetings' must be a list of strings, got str")),
+    ("card-lorebook-entry-content", text_file("po.json", json.dumps({**CARD, "data": {**CARD["data"], "character_book": {
+        "entries": [{"keys": ["noodle"], "content": "Noodles."}, {"keys": ["dad"], "content": 2}]}}})),
+     read_character_card, error(r"po\.json: field 'data\.character_book\.entries\[1\]\.content' must be a string")),
+    ("card-extensions-a-list", text_file("po.json", json.dumps({**CARD, "data": {**CARD["data"], "extensions": []}})),
+     read_character_card, error(r"po\.json: field 'data\.extensions' must be an object, got list")),
+    ("card-name-null", text_file("po.json", json.dumps({**CARD, "data": {"name": None}})), read_character_card,
+     error(r"po\.json: field 'data\.name' is missing or empty")),
+    ("card-null-fields", text_file("po.json", json.dumps({**CARD, "data": {**CARD["data"], "personality": None, "tags": None}})),
+     read_character_card, accepted(lambda p: p.name == "Po")),
+    ("card-nested-too-deeply", text_file("po.json", "[" * 100_000 + "]" * 100_000), read_character_card,
+     error(r"po\.json: a JSON value nested too deeply")),
+    ("cards-folder-one-role-twice", lambda tmp_path: text_file("cards/po.json", json.dumps(CARD))(tmp_path) and text_file(
+        "cards/po-copy.json", json.dumps({**CARD, "data": {"name": "po", "description": "Another."}}))(tmp_path).parent,
+     lambda folder: profiles_for([str(folder)]), error(r"cards/po\.json and .*cards/po-copy\.json are cards of one role")),
+    ("card-png-two-cards", text_file("po.png", "", raw=png_bytes(card_chunk(), card_chunk({**CARD, "data": {"name": "Shifu"}}))),
+     read_character_card, error(r"po\.png: two 'chara' text chunks")),
+    ("desc-one-role-two-spellings", text_file("profiles-eng/desc.json", '{"Dr. Frank-N-Furter": "A.", "Dr. Frank N Furter": "B."}'),
+     lambda p: profiles_en(p.parent), error(r"desc\.json: 'Dr\. Frank-N-Furter' and 'Dr\. Frank N Furter' name one role")),
+    ("desc-empty-role-name", text_file("profiles-eng/desc.json", '{"": "A panda."}'), lambda p: profiles_en(p.parent),
+     error(r"desc\.json: a role name is empty")),
+    ("desc-a-folder", lambda tmp_path: (tmp_path / "profiles-eng" / "desc.json").mkdir(parents=True) or tmp_path, profiles_en,
+     error(r"desc\.json is a folder")),
+    ("desc-nested-too-deeply", text_file("profiles-eng/desc.json", "[" * 100_000 + "]" * 100_000),
+     lambda p: profiles_en(p.parent), error(r"desc\.json: a JSON value nested too deeply")),
+    ("dialogue-two-files-one-role", lambda tmp_path: [text_file(f"profiles-eng/profiles-eng-{name}.jsonl", json.dumps(
+        {"act_id": 0, "diag_id": 0, "role": "Po", "content": "Hi"}) + "\n")(tmp_path) for name in ("Po", "po")] and
+     text_file("profiles-eng/desc.json", '{"Po": "A panda."}')(tmp_path).parent.parent, profiles_en,
+     error(r"profiles-eng-(Po|po)\.jsonl and .*profiles-eng-(Po|po)\.jsonl hold the dialogue of one role \('Po'\)")),
     # --- recipes --------------------------------------------------------------------------------------------------
     ("recipe-yaml-error", recipe("model_name_or_path: rolegpt\n  dataset_name: [zh\n"), cli(*EVALUATE),
      error(r"rolellm evaluate: .*recipe\.yaml: not valid YAML: .* line 2")),
@@ -507,6 +640,14 @@ CASES = [
     ("flag-config-without-path", rows_file(ROW), cli("evaluate", "--config"), error(r"--config needs the path")),
     ("flag-data-check-missing-folder", lambda tmp_path: tmp_path / "absent",
      cli("data", "check", "--data-dir", "{path}"), error(r"rolellm data: --data_dir .*absent is not a folder")),
+    ("flag-data-stats-empty-folder", lambda tmp_path: tmp_path, cli("data", "stats", "--data-dir", "{path}"),
+     error(r"rolellm data stats: no RoleBench train or test file in .*nothing was counted")),
+    ("flag-preferences-one-sample", mini_release(),
+     cli("generate", "preferences", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles", "{path}",
+         "--data_dir", "{path}", "--dataset_configs", "zh", "--output_dir", "{dir}/out", "--num_samples", "1",
+         "--dry_run"), error(r"num_samples=1: a pair needs two answers to a question")),
+    ("flag-template-check-absent-folder", lambda tmp_path: tmp_path / "absent", cli("template", "check", "{path}"),
+     error(r"cannot load the tokenizer of .*absent': the path .*absent: no such folder")),
     ("flag-unknown-role", mini_release(), cli("generate", "rolegpt", "--model", "m", "--output_dir", "{path}/out",
                                              "--profiles", "{path}", "--lang", "zh", "--instructions",
                                              "{path}/rolebench-zh/general/test.jsonl", "--roles", "Nobody"),
@@ -531,6 +672,155 @@ CASES = [
      error(r"batch_size=0 must be at least 1")),
     ("flag-zero-save-every", rows_file(ROW), cli("evaluate", "--model", "m", "--output_dir", "o", "--save_every", "0"),
      error(r"save_every=0 must be at least 1")),
+    # --- rolellm train recipes of every stage, and what they point at ----------------------------------------------
+    ("train-recipe-empty", recipe(""), cli(*TRAIN), error(r"recipe\.yaml: the file is empty")),
+    ("train-recipe-only-comments", recipe("# stage: dpo\n"), cli(*TRAIN),
+     error(r"recipe\.yaml: the recipe sets no field \(only comments\)")),
+    ("train-recipe-stage-not-a-stage", recipe("stage: 3\nrewards: [catchphrase]\n"), cli(*TRAIN),
+     error(r"--stage \(or the recipe's stage\): '3' is not one of \['sft', 'dpo', 'kto', 'grpo'\]")),
+    ("train-no-model", recipe("output_dir: out\nuse_cpu: true\n"), cli(*TRAIN),
+     error(r"rolellm train: --model_name_or_path is required")),
+    ("train-negative-learning-rate", train_recipe("learning_rate: -1\n"), cli(*TRAIN),
+     error(r"learning_rate=-1 must be at least 0")),
+    ("train-dpo-negative-beta", train_recipe("beta: -0.5\n", "dpo"), cli(*TRAIN), error(r"beta=-0.5 must be at least 0")),
+    ("train-kto-negative-weight", train_recipe("desirable_weight: -1\n", "kto"), cli(*TRAIN),
+     error(r"desirable_weight=-1 must be at least 0")),
+    ("train-grpo-zero-generations", train_recipe(GRPO + "num_generations: 0\n", "grpo"), cli(*TRAIN),
+     error(r"num_generations=0 must be at least 2")),
+    ("train-grpo-zero-temperature", train_recipe(GRPO + "temperature: 0\n", "grpo"), cli(*TRAIN),
+     error(r"temperature=0 must be above 0")),
+    ("train-grpo-negative-beta", train_recipe(GRPO + "beta: -0.1\n", "grpo"), cli(*TRAIN),
+     error(r"beta=-0.1 must be at least 0")),
+    ("train-grpo-unknown-aggregation", train_recipe(GRPO + "multi_objective_aggregation: mean\n", "grpo"), cli(*TRAIN),
+     error(r"multi_objective_aggregation='mean' is not one of \['sum_then_normalize', 'normalize_then_sum'\]")),
+    ("train-grpo-no-rewards", train_recipe("rewards: []\n", "grpo"), cli(*TRAIN),
+     error(r"--rewards is empty: name at least one of")),
+    ("train-zero-epochs", train_recipe("num_train_epochs: 0\n"), cli(*TRAIN),
+     error(r"num_train_epochs=0 without max_steps trains nothing")),
+    ("train-negative-weight-decay", train_recipe("weight_decay: -0.1\n", "dpo"), cli(*TRAIN),
+     error(r"weight_decay=-0.1 must be at least 0")),
+    ("train-grpo-zero-completion-length", train_recipe(GRPO + "max_completion_length: 0\n", "grpo"), cli(*TRAIN),
+     error(r"max_completion_length=0 must be at least 1")),
+    ("train-zero-train-samples", train_recipe("max_train_samples: 0\n"), cli(*TRAIN),
+     error(r"--max_train_samples 0: keep at least 1 row")),
+    ("train-dpo-data-dir-absent", train_recipe(stage="dpo"), cli(*TRAIN, "--data_dir", "{dir}/nowhere"),
+     error(r"--data_dir .*nowhere: no such folder")),
+    ("train-output-dir-holds-an-adapter", lambda tmp_path: text_file("out/adapter_config.json", "{}")(tmp_path)
+     and train_recipe()(tmp_path), cli(*TRAIN),
+     error(r"--output_dir .*out holds an adapter of another run \(adapter_config\.json\) and this run saves a full")),
+    # --- model and checkpoint folders -----------------------------------------------------------------------------
+    ("model-config-not-json", model_folder(**{"config.json": "{not json"}),
+     cli("export", "{path}", "--output_dir", "{dir}/exported"), error(r"model/config\.json:1: not valid JSON")),
+    ("model-config-a-list", model_folder(**{"config.json": "[]"}),
+     cli("export", "{path}", "--output_dir", "{dir}/exported"), error(r"model/config\.json: expected a JSON object")),
+    ("model-adapter-config-not-json", model_folder(**{"adapter_config.json": "{"}),
+     cli("export", "{path}", "--merge", "--output_dir", "{dir}/exported"),
+     error(r"model/adapter_config\.json:1: not valid JSON")),
+    ("model-adapter-without-base", model_folder(**{"adapter_config.json": {"base_model_name_or_path": "/no/base"}}),
+     cli("export", "{path}", "--merge", "--output_dir", "{dir}/exported"),
+     error(r"the base model of .*model \(adapter_config\.json: base_model_name_or_path\) /no/base: no such folder")),
+    ("model-empty-folder", model_folder(), cli("train", "--model_name_or_path", "{path}", "--output_dir", "o"),
+     error(r"--model_name_or_path .*model: not a model folder \(no config\.json or adapter_config\.json\)")),
+    ("model-config-not-json-train", model_folder(**{"config.json": ""}),
+     cli("train", "--model_name_or_path", "{path}", "--output_dir", "o"), error(r"model/config\.json: the file is empty")),
+    ("output-dir-a-file", text_file("out", "another run's notes"),
+     cli("coser", "run", "--test_file", str(Path(__file__).parent / "fixtures" / "coser" / "test_set.json"),
+         "--actor_model", "m", "--base_url", "http://127.0.0.1:9/v1", "--judge_model", "j", "--output_dir", "{path}"),
+     error(r"rolellm coser: .*out exists and is a file, not a folder")),
+    ("config-a-folder", lambda tmp_path: tmp_path, cli("evaluate", "--config", "{path}"), error(r"is a folder, not a file")),
+    # --- SillyTavern chat exports ---------------------------------------------------------------------------------
+    ("sillytavern-header-only", sillytavern(), cli(*SILLYTAVERN),
+     error(r"no preference pair in 1 chat\(s\) \(not paired: .*nothing written")),
+    ("sillytavern-no-other-swipe", sillytavern(ST_USER, {**ST_ANSWER, "swipes": ["A clock."]}), cli(*SILLYTAVERN),
+     error(r"no preference pair in 1 chat\(s\) \(not paired: \{'one_swipe': 1")),
+    ("sillytavern-is-user-a-string", sillytavern({**ST_USER, "is_user": "true"}, ST_ANSWER), read_sillytavern_chat,
+     error(r"chat\.jsonl:2: field 'is_user' must be true or false, got 'true'")),
+    ("sillytavern-dry-run-writes-nothing", sillytavern(ST_USER, ST_ANSWER), cli(*SILLYTAVERN, "--dry_run"),
+     accepted(nothing_written)),
+    ("sillytavern-chat-given-twice", sillytavern(ST_USER, ST_ANSWER),
+     cli("generate", "sillytavern", "--chats", "{path}", "{path}", *SILLYTAVERN[4:]),
+     accepted(lambda path: sum(len(f.read_text().splitlines()) for f in (path.parent / "out").rglob("preference/*.jsonl"))
+              == 1)),
+    # --- CoSER test sets and results files ------------------------------------------------------------------------
+    ("coser-results-no-cases", text_file("results.json", '{"scores": {}, "cases": {}}'), cli("coser", "rescore", "{path}"),
+     error(r"results\.json: field 'cases' is empty")),
+    ("coser-results-scores-a-string", text_file("results.json", '{"scores": "high", "cases": {"a": {}}}'), read_results,
+     error(r"results\.json: field 'scores' must be an object")),
+    ("coser-results-role-not-a-string", text_file("results.json", COSER_RESULTS.replace('"role": "Hamlet"', '"role": 5', 1)),
+     read_results, error(r"results\.json: case 'Hamlet-3-0': field 'simulation' must be a list")),
+    ("coser-results-invalid-utf8", text_file("results.json", "", raw=b'{"cases": {"\xff": {}}}'), cli("coser", "rescore", "{path}"),
+     error(r"results\.json:1: not UTF-8 text")),
+    ("coser-results-bom", text_file("results.json", "\ufeff" + COSER_RESULTS), read_results,
+     accepted(lambda results: len(results["cases"]) == 2)),
+    ("coser-results-nested-too-deeply", text_file("results.json", "[" * 100_000 + "]" * 100_000), cli("coser", "rescore", "{path}"),
+     error(r"results\.json: a JSON value nested too deeply")),
+    ("coser-results-a-folder", lambda tmp_path: tmp_path, cli("coser", "rescore", "{path}"), error(r"is a folder: give its results\.json")),
+    ("coser-testset-huge-integer", text_file("test_set.json", '[{"i_c": ' + "9" * 5000 + "}]"), read_coser_test_set,
+     error(r"test_set\.json: not a readable JSON value")),
+    ("coser-testset-a-folder", lambda tmp_path: tmp_path, read_coser_test_set, error(r"is a folder: give the test set file")),
+    ("coser-testset-bom-crlf", text_file("test_set.json", "\ufeff" + json.dumps(COSER_SET, indent=1).replace("\n", "\r\n")),
+     read_coser_test_set, accepted(lambda cases: len(cases) == 2)),
+    # --- reward settings (`rolellm.rewards.reward_settings`, the rewards of --stage grpo) ---------------------------
+    ("rewards-a-bare-function", rows_file(ROW), lambda _: reward_settings([reference_rouge_l]),
+     error(r"weighted\[0\] must be a \(reward function, weight\) pair, got <function reference_rouge_l")),
+    ("rewards-a-name-not-a-function", rows_file(ROW), lambda _: reward_settings([("reference_rouge_l", 1.0)]),
+     error(r"weighted\[0\]: 'reference_rouge_l' is not a reward function")),
+    ("rewards-a-dict", rows_file(ROW), lambda _: reward_settings({reference_rouge_l: 1.0}),
+     error(r"reward_settings needs a list of \(reward function, weight\) pairs")),
+    ("rewards-a-weight-string", rows_file(ROW), lambda _: reward_settings([(reference_rouge_l, "1")]),
+     error(r"the weight of reference_rouge_l is '1': give a finite number")),
+    ("rewards-every-weight-zero", rows_file(ROW), lambda _: reward_settings([(reference_rouge_l, 0), (LengthPenalty(9), 0.0)]),
+     error(r"every reward's weight is 0")),
+    ("rewards-length-a-string", rows_file(ROW), lambda _: LengthPenalty("40"),
+     error(r"LengthPenalty\(max_length=40\): give a positive number of words")),
+    ("coser-prompts-from-not-python", text_file("CoSER/gca_evaluation/prompts.py", "critic_prompts = {\n"),
+     lambda path: checkout_prompts(path.parent.parent), error(r"gca_evaluation/prompts\.py:1: not valid Python")),
+    ("coser-prompts-from-invalid-utf8", text_file("CoSER/gca_evaluation/prompts.py", "", raw=b"x = '\xff'\n"),
+     lambda path: checkout_prompts(path.parent.parent), error(r"gca_evaluation/prompts\.py:1: not UTF-8 text")),
+    ("coser-prompts-from-critic-a-list", text_file("CoSER/gca_evaluation/prompts.py", "critic_prompts = [1]\n"),
+     lambda path: checkout_prompts(path.parent.parent),
+     error(r"prompts\.py: critic_prompts with 'self-play-deduct-template' and the four dimensions not found")),
+    ("coser-prompts-from-absent", lambda tmp_path: tmp_path / "CoSER", checkout_prompts,
+     error(r"CoSER/gca_evaluation/prompts\.py: not found; --prompts_from takes a checkout")),
+    # --- chat template files --------------------------------------------------------------------------------------
+    ("chat-template-empty", text_file("t.jinja", ""), lambda path: read_chat_template(str(path)),
+     error(r"t\.jinja: the file is empty")),
+    ("chat-template-invalid-utf8", text_file("t.jinja", "", raw=b"{{ messages }}\n\xff"), lambda path: read_chat_template(str(path)),
+     error(r"t\.jinja:2: not UTF-8 text")),
+    ("chat-template-bom", text_file("t.jinja", "\ufeff{{ messages }}"), lambda path: read_chat_template(str(path)),
+     accepted(lambda template: template == "{{ messages }}")),
+    # --- system template files (chat --system_template, train system_template_path) --------------------------------
+    ("system-template-empty", text_file("s.jinja", ""), read_system_template, error(r"s\.jinja: the file is empty")),
+    ("system-template-not-jinja", text_file("s.jinja", "You are {{ role }.\n{% if %}"), read_system_template,
+     error(r"s\.jinja:1: not valid Jinja")),
+    ("system-template-missing", lambda tmp_path: tmp_path / "none.jinja", read_system_template,
+     error(r"none\.jinja: no such system template file")),
+    ("system-template-bom-crlf", text_file("s.jinja", "\ufeffYou are {{ role }}.\r\n"), read_system_template,
+     accepted(lambda text: text == "You are {{ role }}.\r\n")),
+    ("system-template-a-path-as-text", text_file("s.jinja", "You are {{ role }}."),
+     lambda path: build_system_instruction(RoleProfile("Po", "en", "A panda."), template=str(path)),
+     error(r"template='.*s\.jinja' is the name of a file, not a template's text")),
+    ("system-template-train-recipe", train_recipe("system_template_path: s.jinja\n"), cli(*TRAIN),
+     error(r"rolellm train: s\.jinja: no such system template file")),
+    # --- model cards given to rolellm evaluate --model_card ---------------------------------------------------------
+    ("model-card-bad-yaml", text_file("README.md", "---\nlicense: [apache\n---\n# Po\n"),
+     lambda path: update_model_card(path, {"model": "po"}), error(r"--model_card .*README\.md: its YAML header cannot be read")),
+    ("model-card-a-folder", lambda tmp_path: tmp_path, lambda path: update_model_card(path, {"model": "po"}),
+     error(r"--model_card .* is a folder: give the model card file")),
+    # --- RoleGPT instructions files -------------------------------------------------------------------------------
+    ("instructions-empty", instructions(), cli(*ROLEGPT), error(r"instructions\.jsonl: the file is empty")),
+    ("instructions-a-list-line", instructions({"instruction": "Hi?"}, "[1]"), cli(*ROLEGPT),
+     error(r"instructions\.jsonl:2: expected a JSON object, got list")),
+    ("instructions-no-text", instructions({"instruction": "Hi?"}, {"prompt": "Hi?"}), cli(*ROLEGPT),
+     error(r"instructions\.jsonl:2: field 'instruction' \(or 'question'\) must be a non-empty string, got None")),
+    ("instructions-role-not-a-string", instructions({"instruction": "Hi?", "role": 3}), cli(*ROLEGPT),
+     error(r"instructions\.jsonl:1: field 'role' must be a string")),
+    ("instructions-other-roles-only", instructions({"instruction": "Hi?", "role": "Moss Brindle"}), cli(*ROLEGPT),
+     error(r"instructions\.jsonl: no instruction is for the roles \['Ada Quill'\]")),
+    ("instructions-zero-kept", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--max_instructions", "0"),
+     error(r"--max_instructions 0: keep at least 1")),
+    ("instructions-question-column", instructions({"question": "Hi?"}, {"instruction": "Why?", "target": "Because."}),
+     cli(*ROLEGPT), accepted()),
 ]  # fmt: skip
 
 
@@ -551,6 +841,7 @@ def test_malformed_input(name, build, entry, expected, tmp_path, capsys, monkeyp
             assert any(_search(expected.pattern, line) for line in [err]), err
             return
         assert code == 0, err
+        assert expected.check is None or expected.check(path)
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

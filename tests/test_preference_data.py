@@ -120,7 +120,7 @@ def test_sillytavern_chats_become_pairs(tmp_path, capsys):
     ])  # fmt: skip
     rows, skipped = read_sillytavern_chat(chat)
     assert [(r["chosen"], r["rejected"]) for r in rows] == [("In the kennel, obviously.", "It ran off.")]
-    assert skipped == {"no_question": 1, "same_as_kept": 1, "empty": 1}
+    assert skipped == {"one_swipe": 0, "no_question": 1, "same_as_kept": 1, "empty": 1}
     out = tmp_path / "data"
     assert main(["generate", "sillytavern", "--chats", str(chat), "--profiles", str(DEMO), "--lang", "en",
                  "--output_dir", str(out)]) == 0  # fmt: skip

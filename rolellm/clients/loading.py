@@ -14,6 +14,8 @@ import os
 import warnings
 from pathlib import Path
 
+from rolellm.roles.profile import read_json_file
+
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -23,9 +25,12 @@ def is_adapter_checkpoint(model_name_or_path: str | os.PathLike) -> bool:
     return (Path(model_name_or_path) / ADAPTER_CONFIG).is_file()
 
 
-def check_model_source(model_name_or_path: str | os.PathLike, flag: str = "--model_name_or_path") -> None:
+def check_model_source(
+    model_name_or_path: str | os.PathLike | None, flag: str = "--model_name_or_path", need_base: bool = True
+) -> None:
     """A model that names a local path must be there, checked before anything is loaded: a missing folder is a
-    `FileNotFoundError` naming it (a Hub id, `org/name`, is left to the Hub).
+    `FileNotFoundError` naming it (a Hub id, `org/name`, is left to the Hub); a folder must be a model folder
+    (`check_model_folder`).
 
     >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")
     >>> check_model_source("./no-such-model")
@@ -33,16 +38,36 @@ def check_model_source(model_name_or_path: str | os.PathLike, flag: str = "--mod
     ...
     FileNotFoundError: --model_name_or_path ./no-such-model: no such folder (a local model folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct)
     """
+    if model_name_or_path is None:
+        raise ValueError(f"{flag} is required: the model folder or Hub id to load")
     name = str(model_name_or_path)
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
             raise NotADirectoryError(f"{flag} {name} is a file: give the folder that holds the model")
+        check_model_folder(path, flag, need_base)
         return
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:
         raise FileNotFoundError(
             f"{flag} {name}: no such folder (a local model folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct)"
         )
+
+
+def check_model_folder(folder: str | os.PathLike, flag: str = "--model_name_or_path", need_base: bool = True) -> None:
+    """A local model folder holds a readable `config.json` (a full model) or `adapter_config.json` (an adapter, whose
+    base model must be there too when `need_base`): anything else is an error naming the folder or the file."""
+    folder = Path(folder)
+    adapter = folder / ADAPTER_CONFIG
+    config = adapter if adapter.is_file() else folder / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(
+            f"{flag} {folder}: not a model folder (no config.json or {ADAPTER_CONFIG}); give the folder "
+            "rolellm train wrote, a downloaded model, or a Hub id"
+        )
+    if not isinstance(read_json_file(config), dict):
+        raise ValueError(f"{config}: expected a JSON object of settings")
+    if adapter.is_file() and need_base:
+        check_adapter_base(folder)
 
 
 def check_adapter_base(adapter: str | os.PathLike) -> None:
@@ -52,9 +77,7 @@ def check_adapter_base(adapter: str | os.PathLike) -> None:
     config = Path(adapter) / ADAPTER_CONFIG
     if not config.is_file():
         return
-    import json
-
-    base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    base = read_json_file(config).get("base_model_name_or_path")
     if base:
         check_model_source(base, f"the base model of {adapter} ({ADAPTER_CONFIG}: base_model_name_or_path)")
 
@@ -85,6 +108,7 @@ def load_model_and_tokenizer(
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import find_adapter_config_file
 
+    check_model_source(model_name_or_path, "the model")
     if dtype is not None:
         kwargs["dtype"] = dtype
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, **{k: v for k, v in kwargs.items() if k != "dtype"})

@@ -74,9 +74,9 @@ def check_preference_row(record: dict, kind: str, where: str) -> dict:
 
 def read_preference_rows(path: str | Path, kind: str) -> list[dict]:
     """The rows of a preference file of `kind` (`"preference"` or `"unpaired"`), each checked; errors name the file
-    and the line."""
+    and the line (an empty file is one: a split without rows has no file)."""
     rows = []
-    for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
+    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
         if line.strip():
             rows.append(check_preference_row(parse_json_line(line, path, line_no), kind, f"{path}:{line_no}"))
     return rows
@@ -107,8 +107,9 @@ def read_sillytavern_chat(path: str | Path, role: str | None = None, lang: str =
 
     Returns:
         `tuple[list[dict], dict]`: the `preference` rows, and counts of what was not turned into pairs
-        (`no_question`: answers with no user message before them, such as the greeting; `same_as_kept`: swipes
-        equal to the kept one; `empty`: blank swipes), which the caller reports.
+        (`one_swipe`: answers without another swipe to pair with; `no_question`: answers with no user message before
+        them, such as the greeting; `same_as_kept`: swipes equal to the kept one; `empty`: blank swipes), which the
+        caller reports.
     """
     lines = read_text(path).splitlines()
     header = parse_json_line(lines[0], path, 1)
@@ -120,7 +121,7 @@ def read_sillytavern_chat(path: str | Path, role: str | None = None, lang: str =
     name = role or header["character_name"]
     if not isinstance(name, str) or not name.strip():
         raise DataFormatError(f"{path}:1: field 'character_name' must be a non-blank string, got {name!r}")
-    rows, skipped, question = [], {"no_question": 0, "same_as_kept": 0, "empty": 0}, None
+    rows, skipped, question = [], {"one_swipe": 0, "no_question": 0, "same_as_kept": 0, "empty": 0}, None
     for line_no, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -128,6 +129,9 @@ def read_sillytavern_chat(path: str | Path, role: str | None = None, lang: str =
         text = message.get("mes")
         if not isinstance(text, str):
             raise DataFormatError(f"{path}:{line_no}: field 'mes' must be a string, got {text!r}")
+        for flag in ("is_user", "is_system"):
+            if message.get(flag) is not None and not isinstance(message[flag], bool):
+                raise DataFormatError(f"{path}:{line_no}: field {flag!r} must be true or false, got {message[flag]!r}")
         if message.get("is_system"):
             continue
         if message.get("is_user"):
@@ -142,7 +146,9 @@ def read_sillytavern_chat(path: str | Path, role: str | None = None, lang: str =
                 f"{path}:{line_no}: field 'swipe_id' must index 'swipes' (0 to {len(swipes) - 1}), got {swipe_id!r}"
             )
         others = [swipe for i, swipe in enumerate(swipes) if i != swipe_id]
-        if others and (question is None or not question.strip()):
+        if not others:
+            skipped["one_swipe"] += 1
+        elif question is None or not question.strip():
             skipped["no_question"] += 1
         elif others:
             for other in others:

@@ -7,6 +7,8 @@ that has a chat template keeps it. `rolellm.encoding.encode` tokenizes conversat
 import re
 from pathlib import Path
 
+from rolellm.roles.profile import read_text
+
 
 ROLE_CHAT_TEMPLATE = (Path(__file__).parent.parent / "prompts" / "chatml_role.jinja").read_text(encoding="utf-8")
 ROLE_CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
@@ -71,7 +73,7 @@ def read_chat_template(value: str | None) -> str | None:
     path = Path(value)
     if not path.is_file():
         raise ValueError(f"chat_template={value!r} is not 'chatml', Jinja source or a template file")
-    return path.read_text(encoding="utf-8")
+    return read_text(path)  # UTF-8 with or without BOM; an empty file is an error naming it
 
 
 def has_generation_markers(chat_template: str) -> bool:

@@ -78,6 +78,11 @@ class PreferenceConfig:
             )
         if self.temperature < 0:
             raise ValueError(f"temperature must be at least 0, got {self.temperature}")
+        if self.num_samples < 2 and not self.add_references:  # every question would end with one candidate
+            raise ValueError(
+                f"num_samples={self.num_samples}: a pair needs two answers to a question; ask for 2 or more, or add "
+                "the rows' references to the candidates (add_references)"
+            )
         if self.judge == "rouge_l" and self.add_references:
             raise ValueError("judge='rouge_l' scores against the references: they cannot also be candidates")
         check_test_fraction(self.test_fraction)

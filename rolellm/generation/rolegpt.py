@@ -225,7 +225,8 @@ class RoleGPT(GenerationJob):
         pairs = []
         for i, row in enumerate(instructions):
             row = {"question": row} if isinstance(row, str) else row
-            question = row.get("question", row.get("instruction"))
+            # a file mixing both columns gives each row both keys, one of them None
+            question = row["question"] if row.get("question") is not None else row.get("instruction")
             if not isinstance(question, str) or not question.strip():
                 raise ValueError(f"instructions[{i}] has no `question` (or `instruction`) text: {row!r}")
             reference = row.get("target")

@@ -108,13 +108,23 @@ def reward_settings(
         weighted (`Sequence[tuple[Callable, float]]`): `(reward function, weight)` pairs.
         aggregation (`str`, *optional*, defaults to `"sum_then_normalize"`): TRL's `multi_objective_aggregation`.
     """
-    if not weighted:
-        raise ValueError("reward_settings needs at least one (reward function, weight) pair")
+    if not weighted or isinstance(weighted, (dict, str)):
+        raise ValueError(f"reward_settings needs a list of (reward function, weight) pairs, got {weighted!r}")
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation={aggregation!r} is not one of {AGGREGATIONS}")
-    for func, weight in weighted:
+    for index, pair in enumerate(weighted):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"weighted[{index}] must be a (reward function, weight) pair, got {pair!r}")
+        func, weight = pair
+        if not callable(func):
+            raise ValueError(
+                f"weighted[{index}]: {func!r} is not a reward function; pass the function itself "
+                "(rolellm.rewards.reference.reference_rouge_l, rolellm.rewards.style.LengthPenalty(60), ...)"
+            )
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
             raise ValueError(f"the weight of {_name(func)} is {weight!r}: give a finite number")
+    if all(weight == 0 for _, weight in weighted):
+        raise ValueError("every reward's weight is 0: nothing would reward the policy")
     return [func for func, _ in weighted], {
         "reward_weights": [float(weight) for _, weight in weighted],
         "multi_objective_aggregation": aggregation,

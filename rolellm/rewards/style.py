@@ -94,7 +94,7 @@ class LengthPenalty:
     __name__ = "length_penalty"
 
     def __init__(self, max_length: int):
-        if max_length < 1:
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
             raise ValueError(f"LengthPenalty(max_length={max_length}): give a positive number of words")
         self.max_length = max_length
 

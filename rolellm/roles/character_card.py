@@ -35,6 +35,7 @@ from rolellm.roles.profile import (
     decode_text,
     detect_language,
     join_catchphrases,
+    parse_json_text,
     split_catchphrases,
 )
 
@@ -107,12 +108,10 @@ def profile_from_card(card: dict, lang: str | None = None, where: str = "card") 
     data = card.get("data")
     if not isinstance(data, dict):
         raise DataFormatError(f"{where}: field 'data' must be an object, got {type(data).__name__}")
-    for key in ("name", "description", "mes_example"):
-        if key in data and not isinstance(data[key], str):
-            raise DataFormatError(f"{where}: field 'data.{key}' must be a string, got {type(data[key]).__name__}")
-    if not data.get("name", "").strip():
+    _check_card_fields(data, where)
+    if not (data.get("name") or "").strip():
         raise DataFormatError(f"{where}: field 'data.name' is missing or empty")
-    name, text = data["name"], data.get("description", "")
+    name, text = data["name"], data.get("description") or ""
     lang = lang or detect_language(name + " " + text)
     extra = {"character_card": copy.deepcopy(card)}
     phrases = _rolellm_extension(data, where, "catchphrases")
@@ -126,9 +125,51 @@ def profile_from_card(card: dict, lang: str | None = None, where: str = "card") 
     nickname = data.get("nickname") if isinstance(data.get("nickname"), str) and data["nickname"].strip() else None
     user = "你" if lang == "zh" else "User"
     speakers = _rolellm_extension(data, where, "speakers")
-    dialogue = parse_mes_example(data.get("mes_example", ""), name, user_name=user, char=nickname, speakers=speakers)
+    dialogue = parse_mes_example(data.get("mes_example") or "", name, user_name=user, char=nickname, speakers=speakers)
     extra["character_card_dialogue"] = [vars(u).copy() for u in dialogue]
     return RoleProfile(name, lang, description, catchphrases, dialogue=dialogue, extra=extra)
+
+
+# the type of each field of the V2 and V3 specs; a field the card leaves out, or sets to null, is absent
+_STRING_FIELDS = ("name", "description", "personality", "scenario", "first_mes", "mes_example", "creator_notes",
+                  "system_prompt", "post_history_instructions", "creator", "character_version", "nickname")  # fmt: skip
+_STRING_LIST_FIELDS = ("alternate_greetings", "tags", "group_only_greetings", "source")
+_OBJECT_FIELDS = ("extensions", "character_book", "creator_notes_multilingual")
+
+
+def _check_card_fields(data: dict, where) -> None:
+    """Each field of the card's `data` of the type the V2/V3 specs give it, and each lorebook entry an object with a
+    string `content` and a list of string `keys`: a wrong one is a `DataFormatError` naming the field (it would
+    otherwise be left out of every prompt without a word)."""
+
+    def wrong(key, expected, value):
+        return DataFormatError(
+            f"{where}: field 'data.{key}' must be {expected}, got {type(value).__name__}: {value!r}"
+        )
+
+    for key in _STRING_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise wrong(key, "a string", data[key])
+    for key in _STRING_LIST_FIELDS:
+        value = data.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise wrong(key, "a list of strings", value)
+    for key in _OBJECT_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise wrong(key, "an object", data[key])
+    entries = (data.get("character_book") or {}).get("entries")
+    if entries is not None and not isinstance(entries, list):
+        raise wrong("character_book.entries", "a list of entries", entries)
+    for index, entry in enumerate(entries or []):
+        field_name = f"character_book.entries[{index}]"
+        if not isinstance(entry, dict):
+            raise wrong(field_name, "an object", entry)
+        if not isinstance(entry.get("content"), str):
+            raise wrong(f"{field_name}.content", "a string", entry.get("content"))
+        for key in ("keys", "secondary_keys"):
+            value = entry.get(key)
+            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise wrong(f"{field_name}.{key}", "a list of strings", value)
 
 
 def _rolellm_extension(data: dict, where, key: str) -> list[str] | None:
@@ -204,7 +245,11 @@ def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfil
     raw = path.read_bytes()
     png = raw.startswith(PNG_SIGNATURE)
     if png:
-        texts = dict(_png_texts(_png_chunks(raw, path), path))
+        texts = {}
+        for keyword, payload in _png_texts(_png_chunks(raw, path), path):
+            if keyword in CARD_KEYWORDS and keyword in texts:  # which card is meant cannot be told
+                raise DataFormatError(f"{path}: two {keyword!r} text chunks (two cards in one PNG); keep one")
+            texts[keyword] = payload
         keyword = next((k for k in CARD_KEYWORDS if k in texts), None)
         if keyword is None:
             raise DataFormatError(f"{path}: a PNG without a character card (no 'ccv3' or 'chara' text chunk)")
@@ -213,10 +258,7 @@ def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfil
         text = decode_text(raw, path)
     if not text.strip():
         raise DataFormatError(f"{path}: the file is empty")
-    try:
-        card = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})") from None
+    card = parse_json_text(text, path)
     profile = profile_from_card(card, lang=lang, where=str(path))
     profile.extra["character_card_layout"] = _json_layout(text)
     if png:

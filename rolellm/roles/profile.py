@@ -304,3 +304,29 @@ def read_text(path, allow_empty: bool = False) -> str:
     if not allow_empty and not text.strip():
         raise DataFormatError(f"{path}: the file is empty")
     return text
+
+
+def parse_json_text(text: str, path):
+    """The value of a whole JSON document read from `path`; invalid JSON, a value nested too deeply for Python or an
+    integer of too many digits is a `DataFormatError` naming the file (and the line).
+
+    >>> parse_json_text('{"cases": [1]}', "results.json")
+    {'cases': [1]}
+    >>> parse_json_text('{"cases": [1}', "results.json")
+    Traceback (most recent call last):
+    ...
+    rolellm.roles.profile.DataFormatError: results.json:1: not valid JSON (Expecting ',' delimiter, column 13)
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})") from None
+    except RecursionError:
+        raise DataFormatError(f"{path}: a JSON value nested too deeply to read") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise DataFormatError(f"{path}: not a readable JSON value: {error}") from None
+
+
+def read_json_file(path):
+    """The JSON value of a UTF-8 file (`read_text`, then `parse_json_text`): errors name the file and the line."""
+    return parse_json_text(read_text(path), path)

@@ -26,7 +26,7 @@ import jinja2
 
 from rolellm.roles.card_prompts import card_data, card_examples_text, card_field, card_system_text, post_history_text
 from rolellm.roles.lookup import same_role
-from rolellm.roles.profile import RoleProfile, Utterance
+from rolellm.roles.profile import DataFormatError, RoleProfile, Utterance, read_text
 
 
 PROMPTS_DIR = Path(__file__).parent.parent / "prompts"
@@ -149,6 +149,21 @@ def has_role_text(profile: RoleProfile) -> bool:
     return any(isinstance(value, str) and value.strip() for value in fields)
 
 
+def read_system_template(path: str | Path) -> str:
+    """The Jinja source of a system template file (`--system_template`, `system_template_path`), checked where it is
+    read: an empty file, text that is not UTF-8, or Jinja that does not parse is a `DataFormatError` naming the file
+    (and the line); a missing file is a `FileNotFoundError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such system template file (a Jinja file replacing the system text)")
+    text = read_text(path)
+    try:
+        JINJA_ENV.parse(text)
+    except jinja2.TemplateSyntaxError as error:
+        raise DataFormatError(f"{path}:{error.lineno}: not valid Jinja ({error.message})") from None
+    return text
+
+
 def build_system_instruction(
     profile: RoleProfile,
     lang: str | None = None,
@@ -202,6 +217,11 @@ def build_system_instruction(
             raise ValueError(f"lang={lang!r} has no default system instruction: use 'en' or 'zh', or pass template=")
         compiled = load_prompt(f"system_{lang}.jinja")
     else:
+        if "{" not in template and "\n" not in template.strip() and template.strip().endswith((".jinja", ".j2")):
+            raise ValueError(
+                f"template={template!r} is the name of a file, not a template's text: pass the file's content "
+                "(rolellm.roles.prompts.read_system_template reads and checks one)"
+            )
         try:
             compiled = JINJA_ENV.from_string(template)
         except jinja2.TemplateSyntaxError as error:

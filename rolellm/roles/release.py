@@ -225,7 +225,7 @@ def write_release_profiles(profiles: dict[str, RoleProfile], folder: str | Path)
 
 def _assemble(descriptions: dict, scripts: dict, files: dict, lang: str) -> ProfileSet:
     by_key = {role_key(name): name for name in descriptions}
-    profiles = ProfileSet()
+    profiles, read_from = ProfileSet(), {}
     for name, text in descriptions.items():
         description, catchphrases, extra = parse_description(text, lang)
         profiles[name] = RoleProfile(name, lang, description, catchphrases, source=scripts.get(name, ""), extra=extra)
@@ -238,6 +238,9 @@ def _assemble(descriptions: dict, scripts: dict, files: dict, lang: str) -> Prof
                 stacklevel=3,
             )
         profile = profiles.get(name) or RoleProfile(name, lang, source=scripts.get(file_role, ""))
+        if name in read_from:  # two files of one role: one would replace the other's dialogue
+            raise DataFormatError(f"{path} and {read_from[name]} hold the dialogue of one role ({name!r}): keep one")
+        read_from[name] = path
         profile.dialogue = read_profile_jsonl(path, name, lang).dialogue
         if not profile.dialogue:
             profiles.empty_files.append(path)
@@ -271,6 +274,8 @@ def _unique_keys(pairs: list) -> dict:
 
 
 def _read_json_object(path: Path, required: bool) -> dict[str, str]:
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a JSON file of role -> text")
     if not path.is_file():
         if required:
             raise FileNotFoundError(f"{path} not found: a profiles folder needs desc.json (role -> description)")
@@ -285,11 +290,23 @@ def _read_json_object(path: Path, required: bool) -> dict[str, str]:
         raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
     except _RepeatedKey as repeated:
         raise DataFormatError(f"{path}: {repeated.args[0]!r} is given twice; keep one entry per role") from None
+    except RecursionError:
+        raise DataFormatError(f"{path}: a JSON value nested too deeply to read") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise DataFormatError(f"{path}: not a readable JSON value: {error}") from None
     if not isinstance(data, dict):
         raise DataFormatError(f"{path}: expected a JSON object of role -> text, got {type(data).__name__}")
+    by_key = {}
     for name, value in data.items():
         if not isinstance(value, str):
             raise DataFormatError(f"{path}: the value of {name!r} must be a string, got {type(value).__name__}")
+        if not name.strip():
+            raise DataFormatError(f"{path}: a role name is empty (the key {name!r})")
+        if role_key(name) in by_key:  # one role for `roles.lookup`: its profile would be two
+            raise DataFormatError(
+                f"{path}: {by_key[role_key(name)]!r} and {name!r} name one role; keep one entry per role"
+            )
+        by_key[role_key(name)] = name
     return data
 
 

@@ -287,9 +287,14 @@ def _read_source(path: Path, lang: str | None) -> dict[str, RoleProfile]:
         return dict(read_screenplay_folder(path, lang or _guess_lang(path / "desc.json")))
     cards = sorted(p for p in path.iterdir() if p.suffix.lower() in CARD_SUFFIXES and p.is_file())
     if cards:
-        profiles = {}
+        profiles, read_from = {}, {}
         for card in cards:
             profile = read_character_card(card, lang)
+            if role_key(profile.name) in read_from:  # one would replace the other without a word
+                raise ProfileSourceError(
+                    f"{card} and {read_from[role_key(profile.name)]} are cards of one role ({profile.name!r}): keep one"
+                )
+            read_from[role_key(profile.name)] = card
             profiles[profile.name] = profile
         return profiles
     raise ProfileSourceError(f"{path}: a folder with no role profiles in it; profiles are read from {ACCEPTED}")

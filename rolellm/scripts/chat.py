@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.clients.config import ClientConfig, check_minimums, recorded_system_template, resolve_card_extras
+from rolellm.roles.prompts import read_system_template
 from rolellm.roles.resolve import PROFILES_HELP, profiles_field
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
@@ -243,7 +244,7 @@ def main(args=None):
 
         transformers_logging.disable_progress_bar()
     # the conversation the model was trained on, unless the user asks for another (then one line says so)
-    template = Path(config.system_template).read_text(encoding="utf-8") if config.system_template else None
+    template = read_system_template(config.system_template) if config.system_template else None
     template = template or recorded_system_template(client)
     session = ChatSession(
         load_client(client), profiles, role, lang=args.lang, system_template=template,

@@ -119,6 +119,8 @@ def describe_error(error: BaseException) -> tuple[int, str]:
 
     while type(error).__name__ == "DatasetGenerationError" and error.__cause__ is not None:
         error = error.__cause__  # `datasets` wraps the builder's own errors
+    if isinstance(error, _USER_OS_ERRORS) and error.filename is not None and error.strerror:  # the system's words
+        return EXIT_USAGE, os_error_message(error)
     lines = str(error).strip().splitlines() or [type(error).__name__]
     message = "\n".join(lines[:5]) + (f"\n... ({len(lines) - 5} more lines)" if len(lines) > 5 else "")
     if isinstance(error, EndpointError) or type(error).__name__ in (
@@ -136,6 +138,32 @@ def describe_error(error: BaseException) -> tuple[int, str]:
     if type(error).__name__ == "PackageNotFoundError":  # a package the run needs is not installed (`require_version`)
         return EXIT_USAGE, f"a package is missing: {message}"
     return EXIT_BUG, f"unexpected {type(error).__name__}: {message}"
+
+
+# errors of the file system that come from a path the user gave: a missing file, a folder given for a file or the
+# other way round, a file where a folder is to be made (an --output_dir), a file that cannot be read
+_USER_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError)
+
+
+def os_error_message(error: OSError) -> str:
+    """An error of the file system in words naming the path: `[Errno 17] File exists: 'out'` from making the folder
+    `out` where a file is reads `out exists and is a file, not a folder`.
+
+    >>> os_error_message(IsADirectoryError(21, "Is a directory", "runs"))
+    'runs is a folder, not a file'
+    """
+    path = error.filename
+    if isinstance(error, FileExistsError) and os.path.isfile(path):
+        return f"{path} exists and is a file, not a folder"
+    if isinstance(error, IsADirectoryError):
+        return f"{path} is a folder, not a file"
+    if isinstance(error, NotADirectoryError):
+        return f"{path}: a part of this path is a file, not a folder"
+    if isinstance(error, FileNotFoundError):
+        return f"{path}: no such file or folder"
+    if isinstance(error, PermissionError):
+        return f"{path}: permission denied (cannot read or write it)"
+    return f"{path}: {error.strerror}"  # a file where a folder is to be made, and the path is no file
 
 
 if __name__ == "__main__":

@@ -131,8 +131,12 @@ def run_stats(args) -> int:
     data_dir = resolve_data_dir(args)
     table = rolebench_stats(data_dir, zh_tokenizer=args.zh_tokenizer)
     if not table:
-        print(f"no RoleBench train/test files found in {data_dir}", file=sys.stderr)
-        return 1
+        print(
+            f"rolellm data stats: no RoleBench train or test file in {data_dir}: nothing was counted (pass "
+            "--data-dir with a folder in the release layout)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args.json:
         for row in table:
             print(json.dumps(row, ensure_ascii=False))

@@ -196,15 +196,39 @@ def make_parser(subparsers=None):
 
 
 def read_instructions(args: InstructionArguments, roles: list[str]):
-    """The instructions file as a `Dataset`; rows of a `role` column naming another role than `roles` are left out."""
+    """The instructions file as a `Dataset`, each line checked (an error names the file, the line and the field); rows
+    of a `role` column naming another role than `roles` are left out, and the count kept is printed."""
     import datasets
 
-    instructions = datasets.load_dataset("json", data_files=args.instructions, split="train")
+    from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
+
+    if args.max_instructions is not None and args.max_instructions < 1:
+        raise ValueError(f"--max_instructions {args.max_instructions}: keep at least 1 (leave it out to keep all)")
+    records = []
+    for line_no, line in enumerate(read_text(args.instructions).splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = parse_json_line(line, args.instructions, line_no)
+        text = record.get("instruction", record.get("question"))
+        if not isinstance(text, str) or not text.strip():
+            raise DataFormatError(f"{args.instructions}:{line_no}: field 'instruction' (or 'question') must be a "
+                                  f"non-empty string, got {text!r}")  # fmt: skip
+        for name in ("role", "target"):
+            if record.get(name) is not None and not isinstance(record[name], str):
+                raise DataFormatError(f"{args.instructions}:{line_no}: field {name!r} must be a string, got "
+                                      f"{record[name]!r}")  # fmt: skip
+        records.append(record)
+    columns = list(dict.fromkeys(name for record in records for name in record))
+    instructions = datasets.Dataset.from_list([{name: record.get(name) for name in columns} for record in records])
     if "role" in instructions.column_names:
         kept = set(roles)
         before = len(instructions)
         instructions = instructions.filter(lambda row: row["role"] in kept)
         print(f"{args.instructions}: {len(instructions)} of {before} instructions are for the roles {sorted(kept)}")
+        if not len(instructions):
+            raise ValueError(
+                f"{args.instructions}: no instruction is for the roles {sorted(kept)} (its 'role' column)"
+            )
     if args.max_instructions is not None and "role" in instructions.column_names:
         seen, keep = Counter(), []
         for index, role in enumerate(instructions["role"]):
@@ -351,18 +375,34 @@ def read_chats(job, chats) -> int:
 
     check_test_fraction(chats.test_fraction)
     profiles = profiles_for(job.profiles, lang=job.lang, roles=job.roles)
-    pairs = []
+    pairs, not_paired, seen = [], Counter(), set()
     for path in chats.chats:
         found, skipped = read_sillytavern_chat(path, lang=job.lang or "")
+        not_paired.update(skipped)
         for row in found:
             name = profiles.find(row["role"])
             if name is None:
                 raise ValueError(
                     f"{path}: the chat's character {row['role']!r} has no profile among {sorted(profiles)}"
                 )
+            key = (name, row["question"], row["chosen"], row["rejected"])
+            if key in seen:  # a chat given twice, or a branch repeating its parent's turns: the pair is kept once
+                not_paired["repeated"] += 1
+                continue
+            seen.add(key)
             split = stable_split(name, row["question"], chats.test_fraction, chats.seed)
             pairs.append({**row, "role": name, "lang": row["lang"] or profiles[name].lang, "split": split})
         print(f"{path}: {len(found)} pairs; not paired: {skipped}")
+    if not_paired["repeated"]:
+        print(f"{not_paired['repeated']} pairs repeated in the chats (a chat given twice, or branches) were kept once")
+    if not pairs:
+        raise ValueError(
+            f"no preference pair in {len(chats.chats)} chat(s) (not paired: {dict(not_paired)}): a pair is an answer "
+            "with another swipe, after a user message; nothing written"
+        )
+    if job.dry_run:
+        print(f"Dry run: {len(pairs)} pairs would be added to {job.output_dir} (nothing written)")
+        return 0
     labelled = {(row["role"], row["question"], row["chosen"], True): row for row in pairs}
     labelled.update({(row["role"], row["question"], row["rejected"], False): row for row in pairs})
     unpaired = [{**{k: v for k, v in row.items() if k not in ("chosen", "rejected")}, "completion": text,

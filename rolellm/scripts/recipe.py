@@ -44,14 +44,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def read_recipe(path: str, dataclass_types) -> dict:
     """Read a YAML recipe; a key that no dataclass of the command knows is an error naming the file and the key.
 
-    The file is UTF-8 with or without BOM; anything else, and invalid YAML, is an error naming the file and line.
+    The file is UTF-8 with or without BOM; anything else, invalid YAML, an empty file and a file of only comments
+    are errors naming the file (and the line).
     """
     from rolellm.roles.profile import read_text
 
     try:
-        recipe = yaml.load(read_text(path, allow_empty=True), Loader=_UniqueKeyLoader) or {}
+        recipe = yaml.load(read_text(path), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as error:
         raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+    if recipe is None:  # only comments: a recipe that sets nothing is a wrong or truncated file
+        raise ValueError(f"{path}: the recipe sets no field (only comments)")
     if not isinstance(recipe, dict):
         raise ValueError(f"{path}: a recipe must be a YAML mapping of fields, got {type(recipe).__name__}")
     if "api_key" in recipe:
@@ -266,8 +269,8 @@ def source_fields(module: str, name: str) -> dict[str, dict]:
     for node in classes[name].body:
         if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
             continue
-        if node.target.id in SOURCE_NOT_FLAGS:
-            continue
+        if node.target.id in SOURCE_NOT_FLAGS or ast.unparse(node.annotation).startswith("ClassVar"):
+            continue  # a `ClassVar` is no dataclass field
         info = {"type": ast.unparse(node.annotation), "default": None, "help": ""}
         value = node.value
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):

@@ -14,6 +14,7 @@ Exit codes: 0 supported, 2 the tokenizer could not be loaded, has no chat templa
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rolellm.clients.config import client_options
 from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -56,10 +57,14 @@ def main(args):
     from transformers import AutoTokenizer
 
     from rolellm.clients.config import read_inference_settings
+    from rolellm.clients.loading import check_model_source
     from rolellm.encoding.chat_template import read_chat_template
     from rolellm.encoding.check import check_chat_template
+    from rolellm.roles.profile import DataFormatError
 
     try:
+        if not Path(args.model_or_dir).expanduser().exists():  # a local path that is not there: said so, not the Hub's
+            check_model_source(args.model_or_dir, "the path")  # "Repo id must be in the form ..."
         tokenizer = AutoTokenizer.from_pretrained(args.model_or_dir, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError, KeyError) as error:
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -67,6 +72,9 @@ def main(args):
         return EXIT_USAGE
     try:
         chat_template = read_chat_template(args.chat_template)
+    except DataFormatError as error:  # the template file's own fault: it names the file (and the line)
+        print(f"rolellm template check: --chat_template {error}", file=sys.stderr)
+        return EXIT_USAGE
     except ValueError as error:
         print(f"rolellm template check: --{error}", file=sys.stderr)
         return EXIT_USAGE

@@ -138,8 +138,15 @@ def load_rows(script_args, split, counts: dict | None = None):
                 f"--roles {script_args.roles}: no {split} row of these roles in {script_args.dataset_configs}; "
                 f"the roles of the data: {sorted(names)}"
             )
-    limit = script_args.max_train_samples if split == script_args.dataset_train_split else script_args.max_eval_samples
+    flag = "max_train_samples" if split == script_args.dataset_train_split else "max_eval_samples"
+    limit = getattr(script_args, flag)
+    if limit is not None and limit < 1:
+        raise ValueError(f"--{flag} {limit}: keep at least 1 row (leave it out to keep every row)")
     rows = rows.select(range(min(limit, len(rows)))) if limit is not None else rows
+    if not len(rows):
+        raise ValueError(
+            f"no {split} row to train or evaluate on in {script_args.dataset_configs}: the files are empty"
+        )
     if counts is not None:  # the rows each config contributes, after `limit` (which keeps the first rows)
         left = len(rows)
         for name, part in zip(script_args.dataset_configs, parts):
@@ -171,6 +178,8 @@ def default_configs(script_args, stage: str = "sft") -> list[str]:
         return ["zh"]
     from rolellm.data.layout import CONFIG_SPECS, available_splits, configs_with_split
 
+    if not Path(script_args.data_dir).is_dir():
+        raise FileNotFoundError(f"--data_dir {script_args.data_dir}: no such folder (a RoleBench release folder)")
     split = script_args.dataset_train_split
     if kind is not None:
         found = [
@@ -341,8 +350,8 @@ def given_stage(args: list[str]) -> str:
             recipe = yaml.safe_load(path.read_text(encoding="utf-8-sig")) if path.is_file() else None
         except (yaml.YAMLError, UnicodeDecodeError):
             recipe = None  # the recipe parser reports it, naming the file and line
-        if isinstance(recipe, dict) and isinstance(recipe.get("stage"), str):
-            return recipe["stage"]
+        if isinstance(recipe, dict) and recipe.get("stage") is not None:
+            return str(recipe["stage"])
     return "sft"
 
 
@@ -354,6 +363,8 @@ class TrainParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
         stage = given_stage(args)
+        if stage not in STAGES:  # before a stage's parser reads the recipe, whose fields depend on the stage
+            self.error(f"--stage (or the recipe's stage): {stage!r} is not one of {list(STAGES)}")
         if {"-h", "--help"} & set(args) and stage in STAGE_CONFIGS:
             classes = [(__name__, "StageArguments"), STAGE_CONFIGS[stage], MODEL_CONFIG]
             source_help_parser(self.prog, f"{DESCRIPTION} Stage: {stage}.", classes).print_help()

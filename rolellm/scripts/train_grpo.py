@@ -73,6 +73,8 @@ def build_rewards(script_args, judge, profiles, training_args) -> list:
     from rolellm.rewards.reference import reference_rouge_l
     from rolellm.rewards.style import CatchphraseReward, LanguageReward, LengthPenalty
 
+    if not script_args.rewards:
+        raise ValueError(f"--rewards is empty: name at least one of {list(REWARDS)}")
     if training_args.reward_weights is not None and len(training_args.reward_weights) != len(script_args.rewards):
         raise ValueError(
             f"--reward_weights has {len(training_args.reward_weights)} values for {len(script_args.rewards)} "

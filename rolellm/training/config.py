@@ -4,12 +4,28 @@ language and template of the system text, think blocks, what a checkpoint keeps 
 checkpointing defaults that let a CPU train without flags."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from trl import SFTConfig
 
 from rolellm.clients.config import flag_field
+from rolellm.roles.prompts import read_system_template
 from rolellm.roles.resolve import as_sources, profiles_field
+
+
+def check_at_least(config, minimums: dict) -> None:
+    """Each field of `config` named in `minimums` at least its minimum, else a `ValueError` naming the field and the
+    value (a negative learning rate or `beta`, a batch of 0: transformers and TRL take some of these unchecked and
+    fail on others only once the model is loaded and training has started); and a run of some steps."""
+    for name, low in minimums.items():
+        value = getattr(config, name)
+        if value is not None and value < low:  # None: the library's own default, worked out later
+            raise ValueError(f"{name}={value} must be at least {low}")
+    if config.max_steps <= 0 and not config.num_train_epochs > 0:  # 0 steps, then a model saved as if trained
+        raise ValueError(
+            f"num_train_epochs={config.num_train_epochs} without max_steps trains nothing: give a positive "
+            "num_train_epochs or max_steps"
+        )
 
 
 @dataclass
@@ -49,6 +65,11 @@ class RolePromptArguments:
     gradient_checkpointing: bool | None = flag_field(
         "Deprecated alias of `activation_checkpointing`, will be removed in transformers v6."
     )
+    # numbers transformers and TRL take unchecked, or check only once training has started (`check_at_least`)
+    _minimums: ClassVar[dict] = {
+        "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1, "gradient_accumulation_steps": 1,
+        "learning_rate": 0, "weight_decay": 0,
+    }  # fmt: skip
     profiles: list[str] | None = profiles_field(
         help="Role profiles read when the trainer is not given profiles= (repeatable): a release folder, a "
         "desc.json, a screenplay folder, Character Cards (.json, .png) or a folder of cards."
@@ -80,9 +101,9 @@ class RolePromptArguments:
             from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        check_at_least(self, self._minimums)
+        if self.system_template_path is not None:  # read and checked now, not once the model is loaded
+            read_system_template(self.system_template_path)
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
 

@@ -29,6 +29,21 @@ def check_engine(training_args) -> None:
         )
 
 
+def check_output_dir(model_args, training_args) -> None:
+    """Refuse an `output_dir` holding another run's adapter (`adapter_config.json`) when this run saves a full model:
+    the adapter's files would stay beside the new weights, and every loader would take the folder for the old
+    adapter."""
+    from rolellm.clients.loading import ADAPTER_CONFIG, is_adapter_checkpoint
+
+    stale = Path(training_args.output_dir) / ADAPTER_CONFIG
+    saves_adapter = model_args.use_peft or is_adapter_checkpoint(model_args.model_name_or_path)
+    if stale.is_file() and not saves_adapter and training_args.resume_from_checkpoint is None:
+        raise ValueError(
+            f"--output_dir {training_args.output_dir} holds an adapter of another run ({ADAPTER_CONFIG}) and this run "
+            "saves a full model, which would load as that adapter: pass a new --output_dir or empty it"
+        )
+
+
 def prepare_start(model_args, training_args) -> None:
     """Before a stage loads its model: refuse a model source that does not exist and an engine this machine cannot
     run, make a local folder's path absolute (an adapter records its base by that path, which must resolve later),
@@ -38,6 +53,7 @@ def prepare_start(model_args, training_args) -> None:
 
     check_model_source(model_args.model_name_or_path)
     check_engine(training_args)
+    check_output_dir(model_args, training_args)
     folder = Path(model_args.model_name_or_path).expanduser()
     if folder.is_dir():
         model_args.model_name_or_path = str(folder.resolve())

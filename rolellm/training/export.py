@@ -13,7 +13,12 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 
-from rolellm.clients.loading import ADAPTER_CONFIG, is_adapter_checkpoint, load_model_and_tokenizer
+from rolellm.clients.loading import (
+    ADAPTER_CONFIG,
+    check_model_folder,
+    is_adapter_checkpoint,
+    load_model_and_tokenizer,
+)
 
 
 # what `Trainer._save_checkpoint` adds to resume a run: not part of the model
@@ -59,6 +64,7 @@ def export_checkpoint(
             f"{checkpoint}: not a model checkpoint (no config.json or {ADAPTER_CONFIG}); pass the output_dir of "
             "rolellm train or one of its checkpoint-N folders"
         )
+    check_model_folder(checkpoint, "the checkpoint", need_base=merge)  # its JSON files, and the base of a merge
     if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise ValueError(f"{output_dir}: exists and is not empty; pass a new --output_dir or empty it first")
     merged = merge and is_adapter_checkpoint(checkpoint)

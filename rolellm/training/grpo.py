@@ -41,11 +41,12 @@ from rolellm.data.release import CITATION
 from rolellm.encoding.chat_template import set_role_chat_template
 from rolellm.encoding.encode import encode_chat
 from rolellm.roles.lookup import Profiles
-from rolellm.roles.prompts import to_role_messages
+from rolellm.roles.prompts import read_system_template, to_role_messages
 from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import _adapter_settings, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
+from rolellm.training.config import RolePromptArguments, check_at_least
 from rolellm.training.grouped import grouped_fused_forward
 
 
@@ -58,6 +59,10 @@ def encode_prompt(tokenizer, prompt: list[dict], keep_think: bool = False) -> li
     tokens a RoCIT sample of the same conversation has before its answer (text that looks like a control token stays
     plain text)."""
     return encode_chat(tokenizer, prompt, add_generation_prompt=True, keep_think=keep_think)["input_ids"]
+
+
+# TRL's ways of weighing several rewards (`GRPOConfig.multi_objective_aggregation`)
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 
 
 class UnscorableBatchError(ValueError):
@@ -142,6 +147,18 @@ class RoleGRPOConfig(GRPOConfig):
             from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
+        # TRL divides by num_generations here, and checks the others only once the model is loaded and training began
+        check_at_least(
+            self, {**RolePromptArguments._minimums, "num_generations": 2, "beta": 0, "max_completion_length": 1}
+        )
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature} must be above 0: GRPO samples the group's completions")
+        if self.system_template_path is not None:  # read and checked now, not once the model is loaded
+            read_system_template(self.system_template_path)
+        if self.multi_objective_aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not one of {list(AGGREGATIONS)}"
+            )
         super().__post_init__()
         self.profiles = as_sources(self.profiles) or None
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
@@ -195,10 +212,10 @@ class RoleGRPOTrainer(GRPOTrainer):
         folder = Path(model_id) if Path(model_id).is_dir() else None
         self.start_checkpoint = model_id
         self.profiles = profiles if profiles is not None else profiles_for(args.profiles, model_dir=folder)
-        template_path = args.system_template_path or (folder / SYSTEM_TEMPLATE_FILE if folder else None)
-        self._system_template = None
-        if template_path is not None and Path(template_path).is_file():
-            self._system_template = Path(template_path).read_text(encoding="utf-8")
+        template_path = args.system_template_path  # given: it must be there; else the checkpoint's, if it has one
+        if template_path is None and folder is not None and (folder / SYSTEM_TEMPLATE_FILE).is_file():
+            template_path = folder / SYSTEM_TEMPLATE_FILE
+        self._system_template = read_system_template(template_path) if template_path is not None else None
         self.keep_think = args.keep_think
         if self.keep_think is None:
             self.keep_think = bool(read_inference_settings(model_id).get("keep_think", False)) if folder else False

@@ -21,6 +21,7 @@ import copy
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import datasets
 from accelerate.utils import is_peft_model
@@ -29,7 +30,7 @@ from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
 from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.encoding.encode import encode_chat
 from rolellm.roles.lookup import Profiles
-from rolellm.roles.prompts import to_role_messages
+from rolellm.roles.prompts import read_system_template, to_role_messages
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import build_model_card, describe_chat_template
@@ -63,6 +64,8 @@ class RoleDPOConfig(RolePromptArguments, DPOConfig):
     (False, ['sigmoid'], 0.5, True)
     """
 
+    _minimums: ClassVar[dict] = {**RolePromptArguments._minimums, "beta": 0}
+
     prefix_sharing: bool = field(
         default=True,
         metadata={
@@ -79,6 +82,13 @@ class RoleKTOConfig(RolePromptArguments, KTOConfig):
     >>> RoleKTOConfig("out", use_cpu=True, desirable_weight=1.5).desirable_weight
     1.5
     """
+
+    _minimums: ClassVar[dict] = {
+        **RolePromptArguments._minimums,
+        "beta": 0,
+        "desirable_weight": 0,
+        "undesirable_weight": 0,
+    }
 
 
 def encode_preference(tokenizer, prompt: list[dict], completions: list[str], keep_think: bool = False):
@@ -164,7 +174,7 @@ class _RolePreferenceMixin:
         self.profiles = profiles if profiles is not None else profiles_for(args.profiles) if args.profiles else None
         self._system_template = None
         if args.system_template_path is not None:
-            self._system_template = Path(args.system_template_path).read_text(encoding="utf-8")
+            self._system_template = read_system_template(args.system_template_path)
         self.role_stats, self.preference_stats, self.example_system = {}, {}, None
         if isinstance(model, str) and is_adapter_checkpoint(model):
             init_kwargs = {key: value for key, value in (args.model_init_kwargs or {}).items() if value is not None}

@@ -38,6 +38,7 @@ from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat_turns
+from rolellm.roles.prompts import read_system_template
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
 from rolellm.training.card import build_model_card, describe_chat_template
@@ -156,7 +157,7 @@ class RoCITTrainer(SFTTrainer):
             self.profiles = profiles_for(args.profiles)
         self._system_template = None
         if args.system_template_path is not None:
-            self._system_template = Path(args.system_template_path).read_text(encoding="utf-8")
+            self._system_template = read_system_template(args.system_template_path)
 
         # A base model's tokenizer gets the role template; tokens it lacks are added and the embeddings resized.
         if processing_class is None:

@@ -316,11 +316,18 @@ def update_model_card(card_path: str | Path, result: dict) -> Path:
 
     Entries for the same dataset config, split and metric name are replaced; others are kept.
     """
+    import yaml
     from huggingface_hub import ModelCard, ModelCardData
 
     card_path = Path(card_path)
+    if card_path.is_dir():
+        raise IsADirectoryError(f"--model_card {card_path} is a folder: give the model card file (its README.md)")
     if card_path.exists():
-        card = ModelCard.load(card_path)
+        try:
+            card = ModelCard.load(card_path)
+        except (yaml.YAMLError, ValueError) as error:
+            cause = " ".join(str(error).split())
+            raise ValueError(f"--model_card {card_path}: its YAML header cannot be read ({cause})") from None
     else:
         card = ModelCard.from_template(ModelCardData(), model_id=result["model"])
     new = eval_results(result)

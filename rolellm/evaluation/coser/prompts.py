@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 from rolellm.evaluation.coser.testset import ENVIRONMENT, CoserCase
 from rolellm.evaluation.coser.thoughts import reference_without_thoughts
+from rolellm.roles.profile import DataFormatError, read_text
 from rolellm.roles.prompts import load_prompt
 
 
@@ -97,7 +98,12 @@ def builtin_prompts() -> CoserPrompts:
 def _parse(path: Path) -> ast.Module:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found; --prompts_from takes a checkout of the CoSER repository")
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    try:
+        return ast.parse(read_text(path), filename=str(path))
+    except SyntaxError as error:
+        raise DataFormatError(
+            f"{path}:{error.lineno}: not valid Python ({error.msg}); is this a checkout of the CoSER repository?"
+        ) from None
 
 
 def _missing(path: Path, what: str) -> ValueError:
@@ -109,10 +115,14 @@ def _critic_prompts(path: Path) -> dict:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "critic_prompts" for t in node.targets):
             try:
                 prompts = ast.literal_eval(node.value)  # a literal: nothing of the file is run
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError, RecursionError):
                 raise _missing(path, "critic_prompts as a literal dict") from None
-            details = prompts.get("dimension_details", {})
-            if "self-play-deduct-template" in prompts and all(d in details for d in DIMENSIONS):
+            details = prompts.get("dimension_details", {}) if isinstance(prompts, dict) else {}
+            if (
+                isinstance(details, dict)
+                and "self-play-deduct-template" in prompts
+                and all(isinstance(details.get(d), dict) for d in DIMENSIONS)
+            ):
                 return prompts
     raise _missing(path, "critic_prompts with 'self-play-deduct-template' and the four dimensions")
 

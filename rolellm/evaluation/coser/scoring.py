@@ -19,7 +19,6 @@ The arithmetic follows the original's order of operations, so recorded scores ar
 100
 """
 
-import json
 import math
 import os
 import warnings
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from rolellm.evaluation.coser.prompts import DIMENSIONS
 from rolellm.evaluation.coser.testset import ENVIRONMENT
+from rolellm.roles.profile import read_json_file
 
 
 NSP = "NSP"
@@ -133,21 +133,25 @@ def read_results(path: str | os.PathLike) -> dict:
     """A results file (`{"scores", "cases"}`, the original's or rolellm's); an error names the file and what is
     missing."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder: give its results.json")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such results file")
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
+    results = read_json_file(path)
     if not isinstance(results, dict) or not isinstance(results.get("cases"), dict):
         raise ValueError(f"{path}: a CoSER results file is an object with 'scores' and 'cases'")
+    if not results["cases"]:
+        raise ValueError(f"{path}: field 'cases' is empty: no scene to score")
+    if not isinstance(results.get("scores", {}), dict):
+        raise ValueError(f"{path}: field 'scores' must be an object of score name -> value")
     for case_id, case in results["cases"].items():
         if not isinstance(case, dict):
             raise ValueError(f"{path}: case {case_id!r} is not an object")
         if case.get("score") is None:
             continue
         critique, simulation = case.get("critique"), case.get("simulation")
-        if not isinstance(simulation, list) or not all(isinstance(m, dict) and "role" in m for m in simulation):
+        if not isinstance(simulation, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                                       for m in simulation):  # fmt: skip
             raise ValueError(f"{path}: case {case_id!r}: field 'simulation' must be a list of {{'role', 'content'}}")
         for d in DIMENSIONS:
             entry = (critique or {}).get(d)

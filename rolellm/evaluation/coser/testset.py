@@ -22,13 +22,12 @@ Anything malformed is a `DataFormatError` naming the file, the case (index and i
 ('Othello-9-0', ['Iago', 'Othello', 'Environment'], 'Revenge.')
 """
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rolellm.roles.profile import DataFormatError, read_text
+from rolellm.roles.profile import DataFormatError, read_json_file
 
 
 ENVIRONMENT = "Environment"  # the role name of the world, as in the test set
@@ -152,12 +151,11 @@ def read_coser_test_set(path: str | os.PathLike) -> list[CoserCase]:
         `FileNotFoundError` for a missing file, `DataFormatError` naming the file, the case and the field.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder: give the test set file (CoSER's data/test/test_set.json)")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such test set file (CoSER's data/test/test_set.json)")
-    try:
-        records = json.loads(read_text(path))
-    except json.JSONDecodeError as error:
-        raise DataFormatError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
+    records = read_json_file(path)
     if not isinstance(records, list) or not records:
         raise DataFormatError(f"{path}: a test set is a non-empty JSON list of cases")
     cases, seen = [], {}
