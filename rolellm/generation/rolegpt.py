@@ -39,7 +39,13 @@ from rolellm.generation.job import (
     stable_split,
 )
 from rolellm.roles.profile import RoleProfile
-from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages, prompting_mode, prompting_mode_field
+from rolellm.roles.prompts import (
+    EXAMPLE_MODES,
+    build_role_messages,
+    prompting_mode,
+    prompting_mode_field,
+    system_template_text,
+)
 from rolellm.roles.retrieval import DialogueRetriever
 
 
@@ -97,7 +103,7 @@ class RoleGPTConfig:
         default=True, metadata={"help": "Address the question to the role when it does not name the role."}
     )
     system_template: str | None = field(
-        default=None, metadata={"help": "Jinja source replacing the paper's system instruction."}
+        default=None, metadata={"help": "Jinja source, or a Jinja file, replacing the paper's system instruction."}
     )
     num_samples: int = field(default=6, metadata={"help": "Answers per (role, instruction)."})
     num_baseline: int = field(default=1, metadata={"help": "Last samples kept, uncleaned, as the RoleGPT baseline."})
@@ -111,6 +117,7 @@ class RoleGPTConfig:
 
     def __post_init__(self):
         check_minimums(self, temperature=0, max_tokens=1)
+        self.system_template = system_template_text(self.system_template)
         self.prompt_mode = prompting_mode(self.prompt_mode, "prompt_mode")
         check_test_fraction(self.test_fraction)
         if not 0 <= self.num_baseline < self.num_samples:

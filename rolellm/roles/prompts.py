@@ -164,6 +164,29 @@ def read_system_template(path: str | Path) -> str:
     return text
 
 
+def looks_like_a_file_name(value: str) -> bool:
+    """Whether a system template value names a file rather than holding Jinja text: one line, no `{`, and a
+    `.jinja`/`.j2` suffix or an existing file."""
+    text = value.strip()
+    return "{" not in text and "\n" not in text and (text.endswith((".jinja", ".j2")) or Path(text).is_file())
+
+
+def system_template_text(value: str | None) -> str | None:
+    """The Jinja source a `--system_template` value stands for: the value itself, or the content of the file it
+    names (read and checked by `read_system_template`). Every command's `--system_template` goes through this.
+
+    >>> system_template_text("You are {{ role }}.")
+    'You are {{ role }}.'
+    >>> system_template_text("absent.jinja")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: absent.jinja: no such system template file (a Jinja file replacing the system text)
+    """
+    if value is None or not looks_like_a_file_name(value):
+        return value
+    return read_system_template(value.strip())
+
+
 def build_system_instruction(
     profile: RoleProfile,
     lang: str | None = None,
@@ -217,7 +240,7 @@ def build_system_instruction(
             raise ValueError(f"lang={lang!r} has no default system instruction: use 'en' or 'zh', or pass template=")
         compiled = load_prompt(f"system_{lang}.jinja")
     else:
-        if "{" not in template and "\n" not in template.strip() and template.strip().endswith((".jinja", ".j2")):
+        if looks_like_a_file_name(template):
             raise ValueError(
                 f"template={template!r} is the name of a file, not a template's text: pass the file's content "
                 "(rolellm.roles.prompts.read_system_template reads and checks one)"

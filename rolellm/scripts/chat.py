@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.clients.config import ClientConfig, check_minimums, recorded_system_template, resolve_card_extras
-from rolellm.roles.prompts import read_system_template
+from rolellm.roles.prompts import system_template_text
 from rolellm.roles.resolve import PROFILES_HELP, profiles_field
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
@@ -78,7 +78,9 @@ class ChatArguments:
     """
 
     role: str | None = field(default=None, metadata={"help": "The role to talk to (default: the only one)."})
-    system_template: str | None = field(default=None, metadata={"help": "Jinja file replacing the system text."})
+    system_template: str | None = field(
+        default=None, metadata={"help": "Jinja file (or Jinja source) replacing the system text."}
+    )
     profiles: list[str] | None = profiles_field(help=f"{PROFILES_HELP} Default: the model folder's own profiles.")
     roles: list[str] | None = field(default=None, metadata={"help": "Only these roles of the profiles."})
     lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
@@ -244,8 +246,7 @@ def main(args=None):
 
         transformers_logging.disable_progress_bar()
     # the conversation the model was trained on, unless the user asks for another (then one line says so)
-    template = read_system_template(config.system_template) if config.system_template else None
-    template = template or recorded_system_template(client)
+    template = system_template_text(config.system_template) or recorded_system_template(client)
     session = ChatSession(
         load_client(client), profiles, role, lang=args.lang, system_template=template,
         max_new_tokens=client.max_new_tokens, temperature=config.temperature, top_p=config.top_p, seed=config.seed,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rolellm.clients.config import ClientConfig, check_minimums, resolve_keep_think
-from rolellm.roles.prompts import prompting_mode, prompting_mode_field
+from rolellm.roles.prompts import prompting_mode, prompting_mode_field, system_template_text
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
@@ -64,7 +64,8 @@ class EvaluateConfig:
         mode (`str`, *optional*, defaults to `"system"`): the prompting mode (`rolellm.roles.prompts.build_role_messages`),
             or the paper's name of one (`zero_shot`, `few_shot`, `dialogue`).
         num_examples (`int`, *optional*, defaults to 3): dialogue groups retrieved by the few-shot modes.
-        system_template (`str`, *optional*): Jinja source replacing the paper's system instruction.
+        system_template (`str`, *optional*): Jinja source replacing the paper's system instruction, or a file
+            holding it (`system_template_text`).
         temperature (`float`, *optional*, defaults to 0.0): 0 is greedy decoding.
         save_every (`int`, *optional*, defaults to 256): generations are written to disk after every this many.
 
@@ -111,7 +112,9 @@ class EvaluateConfig:
     raw_targets_file: str | None = field(default=None, metadata={"help": "instructions-general.jsonl (RAW)."})
     mode: str = prompting_mode_field("system", "Prompting mode (or the paper's name of one).")
     num_examples: int = field(default=3, metadata={"help": "Dialogue groups retrieved by the few-shot modes."})
-    system_template: str | None = field(default=None, metadata={"help": "Jinja source replacing the instruction."})
+    system_template: str | None = field(
+        default=None, metadata={"help": "Jinja source, or a Jinja file, replacing the instruction."}
+    )
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy."})
     save_every: int = field(default=256, metadata={"help": "Write generations to disk after every N."})
     compare_with: list[str] | None = field(default=None, metadata={"help": "results.json files of other runs."})
@@ -137,6 +140,7 @@ class EvaluateConfig:
 
     def __post_init__(self):
         self.mode = prompting_mode(self.mode)
+        self.system_template = system_template_text(self.system_template)
         check_minimums(self, temperature=0, save_every=1, num_examples=1)
         self.profiles = as_sources(self.profiles) or None
         if not isinstance(self.client, ClientConfig):
