@@ -48,3 +48,35 @@ def test_bad_input_is_refused(tmp_path, capsys):
     recipe.write_text("model_name_or_path: m\nmodel: n\noutput_dir: out\n", encoding="utf-8")
     assert cli.main(["evaluate", "--config", str(recipe)]) == 2  # one field under its two names
     assert "recipe.yaml: model and model_name_or_path are the same field: keep one" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flag, content, message",
+    [
+        ("--compare_with", "{not json", "other.json:1: not valid JSON"),
+        ("--compare_with", "[1, 2]", "not the results.json of a rolellm evaluate run"),
+        ("--raw_targets_file", None, "does not exist"),
+        ("--model_card", "---\nmodel-index: [\n---\n", "its YAML header cannot be read"),
+    ],
+)
+def test_a_bad_side_file_stops_the_run_before_anything_is_sent(
+    flag, content, message, rolebench_slice_dir, tmp_path, capsys
+):
+    """The files a run reads besides the data (other runs' results, the RAW targets, the model card) are read first:
+    a bad one is exit 2 naming it, and the model is asked nothing."""
+    from rolellm.testing.server import ChatCompletionsServer
+
+    side = tmp_path / {"--compare_with": "other.json", "--raw_targets_file": "raw.jsonl"}.get(flag, "README.md")
+    if content is not None:
+        side.write_text(content, encoding="utf-8")
+    with ChatCompletionsServer() as server:
+        code = cli.main([
+            "evaluate", "--model", "test-model", "--base_url", server.base_url, "--dataset_name", "zh-role_specific",
+            "--data_dir", str(rolebench_slice_dir), "--roles", "李白", "--output_dir", str(tmp_path / "out"),
+            flag, str(side),
+        ])  # fmt: skip
+        assert code == 2 and server.requests == []
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("rolellm evaluate")]  # besides datasets' progress
+    assert len(said) == 1 and message in said[0] and side.name in said[0] and "Traceback" not in err
+    assert not (tmp_path / "out" / "results.json").exists()

@@ -311,24 +311,46 @@ def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:
     ]
 
 
+def load_model_card(card_path: str | Path):
+    """The model card at `card_path` (`--model_card`), or `None` when there is none yet; a folder, or a YAML header
+    that cannot be read, is an error naming the file. `rolellm evaluate` calls it before anything is generated."""
+    import yaml
+    from huggingface_hub import ModelCard
+
+    card_path = Path(card_path)
+    if card_path.is_dir():
+        raise IsADirectoryError(f"--model_card {card_path} is a folder: give the model card file (its README.md)")
+    if not card_path.exists():
+        return None
+    try:
+        return ModelCard.load(card_path)
+    except (yaml.YAMLError, ValueError) as error:
+        cause = " ".join(str(error).split())
+        raise ValueError(f"--model_card {card_path}: its YAML header cannot be read ({cause})") from None
+
+
+def read_compared_results(path: str | Path) -> dict:
+    """The `results.json` of another run (`--compare_with`): a JSON object with `model` and `metrics`, else an error
+    naming the file."""
+    from rolellm.roles.profile import DataFormatError, read_json_file
+
+    results = read_json_file(path)
+    if not isinstance(results, dict) or not isinstance(results.get("metrics"), dict) or "model" not in results:
+        raise DataFormatError(f"--compare_with {path}: not the results.json of a rolellm evaluate run (an object "
+                              "with 'model' and 'metrics')")  # fmt: skip
+    return results
+
+
 def update_model_card(card_path: str | Path, result: dict) -> Path:
     """Write the scores of a run into the `model-index` of the model card at `card_path` (created if missing).
 
     Entries for the same dataset config, split and metric name are replaced; others are kept.
     """
-    import yaml
     from huggingface_hub import ModelCard, ModelCardData
 
     card_path = Path(card_path)
-    if card_path.is_dir():
-        raise IsADirectoryError(f"--model_card {card_path} is a folder: give the model card file (its README.md)")
-    if card_path.exists():
-        try:
-            card = ModelCard.load(card_path)
-        except (yaml.YAMLError, ValueError) as error:
-            cause = " ".join(str(error).split())
-            raise ValueError(f"--model_card {card_path}: its YAML header cannot be read ({cause})") from None
-    else:
+    card = load_model_card(card_path)
+    if card is None:
         card = ModelCard.from_template(ModelCardData(), model_id=result["model"])
     new = eval_results(result)
     keys = {(e.dataset_config, e.dataset_split, e.metric_name) for e in new}

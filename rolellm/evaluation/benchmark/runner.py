@@ -337,7 +337,12 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         finish; the answers and the judge's verdicts so far are kept for the next run.
     """
     from rolellm.data.builder import load_rolebench
-    from rolellm.evaluation.benchmark.report import update_model_card, write_report
+    from rolellm.evaluation.benchmark.report import (
+        load_model_card,
+        read_compared_results,
+        update_model_card,
+        write_report,
+    )
     from rolellm.roles.resolve import profiles_for
 
     output_dir = Path(config.output_dir)
@@ -355,6 +360,12 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
+    # the other files of the run are read before anything is sent: a bad one stops the run first
+    raw_path = find_raw_targets(config, lang)
+    raw_targets = read_raw_targets(raw_path) if raw_path else None
+    others = [read_compared_results(path) for path in config.compare_with or []]
+    if config.model_card is not None:
+        load_model_card(config.model_card)
     profiles = {}
     if config.judge is not None or not config.is_rolegpt_baseline:  # the data's, --profiles, the checkpoint's
         model_dir = config.client.model if config.client.runs_weights else None
@@ -377,8 +388,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
                 f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged "
                 f"above and in {Path(config.output_dir) / 'generations.jsonl'}"
             )
-    raw_path = find_raw_targets(config, lang)
-    scores = score_predictions(rows, predictions, read_raw_targets(raw_path) if raw_path else None)
+    scores = score_predictions(rows, predictions, raw_targets)
     scores["metrics"]["win_rate"] = None
     if config.judge is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
@@ -419,7 +429,6 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     (output_dir / "results.json").write_text(
         json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    others = [json.loads(Path(path).read_text(encoding="utf-8")) for path in config.compare_with or []]
     write_report([*others, results], output_dir)
     failed = (
         results["counts"].get("failed", 0)
