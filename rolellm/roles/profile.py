@@ -62,15 +62,7 @@ def parse_json_line(line: str, path, line_no: int) -> dict:
     ...
     rolellm.roles.profile.DataFormatError: rows.jsonl:2: expected a JSON object, got list
     """
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        hint = " (the line looks truncated)" if not line.rstrip().endswith("}") else ""
-        raise DataFormatError(f"{path}:{line_no}: not valid JSON{hint}: {error.msg} (column {error.colno})") from None
-    except RecursionError:
-        raise DataFormatError(f"{path}:{line_no}: a JSON value nested too deeply to read") from None
-    except ValueError as error:  # an integer of more digits than Python converts
-        raise DataFormatError(f"{path}:{line_no}: not a readable JSON value: {error}") from None
+    record = parse_json_text(line, path, line_no)
     if not isinstance(record, dict):
         raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
     if _SURROGATE_ESCAPE.search(line):  # pairs were joined by json.loads; a lone half cannot be written as UTF-8
@@ -306,9 +298,10 @@ def read_text(path, allow_empty: bool = False) -> str:
     return text
 
 
-def parse_json_text(text: str, path):
-    """The value of a whole JSON document read from `path`; invalid JSON, a value nested too deeply for Python or an
-    integer of too many digits is a `DataFormatError` naming the file (and the line).
+def parse_json_text(text: str, path, line_no: int | None = None, object_pairs_hook=None):
+    """The value of a JSON document read from `path` (line `line_no` of a JSON Lines file, or the whole file); invalid
+    JSON, a value nested too deeply for Python or an integer of too many digits is a `DataFormatError` naming the
+    file and the line. `object_pairs_hook` is `json.loads`'s; what it raises (other than a `ValueError`) passes.
 
     >>> parse_json_text('{"cases": [1]}', "results.json")
     {'cases': [1]}
@@ -317,16 +310,28 @@ def parse_json_text(text: str, path):
     ...
     rolellm.roles.profile.DataFormatError: results.json:1: not valid JSON (Expecting ',' delimiter, column 13)
     """
+    at = path if line_no is None else f"{path}:{line_no}"
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as error:
-        raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})") from None
+        if line_no is None:
+            raise DataFormatError(
+                f"{path}:{error.lineno}: not valid JSON ({error.msg}, column {error.colno})"
+            ) from None
+        hint = " (the line looks truncated)" if not text.rstrip().endswith("}") else ""
+        raise DataFormatError(f"{at}: not valid JSON{hint}: {error.msg} (column {error.colno})") from None
     except RecursionError:
-        raise DataFormatError(f"{path}: a JSON value nested too deeply to read") from None
+        raise DataFormatError(f"{at}: a JSON value nested too deeply to read") from None
     except ValueError as error:  # an integer of more digits than Python converts
-        raise DataFormatError(f"{path}: not a readable JSON value: {error}") from None
+        raise DataFormatError(f"{at}: not a readable JSON value: {error}") from None
 
 
-def read_json_file(path):
-    """The JSON value of a UTF-8 file (`read_text`, then `parse_json_text`): errors name the file and the line."""
+def read_json_file(path, kind: str | None = None):
+    """The JSON value of a UTF-8 file (`read_text`, then `parse_json_text`): errors name the file and the line. With
+    `kind` (what the file is, e.g. `"results file"`), a folder or a missing file is an error saying so."""
+    if kind is not None:
+        if Path(path).is_dir():
+            raise IsADirectoryError(f"{path} is a folder: give the {kind}")
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: no such {kind}")
     return parse_json_text(read_text(path), path)

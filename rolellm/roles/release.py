@@ -28,6 +28,7 @@ from rolellm.roles.profile import (
     join_catchphrases,
     parse_description,
     parse_json_line,
+    parse_json_text,
     read_text,
     role_key,
 )
@@ -259,7 +260,7 @@ def _read_generated_marker(path: Path) -> set[str]:
         raise DataFormatError(f'{path}: expected {{"generated": [role, ...], "reviewed": [role, ...]}}') from None
 
 
-class _RepeatedKey(ValueError):
+class _RepeatedKey(Exception):
     pass
 
 
@@ -285,15 +286,9 @@ def _read_json_object(path: Path, required: bool) -> dict[str, str]:
         warnings.warn(f"{path} is empty", ProfileFileWarning, stacklevel=3)
         return {}
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as error:
-        raise DataFormatError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+        data = parse_json_text(text, path, object_pairs_hook=_unique_keys)
     except _RepeatedKey as repeated:
         raise DataFormatError(f"{path}: {repeated.args[0]!r} is given twice; keep one entry per role") from None
-    except RecursionError:
-        raise DataFormatError(f"{path}: a JSON value nested too deeply to read") from None
-    except ValueError as error:  # an integer of more digits than Python converts
-        raise DataFormatError(f"{path}: not a readable JSON value: {error}") from None
     if not isinstance(data, dict):
         raise DataFormatError(f"{path}: expected a JSON object of role -> text, got {type(data).__name__}")
     by_key = {}

@@ -133,11 +133,7 @@ def read_results(path: str | os.PathLike) -> dict:
     """A results file (`{"scores", "cases"}`, the original's or rolellm's); an error names the file and what is
     missing."""
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder: give its results.json")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such results file")
-    results = read_json_file(path)
+    results = read_json_file(path, "results file (results.json)")
     if not isinstance(results, dict) or not isinstance(results.get("cases"), dict):
         raise ValueError(f"{path}: a CoSER results file is an object with 'scores' and 'cases'")
     if not results["cases"]:

@@ -151,11 +151,7 @@ def read_coser_test_set(path: str | os.PathLike) -> list[CoserCase]:
         `FileNotFoundError` for a missing file, `DataFormatError` naming the file, the case and the field.
     """
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder: give the test set file (CoSER's data/test/test_set.json)")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such test set file (CoSER's data/test/test_set.json)")
-    records = read_json_file(path)
+    records = read_json_file(path, "test set file (CoSER's data/test/test_set.json)")
     if not isinstance(records, list) or not records:
         raise DataFormatError(f"{path}: a test set is a non-empty JSON list of cases")
     cases, seen = [], {}
