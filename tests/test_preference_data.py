@@ -153,6 +153,19 @@ def test_a_malformed_preference_file_names_file_line_and_field(tmp_path):
         load_rolebench("zh-preference", data_dir=tmp_path)
 
 
+def test_repeated_pairs_are_kept_and_counted(tmp_path, caplog):
+    from rolellm.data.preference import read_preference_rows
+
+    row = {"role": "李白", "question": "你好", "chosen": "幸会", "rejected": "嗯", "lang": "zh"}
+    lines = [row, {**row, "source": "sillytavern"}, {**row, "rejected": "好"}, row]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="rolellm.data.preference"):
+        rows = read_preference_rows(path, "preference")
+    assert len(rows) == 4  # nothing dropped
+    assert "2 row(s) repeat an earlier row exactly (line 2 repeats line 1, line 4 repeats line 1)" in caplog.text
+
+
 def test_rubric_ranking_scores_each_answer(tmp_path):
     from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS
 

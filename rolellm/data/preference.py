@@ -74,11 +74,23 @@ def check_preference_row(record: dict, kind: str, where: str) -> dict:
 
 def read_preference_rows(path: str | Path, kind: str) -> list[dict]:
     """The rows of a preference file of `kind` (`"preference"` or `"unpaired"`), each checked; errors name the file
-    and the line (an empty file is one: a split without rows has no file)."""
-    rows = []
+    and the line (an empty file is one: a split without rows has no file). Rows that repeat an earlier row exactly
+    are kept and counted in one warning naming their lines."""
+    rows, first_line, repeats = [], {}, []
     for line_no, line in enumerate(read_text(path).splitlines(), start=1):
         if line.strip():
-            rows.append(check_preference_row(parse_json_line(line, path, line_no), kind, f"{path}:{line_no}"))
+            row = check_preference_row(parse_json_line(line, path, line_no), kind, f"{path}:{line_no}")
+            key = tuple(row[name] for name in PREFERENCE_FEATURES[kind] if name != "source")
+            if key in first_line:
+                repeats.append((line_no, first_line[key]))
+            first_line.setdefault(key, line_no)
+            rows.append(row)
+    if repeats:
+        shown = ", ".join(f"line {line} repeats line {first}" for line, first in repeats[:5])
+        logger.warning(
+            "%s: %d row(s) repeat an earlier row exactly (%s%s); they are kept and weigh twice in training",
+            path, len(repeats), shown, ", ..." if len(repeats) > 5 else "",
+        )  # fmt: skip
     return rows
 
 
