@@ -279,6 +279,12 @@ ROLEGPT = ("generate", "rolegpt", "--model", "m", "--base_url", "http://127.0.0.
            "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
 
 
+CONTEXT_INSTRUCT = ("generate", "context-instruct", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles", "{path}", "--lang", "en",
+                    "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
+DESCRIBE = ("generate", "describe", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles", "{path}", "--lang", "en", "--output_dir",
+            "{dir}/out", "--dry_run")  # fmt: skip
+
+
 CASES = [
     # --- RoleBench rows files -------------------------------------------------------------------------------------
     ("rows-truncated-line", rows_file(ROW, '{"role": "Po", "question": " Hi'), general_rows,
@@ -821,6 +827,53 @@ CASES = [
      error(r"--max_instructions 0: keep at least 1")),
     ("instructions-question-column", instructions({"question": "Hi?"}, {"instruction": "Why?", "target": "Because."}),
      cli(*ROLEGPT), accepted()),
+    # --- generator flags (context-instruct, describe) --------------------------------------------------------------
+    ("ci-prompt-template-a-file-name", mini_release(), cli(*CONTEXT_INSTRUCT, "--prompt_template", "{path}/mine.txt"),
+     error(r"prompt_template='.*mine\.txt' is the name of a file, not a template's text")),
+    ("ci-prompt-template-not-jinja", mini_release(), cli(*CONTEXT_INSTRUCT, "--prompt_template", "{{ role }}\n{% if %}"),
+     error(r"prompt_template: line 2: not valid Jinja")),
+    ("ci-prompt-template-no-variable", mini_release(), cli(*CONTEXT_INSTRUCT, "--prompt_template", "Ask questions."),
+     error(r"prompt_template='Ask questions\.' has no \{\{ variable \}\}")),
+    ("ci-prompt-template-uses-source", mini_release(),
+     cli(*CONTEXT_INSTRUCT, "--prompt_template", "Ask {{ role }} about {{ source }}."), accepted(nothing_written)),
+    ("ci-dedup-threshold-above-100", mini_release(), cli(*CONTEXT_INSTRUCT, "--dedup_threshold", "200"),
+     error(r"dedup_threshold=200\.0 must be between 0 and 100")),
+    ("ci-test-fraction-1.5", mini_release(), cli(*CONTEXT_INSTRUCT, "--test_fraction", "1.5"),
+     error(r"test_fraction=1\.5 must be between 0 and 1")),
+    ("ci-screenplay-without-cues", text_file("s.fountain", "Just prose.\nNo cue here.\n"),
+     cli("generate", "context-instruct", "--model", "m", "--profiles", "{path}", "--roles", "Po", "--output_dir",
+         "{dir}/out", "--dry_run"), error(r"s\.fountain: no line of 'Po' \(no speaker cue found")),
+    ("describe-zero-length", mini_release(), cli(*DESCRIBE, "--description_length", "0"),
+     error(r"description_length=0 must be at least 1")),
+    ("describe-prompt-template-a-file-name", mini_release(), cli(*DESCRIBE, "--prompt_template", "mine.jinja"),
+     error(r"prompt_template='mine\.jinja' is the name of a file")),
+    ("rolegpt-test-fraction-negative", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--test_fraction", "-0.1"),
+     error(r"test_fraction=-0\.1 must be between 0 and 1")),
+    ("rolegpt-zero-samples", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--num_samples", "0"),
+     error(r"below num_samples=0")),
+    # --- recipe values of every command (`scripts.recipe.check_recipe_values`) -------------------------------------
+    ("recipe-empty-required-value", recipe("model_name_or_path: rolegpt\ndataset_name: zh-general\noutput_dir:\n"),
+     cli(*EVALUATE), error(r"recipe\.yaml: output_dir is empty: give it a value or remove the line")),
+    ("recipe-empty-value-with-default", recipe(GOOD_RECIPE + "temperature:\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: temperature is empty")),
+    ("recipe-bool-not-a-bool", recipe(GOOD_RECIPE + "allow_partial: maybe\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: allow_partial must be true or false, got 'maybe'")),
+    ("recipe-bool-a-number", recipe(GOOD_RECIPE + "allow_partial: 3\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: allow_partial must be true or false, got 3")),
+    ("recipe-list-for-a-number", recipe(GOOD_RECIPE + "max_new_tokens: [1, 2]\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: max_new_tokens takes one value, got a list")),
+    ("recipe-tab-indent", recipe("model_name_or_path: rolegpt\n\toutput_dir: out\n"), cli(*EVALUATE),
+     error(r"recipe\.yaml: not valid YAML: .*'\\t'.* line 2")),
+    ("recipe-describe-string-for-int", recipe("model: m\noutput_dir: o\nprofiles: [p]\ndescription_length: long\n"),
+     cli("generate", "describe", "--config", "{path}"), error(r"recipe\.yaml: description_length must be int, got 'long'")),
+    ("recipe-dialogue-unknown-key", recipe("model: m\nuser_model: u\nnum_turn: 3\n"), cli("dialogue", "--config", "{path}"),
+     error(r"recipe\.yaml: unknown keys \['num_turn'\]")),
+    ("recipe-roles-one-name", lambda tmp_path: write_mini_release(tmp_path / "release") and recipe(
+        f"model: m\nbase_url: http://127.0.0.1:9/v1\noutput_dir: {tmp_path}/out\nprofiles: [{tmp_path}/release]\nlang: en\nroles: Ada Quill\n"
+        "dry_run: true\n")(tmp_path), cli("generate", "describe", "--config", "{path}"), accepted()),
+    ("recipe-roles-numbers", lambda tmp_path: write_mini_release(tmp_path / "release") and recipe(
+        f"model: m\noutput_dir: {tmp_path}/out\nprofiles: [{tmp_path}/release]\nlang: en\nroles: [1, 2]\n"
+        "dry_run: true\n")(tmp_path), cli("generate", "describe", "--config", "{path}"), error(r"roles \['1', '2'\] are not in")),
 ]  # fmt: skip
 
 

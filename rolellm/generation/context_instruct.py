@@ -31,6 +31,7 @@ from rolellm.generation.job import (
     GenerationJob,
     GenerationResult,
     as_profiles,
+    check_prompt_source,
     check_test_fraction,
     extract_json,
     failure_reason,
@@ -117,6 +118,9 @@ class ContextInstructConfig:
             raise ValueError(f"min_confidence={self.min_confidence} must be between 0 and 1")
         if self.max_segment_tokens < 1 or self.num_questions < 1:
             raise ValueError("max_segment_tokens and num_questions must be at least 1")
+        if not 0 <= self.dedup_threshold <= 100:
+            raise ValueError(f"dedup_threshold={self.dedup_threshold} must be between 0 and 100 (a rapidfuzz ratio)")
+        check_prompt_source(self.prompt_template)
 
 
 def format_line(utterance: Utterance) -> str:

@@ -23,7 +23,7 @@ import jinja2
 
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.profile import RoleProfile, parse_json_line, read_text
-from rolellm.roles.prompts import JINJA_ENV, load_prompt
+from rolellm.roles.prompts import JINJA_ENV, load_prompt, looks_like_a_file_name
 from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles, write_release_profiles
 
 
@@ -42,12 +42,43 @@ def render_prompt(name: str, **variables) -> str:
     return load_prompt(name).render(**variables).strip()
 
 
-def render_prompt_source(source: str, **variables) -> str:
-    """Render a user-supplied Jinja template (a config's prompt override) with `variables`."""
+def render_prompt_source(template_source: str, /, **variables) -> str:
+    """Render a user-supplied Jinja template (a config's prompt override) with `variables` (any names, `source`
+    and `template_source` included)."""
     try:
-        return JINJA_ENV.from_string(source).render(**variables).strip()
+        return JINJA_ENV.from_string(template_source).render(**variables).strip()
     except jinja2.TemplateError as error:
         raise ValueError(f"The prompt template is not valid Jinja for {sorted(variables)}: {error}") from error
+
+
+def check_prompt_source(template_source: str | None) -> None:
+    """A generator config's `prompt_template` checked before any request: Jinja text with at least one `{{ ... }}`
+    (a file name, or text without a variable, would send one fixed prompt for every role), that compiles.
+
+    >>> check_prompt_source("Questions about {{ role }}.")
+    >>> check_prompt_source("prompts/mine.jinja")
+    Traceback (most recent call last):
+    ...
+    ValueError: prompt_template='prompts/mine.jinja' is the name of a file, not a template's text: pass the file's content (--prompt_template "$(cat prompts/mine.jinja)")
+    """
+    if template_source is None:
+        return
+    if not isinstance(template_source, str) or not template_source.strip():
+        raise ValueError(f"prompt_template={template_source!r} must be the Jinja text of the prompt")
+    text = template_source.strip()
+    if looks_like_a_file_name(text) or ("{" not in text and " " not in text and ("/" in text or Path(text).suffix)):
+        raise ValueError(
+            f"prompt_template={template_source!r} is the name of a file, not a template's text: pass the file's "
+            f'content (--prompt_template "$(cat {text})")'
+        )
+    if "{{" not in text:
+        raise ValueError(
+            f"prompt_template={template_source!r} has no {{{{ variable }}}}: every role would get the same prompt"
+        )
+    try:
+        JINJA_ENV.parse(template_source)
+    except jinja2.TemplateSyntaxError as error:
+        raise ValueError(f"prompt_template: line {error.lineno}: not valid Jinja: {error.message}") from None
 
 
 def user_prompt(prompt_template: str | None, name: str, **variables) -> list[dict]:

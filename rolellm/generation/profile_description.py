@@ -26,6 +26,7 @@ from rolellm.generation.job import (
     GenerationJob,
     GenerationResult,
     as_profiles,
+    check_prompt_source,
     extract_json,
     failure_reason,
     sampling_params,
@@ -67,7 +68,10 @@ class ProfileDescriptionConfig:
     seed: int = field(default=0, metadata={"help": "The request seed."})
 
     def __post_init__(self):
-        check_minimums(self, max_dialogue_tokens=1, num_catchphrases=0, temperature=0, max_tokens=1)
+        check_minimums(
+            self, max_dialogue_tokens=1, description_length=1, num_catchphrases=0, temperature=0, max_tokens=1
+        )
+        check_prompt_source(self.prompt_template)
 
 
 def sample_dialogue(profile: RoleProfile, max_tokens: int = 3000) -> str:

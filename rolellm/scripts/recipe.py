@@ -133,15 +133,28 @@ def make_command_group(name: str, description: str, subparsers=None, dest: str =
     return parser, actions
 
 
-def check_recipe_values(path: str, recipe: dict, actions) -> None:
-    """Check recipe values as the command line checks flags: a choice outside the field's choices, or a value its
-    type cannot read, is an error naming the file and the field (argparse checks only what it parses itself)."""
+def check_recipe_values(path: str, recipe: dict, actions) -> dict:
+    """Check recipe values as the command line checks flags, and return them as the flags would give them.
+
+    A choice outside the field's choices, a value its type cannot read (`max_new_tokens: lots`, `allow_partial:
+    maybe`), a list or mapping for a field of one value, or an empty value (`output_dir:`) for a field that needs
+    one is an error naming the file and the field (argparse checks only what it parses itself). A single value for
+    a field of several (`roles: Po`) becomes a list of one, and a number for a text field (`revision: 2024`) text.
+    """
     by_dest = {action.dest: action for action in actions}
+    checked = {}
     for key, value in recipe.items():
         action = by_dest.get(key)
-        if action is None or value is None:
+        if action is None:
+            checked[key] = value
             continue
-        if isinstance(value, (list, dict)) and action.nargs in (None, "?"):
+        if value is None:
+            if action.required or action.default is not None:
+                raise ValueError(f"{path}: {key} is empty: give it a value or remove the line")
+            checked[key] = value
+            continue
+        several = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+        if isinstance(value, dict) or (isinstance(value, list) and not several):
             raise ValueError(f"{path}: {key} takes one value, got a {type(value).__name__}: {value!r}")
         values = value if isinstance(value, list) else [value]
         if action.choices is not None:
@@ -156,6 +169,21 @@ def check_recipe_values(path: str, recipe: dict, actions) -> None:
                     ok = False
                 if not ok:
                     raise ValueError(f"{path}: {key} must be {action.type.__name__}, got {v!r}")
+        elif getattr(action.type, "__name__", "") == "string_to_bool":
+            for v in values:
+                try:
+                    ok = isinstance(v, bool) or (isinstance(v, str) and isinstance(action.type(v), bool))
+                except (TypeError, ValueError, argparse.ArgumentTypeError):
+                    ok = False
+                if not ok:
+                    raise ValueError(f"{path}: {key} must be true or false, got {v!r}")
+        elif action.type is str:
+            wrong = [v for v in values if isinstance(v, (bool, list, dict))]
+            if wrong:
+                raise ValueError(f"{path}: {key} must be text, got {wrong[0]!r}")
+            values = [v if isinstance(v, str) else str(v) for v in values]
+        checked[key] = values if several else values[0]
+    return checked
 
 
 def recipe_parser_class():
@@ -187,7 +215,7 @@ def recipe_parser_class():
                 if index + 1 >= len(args):
                     self.error("--config needs the path of a YAML file")
                 recipe = read_recipe(args[index + 1], self.dataclass_types)
-                check_recipe_values(args[index + 1], recipe, self._actions)
+                recipe = check_recipe_values(args[index + 1], recipe, self._actions)
                 self.set_defaults(**recipe)
                 del args[index : index + 2]
                 # fields given in the recipe are no longer required on the command line
