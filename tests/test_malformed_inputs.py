@@ -4,7 +4,7 @@ Every case is `(id, build, entry, expected)`: `build(tmp_path)` writes the input
 reads it the way a user would (a reader of the API, or the command line), and `expected` is one of
 
 - `error(pattern)`: an exception whose message matches `pattern`, which names the file (and the line and field
-  where there is one), or for the command line exit code 2 with that message on stderr and no traceback;
+  where there is one), or for the command line exit code 2 (or `code`) with that message on stderr and no traceback;
 - `warns(pattern)`: accepted, with one warning matching `pattern` that names the file and counts what it found;
 - `accepted(check)`: accepted with no warning, and `check(result)` holds.
 """
@@ -49,10 +49,11 @@ class Expect:
     kind: str  # "error", "warns" or "accepted"
     pattern: str = ""
     check: Callable[[Any], bool] | None = None
+    code: int = 2  # the exit code of an error on the command line
 
 
-def error(pattern):
-    return Expect("error", pattern)
+def error(pattern, code=2):
+    return Expect("error", pattern, code=code)
 
 
 def warns(pattern):
@@ -851,6 +852,17 @@ CASES = [
      error(r"test_fraction=-0\.1 must be between 0 and 1")),
     ("rolegpt-zero-samples", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--num_samples", "0"),
      error(r"below num_samples=0")),
+    # --- export folders and the Hub ---------------------------------------------------------------------------------
+    ("export-into-the-checkpoint", model_folder(**{"config.json": {}}), cli("export", "{path}", "--output_dir", "{path}/merged"),
+     error(r"--output_dir .*model/merged is inside the checkpoint .*model: export to a folder outside it")),
+    ("data-export-into-the-release", mini_release(),
+     cli("data", "export", "{path}/hub", "--data_dir", "{path}", "--configs", "zh-general"),
+     error(r"release/hub is inside the release folder .*release: export to a folder outside it")),
+    ("data-export-unknown-config", mini_release(), cli("data", "export", "{dir}/hub", "--data_dir", "{path}", "--configs", "zh-genral"),
+     error(r"unknown RoleBench config 'zh-genral'; choose one of zh, zh-general")),
+    ("model-a-hub-id-unreachable", mini_release(), cli("generate", "describe", "--model", "nobody/no-such-model", "--profiles",
+                                                         "{path}", "--lang", "en", "--output_dir", "{dir}/out", "--dry_run"),
+     error(r"rolellm generate: .*huggingface\.co", code=3)),
     # --- recipe values of every command (`scripts.recipe.check_recipe_values`) -------------------------------------
     ("recipe-empty-required-value", recipe("model_name_or_path: rolegpt\ndataset_name: zh-general\noutput_dir:\n"),
      cli(*EVALUATE), error(r"recipe\.yaml: output_dir is empty: give it a value or remove the line")),
@@ -890,7 +902,7 @@ def test_malformed_input(name, build, entry, expected, tmp_path, capsys, monkeyp
         err = capsys.readouterr().err
         assert "Traceback" not in err
         if expected.kind == "error":
-            assert code == 2, err
+            assert code == expected.code, err
             assert any(_search(expected.pattern, line) for line in [err]), err
             return
         assert code == 0, err
@@ -942,3 +954,42 @@ def test_the_arrow_reader_of_the_builder_agrees_with_the_row_reader(name, build,
 def test_the_suite_has_at_least_90_cases():
     assert len(CASES) >= 90
     assert len({_id(c) for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["push-metric", "--repo_id", "me/rolebench_rouge"],
+        ["export", "{model}", "--output_dir", "{tmp}/out", "--push_to_hub", "me/po"],
+        [
+            "data",
+            "export",
+            "{tmp}/out",
+            "--data_dir",
+            "{tmp}/release",
+            "--configs",
+            "zh-general",
+            "--push_to_hub",
+            "me/rb",
+        ],
+    ],
+    ids=["push-metric", "export", "data-export"],
+)
+def test_a_push_without_a_hub_token_stops_before_any_work(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no token file either
+    model = model_folder(**{"config.json": {}})(tmp_path)
+    argv = [a.replace("{model}", str(model)).replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs a Hugging Face token: run `hf auth login` or set HF_TOKEN; nothing was done" in err, err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_hub_that_cannot_be_reached_is_exit_3_and_never_shows_the_token(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_sweepsecret0123456789")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    code = main(["push-metric", "--repo_id", "me/rolebench_rouge"])
+    err = capsys.readouterr().err
+    assert code == 3 and "cannot reach the Hugging Face Hub" in err, err
+    assert "hf_sweepsecret" not in err and "Traceback" not in err

@@ -69,6 +69,8 @@ def export_rolebench(
     if dataset is None:
         if data_dir is None:
             raise ValueError("pass the rows to export (dataset=...) or a release folder (data_dir=...)")
+        if Path(folder).resolve().is_relative_to(Path(data_dir).resolve()):
+            raise ValueError(f"{folder} is inside the release folder {data_dir}: export to a folder outside it")
         dataset = release_configs(data_dir, configs, cache_dir=cache_dir)
     elif isinstance(dataset, datasets.DatasetDict):
         dataset = {config_name: dataset}

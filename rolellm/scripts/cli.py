@@ -131,6 +131,9 @@ def describe_error(error: BaseException) -> tuple[int, str]:
         return EXIT_FAILED, message
     if isinstance(error, EngineUnavailable):  # `--backend vllm` or `ray` without the engine: install the extra
         return EXIT_USAGE, message
+    hub = hub_error(error)
+    if hub is not None:
+        return hub[0], message if hub[1] is None else hub[1]
     if isinstance(error, (ValueError, LookupError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return EXIT_USAGE, message
     if isinstance(error, PermissionError) or type(error).__name__ == "YAMLError" or "yaml" in type(error).__module__:
@@ -138,6 +141,38 @@ def describe_error(error: BaseException) -> tuple[int, str]:
     if type(error).__name__ == "PackageNotFoundError":  # a package the run needs is not installed (`require_version`)
         return EXIT_USAGE, f"a package is missing: {message}"
     return EXIT_BUG, f"unexpected {type(error).__name__}: {message}"
+
+
+def hub_error(error: BaseException) -> tuple[int, str | None] | None:
+    """The exit code (and a message, or None to keep the error's own) of an error of the Hugging Face Hub or of a
+    model id loaded from it, or None for any other error: the Hub unreachable is 3 (nothing could be done), a
+    repository or file that is not there, or a token refused, is 2 (the id or the login is wrong).
+
+    >>> hub_error(OSError("We couldn't connect to 'https://huggingface.co' to load the files"))[0]
+    3
+    """
+    name, module = type(error).__name__, type(error).__module__
+    connect = name in ("ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
+    if connect and module.split(".")[0].rstrip("0123456789") in (
+        "httpx",
+        "httpcore",
+        "requests",
+        "huggingface_hub",
+        "urllib3",
+    ):
+        return EXIT_FAILED, f"cannot reach the Hugging Face Hub ({name}: {error}); check the network, or the cache"
+    if type(error) is OSError and error.errno is None:  # transformers' words for a model id it cannot load
+        text = str(error)
+        if "couldn't connect to" in text:
+            return EXIT_FAILED, None
+        if "huggingface.co" in text or "valid model identifier" in text or "does not appear to have" in text:
+            return EXIT_USAGE, None
+    if module.startswith("huggingface_hub") and "HTTPError" in "".join(c.__name__ for c in type(error).__mro__):
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        if status in (401, 403):
+            return EXIT_USAGE, f"the Hub refused the request ({status}): log in (`hf auth login`) or set HF_TOKEN"
+        return EXIT_USAGE if status in (404, 409) else EXIT_FAILED, None
+    return None
 
 
 # errors of the file system that come from a path the user gave: a missing file, a folder given for a file or the

@@ -15,7 +15,7 @@ from typing import Literal
 
 from rolellm.data.release import HUB_REPO_ID
 from rolellm.scripts.exit_codes import EXIT_PARTIAL, EXIT_USAGE
-from rolellm.scripts.recipe import make_command_group, make_command_parser
+from rolellm.scripts.recipe import make_command_group, make_command_parser, require_hub_token
 
 
 DESCRIPTION = "RoleBench data: statistics (paper Table 1), leakage checks, export/push in the Hub's no-code layout."
@@ -180,6 +180,8 @@ def run_check(args) -> int:
 def run_export(args) -> int:
     from rolellm.data.hub import export_rolebench, upload_export
 
+    if args.push_to_hub:
+        require_hub_token("--push_to_hub")
     data_dir = resolve_data_dir(args)
     folder = export_rolebench(args.output_dir, data_dir=data_dir, configs=args.configs)
     configs = sorted(path.name for path in folder.iterdir() if path.is_dir())

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 
 from rolellm.scripts.exit_codes import EXIT_FAILED
-from rolellm.scripts.recipe import make_command_parser
+from rolellm.scripts.recipe import make_command_parser, require_hub_token
 
 
 @dataclass
@@ -57,6 +57,8 @@ def main(args=None, api=None):
         args = make_parser().parse_args()
     from rolellm.training.export import BaseModelNotFound, export_checkpoint
 
+    if args.push_to_hub and api is None:
+        require_hub_token("--push_to_hub")
     try:
         folder = export_checkpoint(
             args.checkpoint, args.output_dir, merge=args.merge, push_to_hub=args.push_to_hub,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm import metrics
-from rolellm.scripts.recipe import make_command_parser
+from rolellm.scripts.recipe import make_command_parser, require_hub_token
 
 
 METRICS_DIR = Path(metrics.__file__).parent  # one folder per `evaluate` module
@@ -96,6 +96,8 @@ def build_space(metric: str, output_dir: str | Path, requirement: str = "rolellm
 def main(args):
     if args.repo_id is None and args.output_dir is None:
         raise SystemExit("rolellm push-metric: pass --repo_id <user>/<space> to push, or --output_dir to only build.")
+    if args.repo_id is not None:
+        require_hub_token("--repo_id")
     with tempfile.TemporaryDirectory() as scratch:
         folder = build_space(args.metric, args.output_dir or Path(scratch) / args.metric, args.requirement)
         print(f"Space files for {args.metric} in {folder}")

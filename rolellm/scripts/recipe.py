@@ -186,6 +186,15 @@ def check_recipe_values(path: str, recipe: dict, actions) -> dict:
     return checked
 
 
+def require_hub_token(flag: str) -> None:
+    """A command that pushes to the Hub (`flag`) stops before any work when no token is set (`hf auth login` or
+    `$HF_TOKEN`); the token itself is never printed."""
+    from huggingface_hub import get_token
+
+    if not get_token():
+        raise ValueError(f"{flag} needs a Hugging Face token: run `hf auth login` or set HF_TOKEN; nothing was done")
+
+
 def recipe_parser_class():
     """`HfArgumentParser` that reads `--config recipe.yaml` first (like `trl.TrlParser`, but `parse_args` returns a
     namespace and the recipe is checked by `read_recipe`); flags given on the command line override the recipe.

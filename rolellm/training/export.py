@@ -65,6 +65,10 @@ def export_checkpoint(
             "rolellm train or one of its checkpoint-N folders"
         )
     check_model_folder(checkpoint, "the checkpoint", need_base=merge)  # its JSON files, and the base of a merge
+    if output_dir.resolve().is_relative_to(checkpoint.resolve()):
+        raise ValueError(
+            f"--output_dir {output_dir} is inside the checkpoint {checkpoint}: export to a folder outside it"
+        )
     if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise ValueError(f"{output_dir}: exists and is not empty; pass a new --output_dir or empty it first")
     merged = merge and is_adapter_checkpoint(checkpoint)
