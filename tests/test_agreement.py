@@ -171,7 +171,7 @@ def test_judge_agreement_cli_exit_codes(tmp_path, capsys):
     assert run_cli(["agreement", "--human", str(human), "--results", str(tmp_path / "empty")]) == 2
     assert "neither scores.json" in capsys.readouterr().err
     human.write_text('{"id": "other", "scores": {"memory": 3}}\n')
-    assert run_cli(["agreement", "--human", str(human), "--results", str(tmp_path / "run")]) == 1
+    assert run_cli(["agreement", "--human", str(human), "--results", str(tmp_path / "run")]) == 2
     assert "nothing to compare" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:  # argparse: a missing required flag
         run_cli(["agreement", "--human", str(human)])

@@ -280,6 +280,23 @@ ROLEGPT = ("generate", "rolegpt", "--model", "m", "--base_url", "http://127.0.0.
            "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
 
 
+def judge_run(result, name="scores.json"):
+    """A results folder `res/` holding `name` (a dict is written as JSON) and a human label file `h.jsonl` of item
+    `a` beside it; returns the label file."""
+
+    def build(tmp_path):
+        (tmp_path / "res").mkdir()
+        (tmp_path / "res" / name).write_text(
+            result if isinstance(result, str) else json.dumps(result), encoding="utf-8"
+        )
+        return jsonl("h.jsonl", {"id": "a", "scores": {"style": 4}}, {"id": 0, "choice": "win"})(tmp_path)
+
+    return build
+
+
+AGREEMENT = ("judge", "agreement", "--human", "{path}", "--results", "{dir}/res", "--output", "{dir}/agreement.json")
+
+
 CONTEXT_INSTRUCT = ("generate", "context-instruct", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles", "{path}", "--lang", "en",
                     "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
 DESCRIBE = ("generate", "describe", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles", "{path}", "--lang", "en", "--output_dir",
@@ -618,6 +635,18 @@ CASES = [
      error(r"h\.jsonl:1: not UTF-8 text")),
     ("labels-bom-crlf", text_file("h.jsonl", '\ufeff{"id": 1, "choice": "tie"}\r\n'), read_human_labels,
      accepted(lambda labels: labels[0]["choice"] == "tie")),
+    ("labels-a-csv-file", text_file("h.csv", "id,style\na,4\n"), read_human_labels,
+     error(r"--human .*h\.csv: a CSV file; human labels are JSONL")),
+    ("judge-scores-without-items", judge_run({"itemz": []}), cli(*AGREEMENT),
+     error(r"res/scores\.json: field 'items' is missing \(fields found: \['itemz'\]\)")),
+    ("judge-scores-id-twice", judge_run({"items": [{"id": "a", "scores": {"style": 4}}, {"id": "a", "scores": {"style": 1}}]}),
+     cli(*AGREEMENT), error(r"res/scores\.json: items\[1\]: id 'a' is also items\[0\]")),
+    ("judge-outcome-unknown", judge_run({"win_rate": {"outcomes": ["win", "WIN"]}}, name="results.json"), cli(*AGREEMENT),
+     error(r"res/results\.json: win_rate\.outcomes\[1\] must be one of \('win', 'tie', 'loss'\) or 'failed', got 'WIN'")),
+    ("judge-no-common-id", judge_run({"items": [{"id": "x", "scores": {"style": 4}}]}), cli(*AGREEMENT),
+     error(r"nothing to compare: none of the 2 human item ids \(0, a\.\.\.\) has a judge verdict .*\(its ids: x.*nothing was written")),
+    ("judge-scores-truncated", judge_run('{"items": [{"id": "a", "sco'), cli(*AGREEMENT),
+     error(r"res/scores\.json: not valid JSON \(line 1: .*was the run cut short")),
     # --- values JSON reads but Python cannot hold -----------------------------------------------------------------
     ("rows-deeply-nested", rows_file('{"role": "Po", "question": "Hi", "generated": ["A"], "x": '
                                      + "[" * 100_000 + "]" * 100_000 + "}"), general_rows,

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rolellm.scripts.exit_codes import EXIT_PARTIAL, EXIT_USAGE
+from rolellm.scripts.exit_codes import EXIT_USAGE
 from rolellm.scripts.recipe import make_command_group, make_command_parser
 
 
@@ -97,10 +97,10 @@ def main(args=None):
         found = sorted(set(scores) | set(choices))
         print(
             f"{prog}: nothing to compare: none of the {len(ids)} human item ids ({', '.join(ids[:3])}...) has a judge "
-            f"verdict in {args.results} (its ids: {', '.join(found[:3]) or 'none'}...)",
+            f"verdict in {args.results} (its ids: {', '.join(found[:3]) or 'none'}...); nothing was written",
             file=sys.stderr,
         )
-        return EXIT_PARTIAL
+        return EXIT_USAGE  # labels and verdicts of different items: an input error, nothing was done
     print(format_agreement(result, args.confidence_level))
     if result["unmatched"]:
         print(f"{len(result['unmatched'])} human items have no judge verdict: {', '.join(result['unmatched'][:5])}")

@@ -179,6 +179,11 @@ def read_human_labels(path: str | Path, scale: tuple[int, int] = (1, 5)) -> list
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--human {path}: no such file (a JSONL file of human labels, see docs/multi-turn.md)")
+    if path.suffix.lower() in (".csv", ".tsv", ".xlsx"):
+        raise DataFormatError(
+            f"--human {path}: a {path.suffix[1:].upper()} file; human labels are JSONL, one object per line: "
+            '{"id": ..., "scores": {dimension: integer}} and/or "choice" (see docs/multi-turn.md)'
+        )
     labels = []
     for line_no, line in enumerate(read_text(path, allow_empty=True).splitlines(), start=1):
         if not line.strip():
@@ -228,13 +233,19 @@ def read_judge_results(results_dir: str | Path) -> tuple[dict[str, dict[str, flo
     scores, choices = {}, {}
     if scores_path.is_file():
         result = _read_json_object(scores_path)
-        items = result.get("items", [])
+        if "items" not in result:
+            raise DataFormatError(f"{scores_path}: field 'items' is missing (fields found: {sorted(result)})")
+        items = result["items"]
         if not isinstance(items, list):
             raise DataFormatError(f"{scores_path}: field 'items' must be a list, got {type(items).__name__}")
+        first = {}
         for number, item in enumerate(items):
             where = f"{scores_path}: items[{number}]"
             if not isinstance(item, dict) or "id" not in item or not isinstance(item.get("scores", {}), dict):
                 raise DataFormatError(f"{where} must be an object with 'id' and 'scores' ({{dimension: number}})")
+            if str(item["id"]) in first:
+                raise DataFormatError(f"{where}: id {item['id']!r} is also items[{first[str(item['id'])]}]")
+            first[str(item["id"])] = number
             for dimension, value in item.get("scores", {}).items():
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                     raise DataFormatError(f"{where}: field 'scores.{dimension}' must be a number, got {value!r}")
@@ -247,6 +258,11 @@ def read_judge_results(results_dir: str | Path) -> tuple[dict[str, dict[str, flo
         outcomes = win_rate.get("outcomes", []) if isinstance(win_rate, dict) else None
         if not isinstance(outcomes, list):
             raise DataFormatError(f"{pairwise_path}: field 'win_rate.outcomes' must be a list")
+        for index, outcome in enumerate(outcomes):  # a row the judge failed on is "failed"
+            if outcome not in (*CHOICES, "failed", None):
+                raise DataFormatError(
+                    f"{pairwise_path}: win_rate.outcomes[{index}] must be one of {CHOICES} or 'failed', got {outcome!r}"
+                )
         choices = {str(index): outcome for index, outcome in enumerate(outcomes) if outcome in CHOICES}
     return scores, choices
 
