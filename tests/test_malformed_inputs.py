@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from fixtures.mini_release import write_mini_release
 
+from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.data.builder import load_rolebench, read_rolebench_table
 from rolellm.data.preference import read_sillytavern_chat
 from rolellm.data.readers import read_rolebench_jsonl
@@ -31,7 +32,7 @@ from rolellm.evaluation.coser.prompts import checkout_prompts
 from rolellm.evaluation.coser.scoring import read_results
 from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
-from rolellm.evaluation.multiturn.dialogue import read_scenarios
+from rolellm.evaluation.multiturn.dialogue import Scenario, read_scenarios, run_dialogues
 from rolellm.rewards.combine import reward_settings
 from rolellm.rewards.reference import reference_rouge_l
 from rolellm.rewards.style import LengthPenalty
@@ -42,6 +43,7 @@ from rolellm.roles.release import read_profile_jsonl, read_release_profiles
 from rolellm.roles.resolve import profiles_for
 from rolellm.roles.screenplay import read_screenplay
 from rolellm.scripts.cli import main
+from rolellm.testing.server import ChatCompletionsServer
 
 
 @dataclass
@@ -278,6 +280,36 @@ def instructions(*records):
 ROLEGPT = ("generate", "rolegpt", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles",
            "{dir}/release", "--lang", "en", "--roles", "Ada Quill", "--instructions", "{path}",
            "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
+
+
+DIALOGUE_SCENES = [Scenario("Po", f"Scene {i}", f"Student {i}", f"Teach me {i}!", num_turns=2) for i in range(2)]
+DIALOGUE_PROFILES = {"Po": RoleProfile("Po", "en", "A panda.")}
+
+
+def dialogue_run(edit):
+    """A finished `run_dialogues` folder (4 turns in `turns.jsonl`, from a real server), its log's lines changed by
+    `edit(lines) -> text` (or `dialogue_config.json` when `edit` is a string); returns the folder."""
+
+    def build(tmp_path):
+        folder = tmp_path / "run"
+        with ChatCompletionsServer(lambda body: f"reply {len(body['messages'])}") as server:
+            client = OpenAIChatClient("m", base_url=server.base_url, progress=False, max_retries=0)
+            run_dialogues(DIALOGUE_SCENES, DIALOGUE_PROFILES, client, client, folder)
+        if isinstance(edit, str):
+            (folder / "dialogue_config.json").write_text(edit, encoding="utf-8")
+        else:
+            log = folder / "turns.jsonl"
+            text = edit(log.read_text(encoding="utf-8").splitlines(keepends=True))
+            log.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+        return folder
+
+    return build
+
+
+def resume_dialogues(folder):
+    """Resume the run in `folder` against an endpoint that is not there: the saved log is read before any request."""
+    client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", progress=False, max_retries=0)
+    return run_dialogues(DIALOGUE_SCENES, DIALOGUE_PROFILES, client, client, folder)
 
 
 def judge_run(result, name="scores.json"):
@@ -615,6 +647,21 @@ CASES = [
     ("scenario-utf16", text_file("s.yaml", SCENARIO, encoding="utf-16"), read_scenarios, error(r"s\.yaml: UTF-16 text")),
     ("scenario-bom-crlf", text_file("s.yaml", "\ufeff" + SCENARIO.replace("\n", "\r\n")), read_scenarios,
      accepted(lambda s: s[0].opening_line == "Teach me!" and s[0].num_turns == 2)),
+    # --- a dialogue run's log and settings, resumed (`multiturn.dialogue.read_log`, `check_run`) -------------------
+    ("dialogue-log-bad-middle-line", dialogue_run(lambda lines: lines[0] + "{oops\n" + "".join(lines[1:])), resume_dialogues,
+     error(r"run/turns\.jsonl:2: not valid JSON")),
+    ("dialogue-log-a-list-line", dialogue_run(lambda lines: "".join(lines) + "[1]\n"), resume_dialogues,
+     error(r"run/turns\.jsonl:5: expected a JSON object, got list")),
+    ("dialogue-log-record-without-turn", dialogue_run(lambda lines: lines[0] + json.dumps({"id": json.loads(lines[1])["id"]}) + "\n"),
+     resume_dialogues, error(r"run/turns\.jsonl:2: field 'turn' is missing: not a record of this log")),
+    ("dialogue-log-invalid-utf8", dialogue_run(lambda lines: "".join(lines).encode() + b'{"id": "\xff"}\n'),
+     resume_dialogues, error(r"run/turns\.jsonl:5: not UTF-8 text")),
+    ("dialogue-log-torn-last-line", dialogue_run(lambda lines: "".join(lines[:3]) + lines[3][:20]),
+     lambda folder: (resume_dialogues(folder), (folder / "turns.jsonl").read_text()), error(r"cannot reach|connection refused")),
+    ("dialogue-settings-not-json", dialogue_run("{"), resume_dialogues,
+     error(r"run/dialogue_config\.json:1: not valid JSON .*use a new output_dir")),
+    ("dialogue-settings-a-list", dialogue_run("[]"), resume_dialogues,
+     error(r"run/dialogue_config\.json: expected a JSON object of the run's settings, got list")),
     # --- human labels ---------------------------------------------------------------------------------------------
     ("labels-id-bool", jsonl("h.jsonl", {"id": True, "choice": "win"}), read_human_labels,
      error(r"h\.jsonl:1: field 'id' must be a string or an integer")),

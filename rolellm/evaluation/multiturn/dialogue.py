@@ -360,13 +360,23 @@ def read_log(path: Path, restore: Callable[[dict, str], None]) -> int:
     if not path.exists():
         return 0
     kept, restored = [], 0
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(keepends=True), start=1):
+    lines = read_text(path, allow_empty=True).splitlines(keepends=True)
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = parse_json_line(line, path, line_no)
+        except DataFormatError:
+            if line_no < len(lines) or line.endswith("\n"):  # only the last write can be cut short by a crash
+                raise
             logger.warning("%s:%d: incomplete line dropped; it is played again", path, line_no)
             continue
-        restore(record, f"{path}:{line_no}")
+        try:
+            restore(record, f"{path}:{line_no}")
+        except KeyError as error:  # a complete line that is no record of this log: not ours, or edited
+            raise DataFormatError(
+                f"{path}:{line_no}: field {error.args[0]!r} is missing: not a record of this log; use a new output_dir"
+            ) from None
         kept.append(line if line.endswith("\n") else line + "\n")
         restored += 1
     partial = path.with_suffix(path.suffix + ".tmp")
@@ -402,7 +412,16 @@ def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str =
     from those saved in `run_name`), then save `run`."""
     path = folder / run_name
     if path.exists():
-        previous = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            previous = json.loads(read_text(path))
+        except json.JSONDecodeError as error:
+            raise DataFormatError(
+                f"{path}:{error.lineno}: not valid JSON ({error.msg}): not the settings of a run; use a new output_dir"
+            ) from None
+        if not isinstance(previous, dict):
+            raise DataFormatError(
+                f"{path}: expected a JSON object of the run's settings, got {type(previous).__name__}"
+            )
         changed = sorted(k for k in run if previous.get(k) != run[k])
         if changed and (folder / log_name).exists():
             raise ValueError(
