@@ -312,6 +312,26 @@ def resume_dialogues(folder):
     return run_dialogues(DIALOGUE_SCENES, DIALOGUE_PROFILES, client, client, folder)
 
 
+TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+
+
+def tokenizer_folder(template=TEMPLATE, edit=None):
+    """A tiny real tokenizer saved with `template` as its chat template, changed by `edit(folder)`; returns the
+    folder."""
+
+    def build(tmp_path):
+        from rolellm.testing.models import train_tiny_tokenizer
+
+        tokenizer = train_tiny_tokenizer(vocab_size=300)
+        tokenizer.chat_template = template
+        tokenizer.save_pretrained(tmp_path / "tok")
+        if edit is not None:
+            edit(tmp_path / "tok")
+        return tmp_path / "tok"
+
+    return build
+
+
 def judge_run(result, name="scores.json"):
     """A results folder `res/` holding `name` (a dict is written as JSON) and a human label file `h.jsonl` of item
     `a` beside it; returns the label file."""
@@ -872,6 +892,20 @@ CASES = [
      error(r"t\.jinja:2: not UTF-8 text")),
     ("chat-template-bom", text_file("t.jinja", "\ufeff{{ messages }}"), lambda path: read_chat_template(str(path)),
      accepted(lambda template: template == "{{ messages }}")),
+    ("chat-template-not-jinja", text_file("t.jinja", "{% for m in messages %}\n{{ m.content }"),
+     lambda path: read_chat_template(str(path)), error(r"t\.jinja:2: not valid Jinja: unexpected '\}'")),
+    ("chat-template-text-not-jinja", lambda tmp_path: tmp_path, lambda _: read_chat_template("{{ messages | nofilter }}"),
+     error(r"chat_template:1: not valid Jinja: No filter named 'nofilter'")),
+    ("template-check-own-template-not-jinja", tokenizer_folder("{% for m in messages %}{{ m.content }"),
+     cli("template", "check", "{path}"), error(r"tok/chat_template\.jinja:1: not valid Jinja: unexpected '\}'")),
+    ("template-check-template-file-not-jinja", tokenizer_folder(edit=lambda tok: (tok / "t.jinja").write_text("{% if %}")),
+     cli("template", "check", "{path}", "--chat_template", "{path}/t.jinja"), error(r"--chat_template .*t\.jinja:1: not valid Jinja")),
+    ("template-check-no-vocabulary", tokenizer_folder(edit=lambda tok: (tok / "tokenizer.json").unlink()),
+     cli("template", "check", "{path}"), error(r"cannot load the tokenizer of .*tok': no vocabulary: the folder has none of tokenizer\.json")),
+    ("template-check-tokenizer-json-truncated", tokenizer_folder(edit=lambda tok: (tok / "tokenizer.json").write_text('{"trunc')),
+     cli("template", "check", "{path}"), error(r"tok/tokenizer\.json:1: not valid JSON")),
+    ("template-check-tokenizer-config-truncated", tokenizer_folder(edit=lambda tok: (tok / "tokenizer_config.json").write_text("{")),
+     cli("template", "check", "{path}"), error(r"tok/tokenizer_config\.json:1: not valid JSON")),
     # --- system template files (chat --system_template, train system_template_path) --------------------------------
     ("system-template-empty", text_file("s.jinja", ""), read_system_template, error(r"s\.jinja: the file is empty")),
     ("system-template-not-jinja", text_file("s.jinja", "You are {{ role }.\n{% if %}"), read_system_template,

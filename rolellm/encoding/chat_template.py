@@ -7,7 +7,7 @@ that has a chat template keeps it. `rolellm.encoding.encode` tokenizes conversat
 import re
 from pathlib import Path
 
-from rolellm.roles.profile import read_text
+from rolellm.roles.profile import DataFormatError, read_text
 
 
 ROLE_CHAT_TEMPLATE = (Path(__file__).parent.parent / "prompts" / "chatml_role.jinja").read_text(encoding="utf-8")
@@ -66,14 +66,35 @@ def read_chat_template(value: str | None) -> str | None:
     ...
     ValueError: chat_template='no/such/template.jinja' is not 'chatml', Jinja source or a template file
     """
-    if value is None or "{{" in value or "{%" in value:
+    if value is None:
         return value
+    if "{{" in value or "{%" in value:
+        return check_template_syntax(value, "chat_template")
     if value == "chatml":
         return ROLE_CHAT_TEMPLATE
     path = Path(value)
     if not path.is_file():
         raise ValueError(f"chat_template={value!r} is not 'chatml', Jinja source or a template file")
-    return read_text(path)  # UTF-8 with or without BOM; an empty file is an error naming it
+    return check_template_syntax(read_text(path), path)  # UTF-8 with or without BOM; an empty file is an error
+
+
+def check_template_syntax(source: str, where) -> str:
+    """`source` when it compiles as a chat template (Jinja as transformers runs it, `{% generation %}` included);
+    otherwise a `DataFormatError` naming `where` (the file, or the option) and the line.
+
+    >>> check_template_syntax("{% for m in messages %}{{ m.content }", "t.jinja")
+    Traceback (most recent call last):
+    ...
+    rolellm.roles.profile.DataFormatError: t.jinja:1: not valid Jinja: unexpected '}'
+    """
+    import jinja2
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        _compile_jinja_template(source)
+    except jinja2.TemplateSyntaxError as error:
+        raise DataFormatError(f"{where}:{error.lineno}: not valid Jinja: {error.message}") from None
+    return source
 
 
 def has_generation_markers(chat_template: str) -> bool:

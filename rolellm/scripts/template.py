@@ -53,21 +53,32 @@ def make_parser(subparsers=None):
     return parser
 
 
+# the JSON files of a saved tokenizer, and the files one of which holds its vocabulary
+TOKENIZER_JSON = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json")
+TOKENIZER_VOCAB = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
 def main(args):
     from transformers import AutoTokenizer
 
     from rolellm.clients.config import read_inference_settings
     from rolellm.clients.loading import check_model_source
-    from rolellm.encoding.chat_template import read_chat_template
+    from rolellm.encoding.chat_template import check_template_syntax, read_chat_template
     from rolellm.encoding.check import check_chat_template
-    from rolellm.roles.profile import DataFormatError
+    from rolellm.roles.profile import DataFormatError, read_json_file
 
+    folder = Path(args.model_or_dir).expanduser()
     try:
-        if not Path(args.model_or_dir).expanduser().exists():  # a local path that is not there: said so, not the Hub's
+        if not folder.exists():  # a local path that is not there: said so, not the Hub's
             check_model_source(args.model_or_dir, "the path")  # "Repo id must be in the form ..."
+        for name in TOKENIZER_JSON if folder.is_dir() else ():  # a broken file named with its line
+            if (folder / name).is_file():
+                read_json_file(folder / name)
         tokenizer = AutoTokenizer.from_pretrained(args.model_or_dir, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError, KeyError) as error:
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_VOCAB):
+            cause = f"no vocabulary: the folder has none of {', '.join(TOKENIZER_VOCAB)}"
         print(f"rolellm template check: cannot load the tokenizer of {args.model_or_dir!r}: {cause}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -86,6 +97,14 @@ def main(args):
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if chat_template is None:  # the tokenizer's own template, named by the file it comes from
+        saved = Path(args.model_or_dir) / "chat_template.jinja"
+        where = saved if saved.is_file() else f"{args.model_or_dir} (its tokenizer's chat_template)"
+        try:
+            check_template_syntax(tokenizer.chat_template, where)
+        except DataFormatError as error:
+            print(f"rolellm template check: {error}", file=sys.stderr)
+            return EXIT_USAGE
     keep_think = args.keep_think
     if keep_think is None:  # a checkpoint is checked as it was trained
         keep_think = bool(read_inference_settings(args.model_or_dir).get("keep_think", False))
