@@ -682,6 +682,18 @@ CASES = [
      error(r"run/dialogue_config\.json:1: not valid JSON .*use a new output_dir")),
     ("dialogue-settings-a-list", dialogue_run("[]"), resume_dialogues,
      error(r"run/dialogue_config\.json: expected a JSON object of the run's settings, got list")),
+    ("dialogue-scenario-file-absent-endpoint-dead", mini_release(),
+     cli("dialogue", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--user_model", "u", "--profiles", "{path}",
+         "--lang", "en", "--output_dir", "{dir}/out", "--scenarios", "{dir}/none.yaml"),
+     error(r"none\.yaml: no such scenario file")),
+    ("dialogue-scenario-role-unknown-endpoint-dead", lambda tmp_path: write_mini_release(tmp_path / "release") and text_file(
+        "s.yaml", SCENARIO.replace("role: Po", "role: Nobody"))(tmp_path),
+     cli("dialogue", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--user_model", "u", "--profiles",
+         "{dir}/release", "--lang", "en", "--output_dir", "{dir}/out", "--scenarios", "{path}"),
+     error(r"scenarios name roles with no profile: \['Nobody'\]")),
+    ("dialogue-rubric-unknown", mini_release(), cli("dialogue", "--model", "m", "--user_model", "u", "--profiles", "{path}",
+                                                   "--output_dir", "{dir}/out", "--rubric", "mine"),
+     error(r"--rubric: invalid choice: 'mine'")),
     # --- human labels ---------------------------------------------------------------------------------------------
     ("labels-id-bool", jsonl("h.jsonl", {"id": True, "choice": "win"}), read_human_labels,
      error(r"h\.jsonl:1: field 'id' must be a string or an integer")),

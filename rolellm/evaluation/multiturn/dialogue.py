@@ -430,6 +430,14 @@ def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str =
     path.write_text(json.dumps(run, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def check_scenario_roles(scenarios: Sequence[Scenario], profiles: Mapping[str, RoleProfile]) -> None:
+    """A `ValueError` naming the roles of `scenarios` that have no profile (however a name is spelled)."""
+    profiles = Profiles(profiles)
+    missing = sorted({s.role for s in scenarios if s.role not in profiles})
+    if missing:
+        raise ValueError(f"scenarios name roles with no profile: {missing}; profiles: {sorted(profiles)}")
+
+
 def run_dialogues(
     scenarios: Sequence[Scenario],
     profiles: Mapping[str, RoleProfile],
@@ -468,9 +476,7 @@ def run_dialogues(
         a request that failed; a re-run plays it on from its saved turns).
     """
     profiles = Profiles(profiles)
-    missing = sorted({s.role for s in scenarios if s.role not in profiles})
-    if missing:
-        raise ValueError(f"scenarios name roles with no profile: {missing}; profiles: {sorted(profiles)}")
+    check_scenario_roles(scenarios, profiles)
     scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)

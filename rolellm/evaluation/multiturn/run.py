@@ -146,7 +146,7 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
         `scores` (the judges' `scores.json`, `None` without judges), `failures` (conversations stopped early plus
         judge answers that failed) and `report` (the written report's paths, `None` when nothing was played).
     """
-    from rolellm.evaluation.multiturn.dialogue import run_dialogues
+    from rolellm.evaluation.multiturn.dialogue import check_scenario_roles, run_dialogues
     from rolellm.evaluation.multiturn.report import write_dialogue_report
     from rolellm.evaluation.multiturn.rubric import judge_transcripts
     from rolellm.roles.resolve import profiles_for
@@ -156,8 +156,12 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     profiles = profiles_for(config.profiles, lang=config.lang, roles=config.roles)
     user_client, model_client = make_client(config.user), make_client(config.client)
     judges = [make_client(judge) for judge in config.judges]
+    if config.scenarios:  # a scenario file is read, and its roles found, before any endpoint is asked
+        scenarios = read_run_scenarios(config, profiles, user_client)
+        check_scenario_roles(scenarios, profiles)
     check_endpoints(user_client, model_client, *judges)  # every endpoint answers before the first turn is played
-    scenarios = read_run_scenarios(config, profiles, user_client)
+    if not config.scenarios:
+        scenarios = read_run_scenarios(config, profiles, user_client)
     if not scenarios:
         raise ValueError("no scenario to play: give --scenarios, Character Cards with a scenario, or a user model")
     (output_dir / "scenarios.jsonl").write_text(
