@@ -332,6 +332,24 @@ def tokenizer_folder(template=TEMPLATE, edit=None):
     return build
 
 
+def evaluate_log(text):
+    """The mini release and an `out/generations.jsonl` of `text` beside it, as a killed `rolellm evaluate` run of
+    EVALUATE_RUN leaves it; returns the release folder."""
+
+    def build(tmp_path):
+        root = write_mini_release(tmp_path / "release")
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "generations.jsonl").write_text(text, encoding="utf-8")
+        return root
+
+    return build
+
+
+EVALUATE_RUN = ("evaluate", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--output_dir", "{dir}/out",
+                "--data_dir", "{path}", "--profiles", "{path}", "--dataset_name", "zh-general")  # fmt: skip
+ZH_ANSWER = {"index": 0, "role": "说书人", "subset": "general", "question": "x", "prediction": "A"}
+
+
 def judge_run(result, name="scores.json"):
     """A results folder `res/` holding `name` (a dict is written as JSON) and a human label file `h.jsonl` of item
     `a` beside it; returns the label file."""
@@ -694,6 +712,15 @@ CASES = [
     ("dialogue-rubric-unknown", mini_release(), cli("dialogue", "--model", "m", "--user_model", "u", "--profiles", "{path}",
                                                    "--output_dir", "{dir}/out", "--rubric", "mine"),
      error(r"--rubric: invalid choice: 'mine'")),
+    # --- a killed rolellm evaluate run's answers, resumed (`benchmark.runner.GenerationLog`) ------------------------
+    ("evaluate-log-of-another-file", evaluate_log('{"a": 1}\n'), cli(*EVALUATE_RUN),
+     error(r"out/generations\.jsonl:1: field 'index' must be int, got None: not an answer of rolellm evaluate")),
+    ("evaluate-log-bad-middle-line", evaluate_log("{oops\n" + json.dumps(ZH_ANSWER) + "\n"), cli(*EVALUATE_RUN),
+     error(r"out/generations\.jsonl:1: not valid JSON")),
+    ("evaluate-log-negative-index", evaluate_log(json.dumps({**ZH_ANSWER, "index": -1}) + "\n"), cli(*EVALUATE_RUN),
+     error(r"out/generations\.jsonl:1: row -1 is not the row this run selects")),
+    ("evaluate-log-torn-last-line", evaluate_log('{"index": 0, "ro'), cli(*EVALUATE_RUN),
+     error(r"cannot reach http://127\.0\.0\.1:9/v1", code=3)),
     # --- human labels ---------------------------------------------------------------------------------------------
     ("labels-id-bool", jsonl("h.jsonl", {"id": True, "choice": "win"}), read_human_labels,
      error(r"h\.jsonl:1: field 'id' must be a string or an integer")),

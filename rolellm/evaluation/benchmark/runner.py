@@ -23,6 +23,7 @@ from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
 from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
+from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
@@ -91,15 +92,26 @@ class GenerationLog:
         answers, kept, dropped = {}, [], 0
         if not self.path.exists():
             return answers
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(keepends=True), start=1):
+        lines = read_text(self.path, allow_empty=True).splitlines(keepends=True)
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                dropped += 1
+                continue
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                # a line cut short by a crash while it was written: that row is answered again
+                record = parse_json_line(line, self.path, number)
+            except DataFormatError:
+                if number < len(lines) or line.endswith("\n"):  # only the last write can be cut short by a crash
+                    raise
                 logger.warning("%s:%d: incomplete line dropped; its row is answered again", self.path, number)
                 dropped += 1
                 continue
-            row = self.rows[record["index"]] if record["index"] < len(self.rows) else None
+            for name, kind in (("index", int), ("role", str), ("question", str), ("prediction", str)):
+                if not isinstance(record.get(name), kind) or isinstance(record.get(name), bool):
+                    raise DataFormatError(
+                        f"{self.path}:{number}: field {name!r} must be {kind.__name__}, got {record.get(name)!r}: "
+                        "not an answer of rolellm evaluate; use a new output_dir"
+                    )
+            row = self.rows[record["index"]] if 0 <= record["index"] < len(self.rows) else None
             if row is None or (row["role"], row["question"]) != (record["role"], record["question"]):
                 raise ValueError(
                     f"{self.path}:{number}: row {record['index']} is not the row this run selects "
