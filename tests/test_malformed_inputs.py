@@ -713,6 +713,13 @@ CASES = [
                                                    "--output_dir", "{dir}/out", "--rubric", "mine"),
      error(r"--rubric: invalid choice: 'mine'")),
     # --- a killed rolellm evaluate run's answers, resumed (`benchmark.runner.GenerationLog`) ------------------------
+    ("evaluate-data-dir-absent", mini_release(), cli(*EVALUATE_RUN[:-6], "--data_dir", "{dir}/nowhere", "--dataset_name", "zh"),
+     error(r"data_dir .*nowhere: no such folder \(a RoleBench release folder")),
+    ("evaluate-compare-with-a-folder-without-results", mini_release(), cli(*EVALUATE_RUN, "--compare_with", "{path}"),
+     error(r"--compare_with .*release is a folder without results\.json")),
+    ("evaluate-compare-with-truncated", lambda tmp_path: text_file("other/results.json", '{"model": "x", "met')(tmp_path)
+     and mini_release()(tmp_path), cli(*EVALUATE_RUN, "--compare_with", "{dir}/other"),
+     error(r"other/results\.json:1: not valid JSON")),
     ("evaluate-log-of-another-file", evaluate_log('{"a": 1}\n'), cli(*EVALUATE_RUN),
      error(r"out/generations\.jsonl:1: field 'index' must be int, got None: not an answer of rolellm evaluate")),
     ("evaluate-log-bad-middle-line", evaluate_log("{oops\n" + json.dumps(ZH_ANSWER) + "\n"), cli(*EVALUATE_RUN),

@@ -186,6 +186,9 @@ def check_files(data_dir: str | Path, name: str, splits=None) -> dict[str, list[
     """
     root = Path(data_dir)
     wanted = config_files(name, splits)
+    if not root.is_dir():
+        what = "a file, not a folder" if root.exists() else "no such folder"
+        raise MissingFilesError(f"data_dir {root}: {what} (a RoleBench release folder, as the Hub lays it out)")
     for rel in (rel for files in wanted.values() for rel, _ in files):
         if (root / rel).is_dir():
             raise MissingFilesError(

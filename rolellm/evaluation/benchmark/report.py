@@ -330,11 +330,17 @@ def load_model_card(card_path: str | Path):
 
 
 def read_compared_results(path: str | Path) -> dict:
-    """The `results.json` of another run (`--compare_with`): a JSON object with `model` and `metrics`, else an error
-    naming the file."""
+    """The `results.json` of another run (`--compare_with`, the file or the run's output folder): a JSON object with
+    `model` and `metrics`, else an error naming the file."""
     from rolellm.roles.profile import DataFormatError, read_json_file
 
-    results = read_json_file(path)
+    if Path(path).is_dir():
+        if not (Path(path) / "results.json").is_file():
+            raise FileNotFoundError(
+                f"--compare_with {path} is a folder without results.json: give a run's results.json"
+            )
+        path = Path(path) / "results.json"
+    results = read_json_file(path, "results.json of a rolellm evaluate run (--compare_with)")
     if not isinstance(results, dict) or not isinstance(results.get("metrics"), dict) or "model" not in results:
         raise DataFormatError(f"--compare_with {path}: not the results.json of a rolellm evaluate run (an object "
                               "with 'model' and 'metrics')")  # fmt: skip
