@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ from rolellm.roles.release import read_profile_jsonl, read_release_profiles
 from rolellm.roles.resolve import profiles_for
 from rolellm.roles.screenplay import read_screenplay
 from rolellm.scripts.cli import main
+from rolellm.scripts.generate import read_instructions
 from rolellm.testing.server import ChatCompletionsServer
 
 
@@ -982,6 +984,10 @@ CASES = [
      error(r"instructions\.jsonl: no instruction is for the roles \['Ada Quill'\]")),
     ("instructions-zero-kept", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--max_instructions", "0"),
      error(r"--max_instructions 0: keep at least 1")),
+    ("instructions-repeated", jsonl("i.jsonl", {"instruction": "Hi?"}, {"instruction": "Why?"}, {"instruction": " Hi?"},
+                                    {"instruction": "Hi?", "role": "Ada Quill"}),
+     lambda path: read_instructions(SimpleNamespace(instructions=path, max_instructions=None), ["Ada Quill"]),
+     warns(r"i\.jsonl: 1 of 4 instructions repeat an earlier one for the same role \(line 3 repeats line 1\); each is kept")),
     ("instructions-question-column", instructions({"question": "Hi?"}, {"instruction": "Why?", "target": "Because."}),
      cli(*ROLEGPT), accepted()),
     # --- generator flags (context-instruct, describe) --------------------------------------------------------------

@@ -32,6 +32,7 @@ recipes. Command-line flags override the values of `--config`.
 """
 
 import sys
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -204,7 +205,7 @@ def read_instructions(args: InstructionArguments, roles: list[str]):
 
     if args.max_instructions is not None and args.max_instructions < 1:
         raise ValueError(f"--max_instructions {args.max_instructions}: keep at least 1 (leave it out to keep all)")
-    records = []
+    records, first, repeats = [], {}, []
     for line_no, line in enumerate(read_text(args.instructions).splitlines(), start=1):
         if not line.strip():
             continue
@@ -217,7 +218,17 @@ def read_instructions(args: InstructionArguments, roles: list[str]):
             if record.get(name) is not None and not isinstance(record[name], str):
                 raise DataFormatError(f"{args.instructions}:{line_no}: field {name!r} must be a string, got "
                                       f"{record[name]!r}")  # fmt: skip
+        key = (record.get("role"), text.strip())
+        if key in first:
+            repeats.append(f"line {line_no} repeats line {first[key]}")
+        first.setdefault(key, line_no)
         records.append(record)
+    if repeats:  # kept (each line is a row), but a repeated question is usually a mistake of the file
+        warnings.warn(
+            f"{args.instructions}: {len(repeats)} of {len(records)} instructions repeat an earlier one for the same "
+            f"role ({', '.join(repeats[:5])}{', ...' if len(repeats) > 5 else ''}); each is kept",
+            stacklevel=2,
+        )
     columns = list(dict.fromkeys(name for record in records for name in record))
     instructions = datasets.Dataset.from_list([{name: record.get(name) for name in columns} for record in records])
     if "role" in instructions.column_names:
