@@ -1042,6 +1042,13 @@ CASES = [
      cli("generate", "describe", "--config", "{path}"), error(r"recipe\.yaml: description_length must be int, got 'long'")),
     ("recipe-dialogue-unknown-key", recipe("model: m\nuser_model: u\nnum_turn: 3\n"), cli("dialogue", "--config", "{path}"),
      error(r"recipe\.yaml: unknown keys \['num_turn'\]")),
+    ("recipe-train-a-mapping-for-a-dict-field", train_recipe("gradient_checkpointing_kwargs: {use_reentrant: false}\n"
+                                                            "num_train_epochs: 0\n"), cli(*TRAIN),
+     error(r"num_train_epochs=0 without max_steps trains nothing")),
+    ("recipe-train-a-mapping-for-a-number", train_recipe("learning_rate: {a: 1}\n"), cli(*TRAIN),
+     error(r"recipe\.yaml: learning_rate takes one value, got a dict")),
+    ("recipe-train-bool-not-a-bool", train_recipe("use_peft: maybe\n"), cli(*TRAIN),
+     error(r"recipe\.yaml: use_peft must be true or false, got 'maybe'")),
     ("recipe-roles-one-name", lambda tmp_path: write_mini_release(tmp_path / "release") and recipe(
         f"model: m\nbase_url: http://127.0.0.1:9/v1\noutput_dir: {tmp_path}/out\nprofiles: [{tmp_path}/release]\nlang: en\nroles: Ada Quill\n"
         "dry_run: true\n")(tmp_path), cli("generate", "describe", "--config", "{path}"), accepted()),

@@ -133,13 +133,14 @@ def make_command_group(name: str, description: str, subparsers=None, dest: str =
     return parser, actions
 
 
-def check_recipe_values(path: str, recipe: dict, actions) -> dict:
+def check_recipe_values(path: str, recipe: dict, actions, dict_fields=()) -> dict:
     """Check recipe values as the command line checks flags, and return them as the flags would give them.
 
     A choice outside the field's choices, a value its type cannot read (`max_new_tokens: lots`, `allow_partial:
     maybe`), a list or mapping for a field of one value, or an empty value (`output_dir:`) for a field that needs
     one is an error naming the file and the field (argparse checks only what it parses itself). A single value for
     a field of several (`roles: Po`) becomes a list of one, and a number for a text field (`revision: 2024`) text.
+    A mapping is kept for the fields in `dict_fields` (typed `dict`, e.g. `gradient_checkpointing_kwargs`).
     """
     by_dest = {action.dest: action for action in actions}
     checked = {}
@@ -151,6 +152,9 @@ def check_recipe_values(path: str, recipe: dict, actions) -> dict:
         if value is None:
             if action.required or action.default is not None:
                 raise ValueError(f"{path}: {key} is empty: give it a value or remove the line")
+            checked[key] = value
+            continue
+        if isinstance(value, dict) and key in dict_fields:
             checked[key] = value
             continue
         several = action.nargs in ("+", "*") or isinstance(action.nargs, int)
@@ -195,6 +199,19 @@ def require_hub_token(flag: str) -> None:
         raise ValueError(f"{flag} needs a Hugging Face token: run `hf auth login` or set HF_TOKEN; nothing was done")
 
 
+def dict_fields(dataclass_types) -> set[str]:
+    """The fields typed `dict` (alone or in a union: `gradient_checkpointing_kwargs`), from the classes' annotations
+    (`HfArgumentParser` turns such a field's `type` into `str`)."""
+    found = set()
+    for cls in dataclass_types:
+        try:
+            hints = {name: str(hint) for name, hint in typing.get_type_hints(cls).items()}
+        except Exception:  # noqa: BLE001  (an annotation that cannot be resolved: the fields' own types)
+            hints = {f.name: str(f.type) for f in fields(cls)}
+        found |= {name for name, hint in hints.items() if "dict" in hint}
+    return found
+
+
 def recipe_parser_class():
     """`HfArgumentParser` that reads `--config recipe.yaml` first (like `trl.TrlParser`, but `parse_args` returns a
     namespace and the recipe is checked by `read_recipe`); flags given on the command line override the recipe.
@@ -224,7 +241,7 @@ def recipe_parser_class():
                 if index + 1 >= len(args):
                     self.error("--config needs the path of a YAML file")
                 recipe = read_recipe(args[index + 1], self.dataclass_types)
-                recipe = check_recipe_values(args[index + 1], recipe, self._actions)
+                recipe = check_recipe_values(args[index + 1], recipe, self._actions, dict_fields(self.dataclass_types))
                 self.set_defaults(**recipe)
                 del args[index : index + 2]
                 # fields given in the recipe are no longer required on the command line
