@@ -122,7 +122,11 @@ class MissingFilesError(FileNotFoundError):
 
 def get_spec(name: str) -> ConfigSpec:
     if name not in CONFIG_SPECS:
-        raise ValueError(f"unknown RoleBench config {name!r}; choose one of {', '.join(CONFIG_NAMES)}")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), CONFIG_NAMES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown RoleBench config {name!r}; {hint}choose one of {', '.join(CONFIG_NAMES)}")
     return CONFIG_SPECS[name]
 
 
