@@ -123,7 +123,9 @@ def test_dialogue_checks_every_endpoint_before_the_first_turn(tmp_path, capsys):
     profile = RoleProfile("Po", "en", "A cheerful panda.")
     write_release_profiles({"Po": profile}, tmp_path / "profiles")
     scenarios = tmp_path / "scenarios.yaml"
-    scenarios.write_text("- role: Po\n  situation: A quiet evening.\n  opening_line: Hello Po!\n  num_turns: 2\n")
+    scenarios.write_text(
+        "- role: Po\n  situation: A quiet evening.\n  opening_line: Hello Po!\n  user_persona: A curious visitor.\n  num_turns: 2\n"
+    )
     code = main([
         "dialogue", "--profiles", str(tmp_path / "profiles"), "--scenarios", str(scenarios),
         "--model", "role-model", "--user_model", "user-sim", "--base_url", f"http://127.0.0.1:{closed_port()}/v1",
