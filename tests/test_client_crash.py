@@ -2,13 +2,13 @@
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
+from fixtures.cache import cached_rows
 
 from rolellm.testing.server import ChatCompletionsServer, Fault, content_key
 
@@ -27,16 +27,6 @@ with open(output, "w") as f:
 """
 
 ANSWERED_BEFORE_KILL = 10
-
-
-def cached_rows(path) -> int:
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(path) as connection:
-            return connection.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
-    except sqlite3.OperationalError:  # the table is not created yet
-        return 0
 
 
 @pytest.mark.slow

@@ -68,6 +68,13 @@ def dpo_args(output_dir, **overrides):
     return RoleDPOConfig(str(output_dir), **{**settings, **overrides})
 
 
+def completion_logp(model, prompt_ids, completion_ids) -> float:
+    """log p(completion | prompt), summed over the completion tokens."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    logps = model(input_ids=ids).logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
+    return logps[len(prompt_ids) - 1 :].sum().item()
+
+
 def margins(trainer, rows) -> list[float]:
     """log p(chosen | prompt) - log p(rejected | prompt) of each row, summed over the completion tokens."""
     prepared = trainer._prepare_role_rows(datasets.Dataset.from_list(rows), trainer.args, "held_out")
@@ -75,14 +82,10 @@ def margins(trainer, rows) -> list[float]:
     out = []
     with torch.no_grad():
         for row in prepared:
-            scores = []
-            for completion in (row["chosen_ids"], row["rejected_ids"]):
-                ids = torch.tensor([row["prompt_ids"] + completion])
-                logps = model(input_ids=ids).logits[0, :-1].log_softmax(-1)
-                targets = ids[0, 1:]
-                token_logps = logps.gather(-1, targets[:, None])[:, 0]
-                scores.append(token_logps[len(row["prompt_ids"]) - 1 :].sum().item())
-            out.append(scores[0] - scores[1])
+            chosen, rejected = (
+                completion_logp(model, row["prompt_ids"], c) for c in (row["chosen_ids"], row["rejected_ids"])
+            )
+            out.append(chosen - rejected)
     return out
 
 
@@ -205,9 +208,7 @@ def completion_logps(trainer, rows) -> list[float]:
     out = []
     with torch.no_grad():
         for row in prepared:
-            ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
-            logps = model(input_ids=ids).logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
-            out.append(logps[len(row["prompt_ids"]) - 1 :].sum().item())
+            out.append(completion_logp(model, row["prompt_ids"], row["completion_ids"]))
     return out
 
 

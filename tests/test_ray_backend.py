@@ -8,7 +8,6 @@ cluster, and its re-run is a driver in this process, so the module pays one Ray 
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.cache import cached_rows
 
 from rolellm.clients.base import ChatRequest, EndpointError
 from rolellm.clients.engines import engine_version
@@ -35,16 +35,6 @@ def ray_address():
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
-
-
-def cached_rows(path) -> int:
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(path) as connection:
-            return connection.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
-    except sqlite3.OperationalError:  # the table is not created yet
-        return 0
 
 
 def rolegpt_answer(body):

@@ -39,7 +39,7 @@ import yaml
 from rolellm.clients.base import ChatRequest
 from rolellm.roles.card_prompts import role_description
 from rolellm.roles.lookup import Profiles
-from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_text, role_slug
+from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_json_file, read_text, role_slug
 from rolellm.roles.prompts import build_chat_messages, load_prompt
 
 
@@ -413,11 +413,9 @@ def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str =
     path = folder / run_name
     if path.exists():
         try:
-            previous = json.loads(read_text(path))
-        except json.JSONDecodeError as error:
-            raise DataFormatError(
-                f"{path}:{error.lineno}: not valid JSON ({error.msg}): not the settings of a run; use a new output_dir"
-            ) from None
+            previous = read_json_file(path)
+        except DataFormatError as error:
+            raise DataFormatError(f"{error}: not the settings of a run; use a new output_dir") from None
         if not isinstance(previous, dict):
             raise DataFormatError(
                 f"{path}: expected a JSON object of the run's settings, got {type(previous).__name__}"
