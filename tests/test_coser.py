@@ -312,6 +312,30 @@ def test_dead_endpoint_and_usage_errors_exit_before_playing(tmp_path, capsys):
     assert main(["coser", *argv, "--dry_run"]) == 0
 
 
+def test_a_refused_resume_leaves_the_folder_as_it_was(tmp_path, capsys):
+    """`rolellm coser` into the folder of a run with other settings is exit 2 before any client is made, any request
+    sent or any file written: every file stays byte for byte."""
+    import gc
+
+    from rolellm.scripts.cli import main
+
+    out = tmp_path / "run"
+    with ChatCompletionsServer(responder) as server:
+        argv = ["coser", *run_argv(server.base_url, out, "--limit", "1")]
+        assert main(argv) == 0
+        gc.collect()  # the first run's cache connection closed, as when its process ends
+        before = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        assert {"coser_run.json", LOG_NAME, "results.json", "cache.sqlite"} <= set(before)
+        asked = len(server.requests)
+        capsys.readouterr()
+        for extra, changed in [(["--max_new_tokens", "99"], "max_tokens differ"), (["--no_thoughts"], "no_thoughts")]:
+            assert main([*argv, *extra]) == 2
+            err = capsys.readouterr().err
+            assert "holds turns of another run" in err and changed in err and "Traceback" not in err, err
+            assert {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+        assert len(server.requests) == asked
+
+
 def test_continue_from_starts_with_the_reference(tmp_path):
     out = tmp_path / "run"
     with ChatCompletionsServer(responder) as server:

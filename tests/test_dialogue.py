@@ -365,6 +365,51 @@ def test_cli_generates_scenarios_and_exits_1_on_judge_failures(tmp_path, capsys)
     assert "n/a" in radar  # drawn as n/a, not as the lowest score
 
 
+def folder_bytes(folder):
+    """Every file under `folder` by its relative path, with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_refused_resume_leaves_the_folder_as_it_was(tmp_path, capsys):
+    """`rolellm dialogue` into the folder of another run (other settings, other scenarios: from a file, or written by
+    the user model) is exit 2 before anything is asked or written: every file stays byte for byte."""
+    import gc
+
+    from rolellm.scripts.cli import main
+
+    profiles, scenarios = write_inputs(tmp_path, roles={"Po": ROLES["Po"]}, situations=SITUATIONS[:1], num_turns=2)
+    written = json.dumps([{"situation": "The Jade Palace.", "user_persona": "A student.", "opening_line": "Master?"}])
+
+    def models(body):
+        if body["model"] == "user-sim" and body["messages"][0]["role"] == "user":  # the scenario writer's prompt
+            return written
+        return "Skadoosh!" if body["model"] == "role-model" else responder(body)
+
+    with ChatCompletionsServer(models) as server:
+        argv = ["--profiles", str(profiles), "--model", "role-model", "--user_model", "user-sim", "--judge_model",
+                "judge-a", "--base_url", server.base_url]  # fmt: skip
+        from_file = [*argv, "--scenarios", str(scenarios), "--output_dir", str(tmp_path / "file")]
+        generated = [*argv, "--num_scenarios", "1", "--num_turns", "2", "--output_dir", str(tmp_path / "gen")]
+        assert run_cli(from_file) == 0 and run_cli(generated) == 0
+        gc.collect()  # the first runs' cache connections closed, as when their process ends
+        before = {name: folder_bytes(tmp_path / name) for name in ("file", "gen")}
+        assert {"dialogue_config.json", "scenarios.jsonl", TURNS_NAME, "scores.json"} <= set(before["file"])
+        asked = len(server.requests)
+        moved = tmp_path / "moved.yaml"
+        moved.write_text(scenarios.read_text().replace(SITUATIONS[0], "A storm over the Jade Palace."))
+        capsys.readouterr()
+        for argv, changed in [
+            ([*from_file, "--max_new_tokens", "7"], "max_tokens differ"),
+            ([*from_file, "--scenarios", str(moved)], "scenarios differ"),
+            ([*generated, "--user_model", "other-sim"], "user_model differ"),
+        ]:
+            assert main(["dialogue", *argv]) == 2
+            err = capsys.readouterr().err
+            assert "holds turns of another run" in err and changed in err and "Traceback" not in err, err
+        assert {name: folder_bytes(tmp_path / name) for name in ("file", "gen")} == before
+        assert len(server.requests) == asked
+
+
 @pytest.mark.slow
 def test_multi_turn_example_runs_offline(tmp_path):
     stdout = run_example("multi_turn_eval.py", "--output_dir", tmp_path)

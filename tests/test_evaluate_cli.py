@@ -80,3 +80,55 @@ def test_a_bad_side_file_stops_the_run_before_anything_is_sent(
     said = [line for line in err.splitlines() if line.startswith("rolellm evaluate")]  # besides datasets' progress
     assert len(said) == 1 and message in said[0] and side.name in said[0] and "Traceback" not in err
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def folder_bytes(folder):
+    """Every file under `folder` by its relative path, with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_refused_resume_leaves_the_folder_as_it_was(rolebench_slice_dir, tmp_path, capsys):
+    """A run whose settings differ from those of the generations in output_dir (or in its baseline/) is refused with
+    exit 2, before anything in the folder is written or removed: the earlier run's results, answers, run_config.json
+    and caches stay byte for byte."""
+    import gc
+
+    from rolellm.testing.server import ChatCompletionsServer
+
+    def answer(body):  # the judge ranks the answers as shown; the models answer
+        shown = next(
+            (line for line in body["messages"][-1]["content"].splitlines() if line.startswith('[{"model"')), ""
+        )
+        return (
+            str([{"model": a["model"], "reason": "", "rank": r} for r, a in enumerate(json.loads(shown), 1)])
+            if shown
+            else "诗酒趁年华。"
+        )
+
+    out = tmp_path / "out"
+    with ChatCompletionsServer(answer) as server:
+
+        def evaluate(*extra):
+            return cli.main([
+                "evaluate", "--model", "m", "--base_url", server.base_url, "--dataset_name", "zh-role_specific",
+                "--data_dir", str(rolebench_slice_dir), "--roles", "李白", "--max_samples_per_role", "2",
+                "--output_dir", str(out), "--judge_model", "j", "--baseline_model", "b1", *extra,
+            ])  # fmt: skip
+
+        assert evaluate() == 0
+        gc.collect()  # the first run's cache connections closed, as when its process ends
+        before = folder_bytes(out)
+        assert {"results.json", "results.md", "run_config.json", "generations.jsonl", "baseline/run_config.json",
+                "baseline/generations.jsonl", "judge_cache.sqlite"} <= set(before)  # fmt: skip
+        asked = len(server.requests)
+        capsys.readouterr()
+        for extra, changed in [
+            (["--max_new_tokens", "77"], "max_new_tokens: 256 there, 77 now"),
+            (["--mode", "no-system"], "mode: 'system' there, 'no-system' now"),
+            (["--baseline_model", "b2"], "model_name_or_path: 'b1' there, 'b2' now"),
+        ]:
+            assert evaluate(*extra) == 2
+            err = capsys.readouterr().err
+            assert "holds generations of another run" in err and changed in err and "Traceback" not in err, err
+            assert folder_bytes(out) == before
+        assert len(server.requests) == asked

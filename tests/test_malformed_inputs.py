@@ -269,6 +269,13 @@ COSER_SET = json.loads((Path(__file__).parent / "fixtures" / "coser" / "test_set
 COSER_RESULTS = (Path(__file__).parent / "fixtures" / "coser" / "original_results.json").read_text(encoding="utf-8")
 
 
+def coser_set(index, **changes):
+    """The CoSER fixture set with `changes` to the fields of case `index`."""
+    cases = [dict(case) for case in COSER_SET]
+    cases[index].update(changes)
+    return text_file("test_set.json", json.dumps(cases))
+
+
 def instructions(*records):
     """An instructions file for `rolellm generate rolegpt` and the mini release beside it; returns the file."""
 
@@ -922,6 +929,14 @@ CASES = [
     ("coser-testset-a-folder", lambda tmp_path: tmp_path, read_coser_test_set, error(r"is a folder: give the test set file")),
     ("coser-testset-bom-crlf", text_file("test_set.json", "\ufeff" + json.dumps(COSER_SET, indent=1).replace("\n", "\r\n")),
      read_coser_test_set, accepted(lambda cases: len(cases) == 2)),
+    ("coser-testset-speaker-twice", coser_set(1, speaking_characters_w_env=["Environment", "Mr. Darcy", "Elizabeth Bennet", "Mr. Darcy"]),
+     cli("coser", "run", "--test_file", "{path}", "--actor_model", "m", "--base_url", "http://127.0.0.1:9/v1",
+         "--judge_model", "j", "--output_dir", "{dir}/out"),
+     error(r"rolellm coser: .*test_set\.json: case 1 \(Pride and Prejudice-7-1\): field 'speaking_characters_w_env' names "
+           r"'Mr\. Darcy' twice: list each character once")),
+    ("coser-testset-major-character-spelled-twice", coser_set(0, major_characters=["Hamlet", "Horatio", "HAMLET"]),
+     read_coser_test_set, error(r"test_set\.json: case 0 \(Hamlet-3-0\): field 'major_characters' names 'Hamlet' and "
+                                r"'HAMLET', one character")),
     # --- reward settings (`rolellm.rewards.reward_settings`, the rewards of --stage grpo) ---------------------------
     ("rewards-a-bare-function", rows_file(ROW), lambda _: reward_settings([reference_rouge_l]),
      error(r"weighted\[0\] must be a \(reward function, weight\) pair, got <function reference_rouge_l")),

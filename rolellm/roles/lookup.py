@@ -197,4 +197,24 @@ def same_role(name: str, role: str | RoleProfile) -> bool:
     return name == role or RoleNames([role]).find(name) is not None
 
 
-__all__ = ["AmbiguousRoleError", "Profiles", "RoleNames", "UnknownRoleError", "card_aliases", "same_role"]
+def repeated_names(names: Iterable[str]) -> list[tuple[str, str]]:
+    """The names of a list of full names that name one character twice, as `(first, again)` pairs: the same name, or
+    the same by its key (steps 1 and 2 of the rule: case, spaces, punctuation and Unicode form ignored). First names
+    and aliases are not compared: in a scene's list of characters `Ada` may be another person than `Ada Quill`.
+
+    >>> repeated_names(["Mr. Darcy", "Elizabeth", "Elizabeth Bennet", "mr darcy", "Elizabeth"])
+    [('Mr. Darcy', 'mr darcy'), ('Elizabeth', 'Elizabeth')]
+    """
+    seen, repeated = {}, []
+    for name in names:
+        key = role_key(name) or name  # a name of punctuation alone has no key: compared as it is
+        if key in seen:
+            repeated.append((seen[key], name))
+        else:
+            seen[key] = name
+    return repeated
+
+
+__all__ = [
+    "AmbiguousRoleError", "Profiles", "RoleNames", "UnknownRoleError", "card_aliases", "repeated_names", "same_role",
+]  # fmt: skip

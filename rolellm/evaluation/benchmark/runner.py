@@ -74,19 +74,21 @@ def changed_settings(config: EvaluateConfig) -> dict:
 
 
 class GenerationLog:
-    """`generations.jsonl` + `run_config.json` in `output_dir`: the answers so far, appended as they arrive."""
+    """`generations.jsonl` + `run_config.json` in `output_dir`: the answers so far, appended as they arrive.
+
+    Making one only reads (and refuses another run's folder, or a log of other rows); entering it (`with`) writes:
+    the folder, `run_config.json`, the log without a line a crash cut short (or without the discarded answers of
+    `overwrite_output_dir`), then each answer as it arrives.
+    """
 
     def __init__(self, config: EvaluateConfig, rows: list[dict]):
         self.folder = Path(config.output_dir)
         self.path = self.folder / "generations.jsonl"
         self.rows = rows
-        self.folder.mkdir(parents=True, exist_ok=True)
-        run_config = config.generation_settings()
-        config_path = self.folder / "run_config.json"
-        if changed_settings(config):
-            self.path.unlink(missing_ok=True)
-        config_path.write_text(json.dumps(run_config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        self.answers: dict[int, str] = self._read()
+        self.run_config = config.generation_settings()
+        self.discard = bool(changed_settings(config))  # refused here unless overwrite_output_dir
+        self._kept: list[str] | None = None  # the log's lines to write back, when some were dropped
+        self.answers: dict[int, str] = {} if self.discard else self._read()
 
     def _read(self) -> dict[int, str]:
         answers, kept, dropped = {}, [], 0
@@ -119,10 +121,8 @@ class GenerationLog:
                 )
             answers[record["index"]] = record["prediction"]
             kept.append(line if line.endswith("\n") else line + "\n")
-        if dropped:  # rewrite without the broken lines, so appended records start on a line of their own
-            partial = self.path.with_suffix(".jsonl.tmp")
-            partial.write_text("".join(kept), encoding="utf-8")
-            partial.replace(self.path)
+        if dropped:  # written back without the broken lines, so appended records start on a line of their own
+            self._kept = kept
         return answers
 
     def add(self, index: int, prediction: str) -> None:
@@ -132,6 +132,15 @@ class GenerationLog:
         self.answers[index] = prediction
 
     def __enter__(self):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.discard:
+            self.path.unlink(missing_ok=True)
+        elif self._kept is not None:
+            partial = self.path.with_suffix(".jsonl.tmp")
+            partial.write_text("".join(self._kept), encoding="utf-8")
+            partial.replace(self.path)
+        config_path = self.folder / "run_config.json"
+        config_path.write_text(json.dumps(self.run_config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         self._file = open(self.path, "a", encoding="utf-8")
         return self
 
@@ -346,7 +355,9 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         `NothingEvaluated`: every generation failed, or every rubric verdict; `EndpointError`: an endpoint does not
         answer (checked before anything is generated) or stops answering. Then no `results.json` is written, and
         those of an earlier run in `output_dir` are removed first, so a folder never shows results this run did not
-        finish; the answers and the judge's verdicts so far are kept for the next run.
+        finish; the answers and the judge's verdicts so far are kept for the next run. `ValueError`: `output_dir`
+        (or its `baseline/`) holds the generations of a run with other settings (`changed_settings`) or of other rows;
+        then nothing in it is written or removed.
     """
     from rolellm.data.builder import load_rolebench
     from rolellm.evaluation.benchmark.report import (
@@ -358,10 +369,12 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     from rolellm.roles.resolve import profiles_for
 
     output_dir = Path(config.output_dir)
-    if not config.is_rolegpt_baseline:
-        changed_settings(config)  # another run's folder stops the run before anything of it is removed
-    for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
-        (output_dir / name).unlink(missing_ok=True)
+    # the runs whose answers are generated into output_dir: this one's, and the baseline model's in its baseline/
+    generated = [] if config.is_rolegpt_baseline else [config]
+    if config.baseline_client is not None:
+        generated.append(config.baseline_config())
+    for run in generated:  # another run's folder stops the run before anything in it is written or removed
+        changed_settings(run)
     judged = config.judges_win_rate
     needs_rolegpt = config.is_rolegpt_baseline or (
         judged and config.baseline_client is None and config.baseline.lower() == ROLEGPT
@@ -385,6 +398,10 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     baseline, baseline_label, judge = None, None, None
     if judged and config.baseline_client is None:  # read before anything is sent: a row without one stops the run
         baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
+    for run in generated:  # the answers saved so far are read: a log of other rows stops the run
+        GenerationLog(run, rows)
+    for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
+        (output_dir / name).unlink(missing_ok=True)
     if config.judge is not None:  # the judge is checked before any answer is generated, the baseline model's included
         judge = make_client(config.judge)
         check_endpoints(judge)

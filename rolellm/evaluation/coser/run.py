@@ -179,9 +179,15 @@ def run_coser(config: CoserConfig) -> dict:
     from rolellm.evaluation.coser.prompts import load_prompts
     from rolellm.evaluation.coser.report import write_coser_report
     from rolellm.evaluation.coser.scoring import bleu_tokenizer_name, mean_scores
-    from rolellm.evaluation.coser.simulation import check_continue_from, file_digest, run_simulations
+    from rolellm.evaluation.coser.simulation import (
+        LOG_NAME,
+        RUN_NAME,
+        check_continue_from,
+        file_digest,
+        run_simulations,
+    )
     from rolellm.evaluation.coser.testset import read_coser_test_set, select_cases
-    from rolellm.evaluation.multiturn.dialogue import write_transcripts
+    from rolellm.evaluation.multiturn.dialogue import check_run, write_transcripts
 
     cases = select_cases(read_coser_test_set(config.test_file), config.cases, config.limit)
     check_continue_from(cases, config.continue_from)
@@ -198,11 +204,12 @@ def run_coser(config: CoserConfig) -> dict:
         logger.info("dry run: %d scenes; at most %d requests (20 rounds of 2, 4 judge calls each)", len(cases), most)
         return {"results": None, "scenes": len(cases), "failures": [], "scored": 0, "requests": most, "report": None}
     output_dir = Path(config.output_dir)
+    identity = {k: v for k, v in record.items() if k not in ("judge_model", "warning", "pinned_judge", "test_file")}
+    identity["test_set_sha256"] = file_digest(config.test_file)
+    check_run(output_dir, identity, run_name=RUN_NAME, log_name=LOG_NAME)  # another run's folder: before any write
     output_dir.mkdir(parents=True, exist_ok=True)
     actor, env, nsp, judge = (make_client(c) for c in (config.client, config.env, config.nsp, config.judge))
     check_endpoints(actor, env, nsp, judge)  # every endpoint answers before the first scene is played
-    identity = {k: v for k, v in record.items() if k not in ("judge_model", "warning", "pinned_judge", "test_file")}
-    identity["test_set_sha256"] = file_digest(config.test_file)
     scenes = run_simulations(
         cases, prompts, actor, env, nsp, output_dir, identity, continue_from=config.continue_from,
         thoughts=not config.no_thoughts, max_tokens=config.client.max_new_tokens, seed=config.seed,

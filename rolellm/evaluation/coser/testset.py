@@ -6,7 +6,9 @@ world), the `major_characters`, each key character's `motivation` (`key_characte
 the reference conversation (`dialogues`, `{"character", "message"}`). A case's id is `"{book}-{i_p}-{i_c}"`, as in
 the original results files.
 
-Anything malformed is a `DataFormatError` naming the file, the case (index and id) and the field.
+Anything malformed is a `DataFormatError` naming the file, the case (index and id) and the field; a scene that names
+a character twice in `speaking_characters_w_env` or `major_characters` (the same name, or the same but for case,
+spaces and punctuation) is one, naming the character.
 
 >>> import json, tempfile
 >>> case = {"book": "Othello", "i_c": 0, "scenario": "A street in Venice.", "topic": "",
@@ -27,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rolellm.roles.lookup import repeated_names
 from rolellm.roles.profile import DataFormatError, read_json_file
 
 
@@ -77,6 +80,13 @@ def _strings(value, where: str, name: str, allow_empty: bool = False) -> list[st
     return list(value)
 
 
+def _no_repeats(names: list[str], where: str, name: str) -> None:
+    """A character named twice in a scene's list (however spelled) would be played, and predicted, as two."""
+    for first, again in repeated_names(names):
+        spelled = f"{first!r} twice" if first == again else f"{first!r} and {again!r}, one character"
+        _check(False, where, f"field '{name}' names {spelled}: list each character once")
+
+
 def case_from_dict(record: Mapping, where: str) -> CoserCase:
     """A checked `CoserCase` from one entry of the test set; `where` names it in errors (file, index)."""
     _check(isinstance(record, Mapping), where, f"a case must be a JSON object, got {type(record).__name__}")
@@ -97,10 +107,12 @@ def case_from_dict(record: Mapping, where: str) -> CoserCase:
     summary = plot.get("summary", "")
     _check(isinstance(summary, str), where, f"field 'plot.summary' must be a string, got {summary!r}")
     speakers = _strings(record.get("speaking_characters_w_env"), where, "speaking_characters_w_env")
+    _no_repeats(speakers, where, "speaking_characters_w_env")
     if ENVIRONMENT not in speakers:
         speakers.append(ENVIRONMENT)
     _check(len(speakers) > 1, where, "field 'speaking_characters_w_env' names no character besides the Environment")
     majors = _strings(record.get("major_characters", []), where, "major_characters", allow_empty=True)
+    _no_repeats(majors, where, "major_characters")
     profiles = record.get("character_profiles", {})
     _check(
         isinstance(profiles, Mapping) and all(isinstance(v, str) for v in profiles.values()),

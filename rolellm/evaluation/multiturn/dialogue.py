@@ -407,9 +407,28 @@ def _read_turns(path: Path, conversations: dict[str, _Conversation]) -> int:
     return read_log(path, restore)
 
 
+def dialogue_run(
+    model: str,
+    user_model: str,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    card_extras: bool,
+    scenarios: Sequence[Scenario] | None = None,
+) -> dict:
+    """What identifies a run of `run_dialogues`, as `dialogue_config.json` saves it: the models, the scenarios played
+    (without `num_turns`: a run with more turns goes on from the saved ones) and the role's decoding. Without
+    `scenarios`, the rest alone: what `check_run` can compare before the scenarios are known (generated ones)."""
+    run = {"model": model, "user_model": user_model}
+    if scenarios is not None:
+        scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
+        run["scenarios"] = [{k: v for k, v in asdict(s).items() if k != "num_turns"} for s in scenarios]
+    return {**run, "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "card_extras": card_extras}
+
+
 def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str = TURNS_NAME) -> None:
-    """Refuse to resume a folder whose log (`log_name`) holds another run's records (the settings in `run` differ
-    from those saved in `run_name`), then save `run`."""
+    """Refuse to resume a folder whose log (`log_name`) holds another run's records: a setting in `run` differs from
+    the one saved in `run_name` (only the keys of `run` are compared). Reads only; `save_run` writes `run`."""
     path = folder / run_name
     if path.exists():
         try:
@@ -425,7 +444,11 @@ def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str =
             raise ValueError(
                 f"{folder} holds turns of another run ({', '.join(changed)} differ): use a new output_dir"
             )
-    path.write_text(json.dumps(run, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def save_run(folder: Path, run: dict, run_name: str = RUN_NAME) -> None:
+    """Save `run` (checked by `check_run` first) as `run_name` in `folder`."""
+    (folder / run_name).write_text(json.dumps(run, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def check_scenario_roles(scenarios: Sequence[Scenario], profiles: Mapping[str, RoleProfile]) -> None:
@@ -477,14 +500,15 @@ def run_dialogues(
     check_scenario_roles(scenarios, profiles)
     scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
     folder = Path(output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    played = [{k: v for k, v in asdict(s).items() if k != "num_turns"} for s in scenarios]  # more turns: go on
-    run = {"model": model_client.model_name, "user_model": user_client.model_name, "scenarios": played,
-           "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "card_extras": card_extras}  # fmt: skip
-    check_run(folder, run)
+    run = dialogue_run(
+        model_client.model_name, user_client.model_name, max_tokens, temperature, seed, card_extras, scenarios
+    )
+    check_run(folder, run)  # another run's folder is refused before anything in it is written
     conversations = {s.id: _Conversation(s, profiles[s.role]) for s in scenarios}
     log_path = folder / TURNS_NAME
     restored = _read_turns(log_path, conversations)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_run(folder, run)
     if restored:
         logger.info("resumed %d saved turns from %s", restored, log_path)
     model_params = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}

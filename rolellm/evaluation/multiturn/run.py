@@ -146,22 +146,33 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
         `scores` (the judges' `scores.json`, `None` without judges), `failures` (conversations stopped early plus
         judge answers that failed) and `report` (the written report's paths, `None` when nothing was played).
     """
-    from rolellm.evaluation.multiturn.dialogue import check_scenario_roles, run_dialogues
+    from rolellm.evaluation.multiturn.dialogue import check_run, check_scenario_roles, dialogue_run, run_dialogues
     from rolellm.evaluation.multiturn.report import write_dialogue_report
     from rolellm.evaluation.multiturn.rubric import judge_transcripts
     from rolellm.roles.resolve import profiles_for
 
     output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     profiles = profiles_for(config.profiles, lang=config.lang, roles=config.roles)
+    settings = {
+        "model": str(config.client.model), "user_model": str(config.user.model),
+        "max_tokens": config.client.max_new_tokens, "temperature": config.temperature, "seed": config.seed,
+        "card_extras": resolve_card_extras(config.client),
+    }  # fmt: skip
+    # a folder of another run is refused before anything is loaded, asked or written: first on the settings, then
+    # on the scenarios once they are known (a file's now, generated ones after the user model wrote them)
+    check_run(output_dir, dialogue_run(**settings))
+    scenarios = None
+    if config.scenarios:  # a scenario file is read, and its roles found, before any endpoint is asked
+        scenarios = read_run_scenarios(config, profiles, None)
+        check_scenario_roles(scenarios, profiles)
+        check_run(output_dir, dialogue_run(**settings, scenarios=scenarios))
+    output_dir.mkdir(parents=True, exist_ok=True)
     user_client, model_client = make_client(config.user), make_client(config.client)
     judges = [make_client(judge) for judge in config.judges]
-    if config.scenarios:  # a scenario file is read, and its roles found, before any endpoint is asked
-        scenarios = read_run_scenarios(config, profiles, user_client)
-        check_scenario_roles(scenarios, profiles)
     check_endpoints(user_client, model_client, *judges)  # every endpoint answers before the first turn is played
-    if not config.scenarios:
+    if scenarios is None:
         scenarios = read_run_scenarios(config, profiles, user_client)
+        check_run(output_dir, dialogue_run(**settings, scenarios=scenarios))
     if not scenarios:
         raise ValueError("no scenario to play: give --scenarios, Character Cards with a scenario, or a user model")
     (output_dir / "scenarios.jsonl").write_text(
@@ -170,7 +181,7 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     transcripts = run_dialogues(
         scenarios, profiles, model_client, user_client, output_dir, max_tokens=config.client.max_new_tokens,
         temperature=config.temperature, user_temperature=config.temperature, seed=config.seed,
-        card_extras=resolve_card_extras(config.client),
+        card_extras=settings["card_extras"],
     )  # fmt: skip
     played = sum(len(t["turns"]) for t in transcripts)
     result = {"transcripts": transcripts, "played": played, "scores": None, "report": None}
