@@ -180,6 +180,21 @@ def test_usage_errors_are_one_line_and_exit_2(cards, capsys, monkeypatch, argv, 
     assert len(err.strip().splitlines()) == (2 if stdin.startswith("/") else 1)  # the greeting, then the error
 
 
+def test_an_empty_stdin_is_one_line_and_exit_2_before_the_model_is_asked(cards, capsys, monkeypatch):
+    """Nothing piped in: nothing to answer, which one line says (no greeting first), exit 2; a last line without its
+    newline is still a message."""
+    with ChatCompletionsServer(lambda body: "Skadoosh!") as server:
+        argv = ["--model", "m", "--base_url", server.base_url, "--profiles", str(cards), "--role", "Po"]
+        code, out, err = run_cli(argv, "", capsys, monkeypatch)
+        assert code == 2 and out == "" and server.requests == []
+        assert err.splitlines() == [
+            "rolellm chat: no message was read: stdin is empty; give one message per line "
+            "(printf 'Hi\\n' | rolellm chat ...) or run it in a terminal"
+        ]
+        code, out, err = run_cli(argv, "Hi", capsys, monkeypatch)
+        assert (code, out) == (0, "Skadoosh!\n") and len(server.requests) == 1, err
+
+
 def test_missing_model_folder_and_folder_without_profiles(tiny_model_path, cards, tmp_path, capsys, monkeypatch):
     po = str(cards / "po.json")
     code, _, err = run_cli(["--model", str(tmp_path / "nope"), "--profiles", po], "", capsys, monkeypatch)

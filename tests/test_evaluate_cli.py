@@ -131,4 +131,11 @@ def test_a_refused_resume_leaves_the_folder_as_it_was(rolebench_slice_dir, tmp_p
             err = capsys.readouterr().err
             assert "holds generations of another run" in err and changed in err and "Traceback" not in err, err
             assert folder_bytes(out) == before
+        # the same settings, but the saved answers are of other rows (the data changed): refused the same way
+        log = out / "generations.jsonl"
+        log.write_bytes(log.read_bytes().replace(b'"question": "', b'"question": "x', 1))
+        before = folder_bytes(out)
+        assert evaluate() == 2
+        assert "generations.jsonl:1: row 0 is not the row this run selects" in capsys.readouterr().err
+        assert folder_bytes(out) == before
         assert len(server.requests) == asked

@@ -10,8 +10,10 @@ reads it the way a user would (a reader of the API, or the command line), and `e
 """
 
 import base64
+import io
 import json
 import struct
+import sys
 import warnings
 import zlib
 from collections.abc import Callable
@@ -162,15 +164,21 @@ def screenplay_po(path):
     return read_screenplay(path, "Po")
 
 
-def cli(*argv):
-    """Run `rolellm *argv` (`{path}` replaced by the input, `{dir}` by its folder); the result is the exit code."""
+def cli(*argv, stdin=None):
+    """Run `rolellm *argv` (`{path}` replaced by the input, `{dir}` by its folder), reading `stdin` (text) when given;
+    the result is the exit code."""
 
     def entry(path):
         args = [a.replace("{path}", str(path)).replace("{dir}", str(path.parent)) for a in argv]
+        saved = sys.stdin
+        if stdin is not None:
+            sys.stdin = io.StringIO(stdin)  # a pipe, not a terminal
         try:
             code = main(args)
         except SystemExit as exit_:  # argparse's usage errors
             code = exit_.code
+        finally:
+            sys.stdin = saved
         return code
 
     entry.cli = True
@@ -732,6 +740,9 @@ CASES = [
     ("chat-role-unknown", mini_release(), cli("chat", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles",
                                              "{path}", "--lang", "en", "--role", "Nobody"),
      error(r"rolellm chat: roles \['Nobody'\] are not in the profiles; roles found: \['Ada Quill'")),
+    ("chat-stdin-empty", mini_release(), cli("chat", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles",
+                                            "{path}", "--lang", "en", "--role", "Ada Quill", stdin=""),
+     error(r"^rolellm chat: no message was read: stdin is empty; give one message per line [^\n]* or run it in a terminal\n$")),
     # --- a killed rolellm evaluate run's answers, resumed (`benchmark.runner.GenerationLog`) ------------------------
     ("evaluate-data-dir-absent", mini_release(), cli(*EVALUATE_RUN[:-6], "--data_dir", "{dir}/nowhere", "--dataset_name", "zh"),
      error(r"data_dir .*nowhere: no such folder \(a RoleBench release folder")),

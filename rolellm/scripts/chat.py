@@ -18,10 +18,12 @@ printed on one line of stdout, its newlines written as `\\n`, carriage returns a
 other line breaks of `str.splitlines` as `\\uXXXX` (`unescape_line` gives the answer back); nothing else is written to
 stdout. An empty line is answered by an empty
 line without asking the model; a message that starts with `/` is written `//...`. Exit codes: 0 at the end of the
-input, 2 a usage error (unknown role or command, missing model folder), 3 the endpoint cannot be reached.
+input, 2 a usage error (unknown role or command, missing model folder, an empty stdin: no message to answer), 3 the
+endpoint cannot be reached.
 """
 
 import contextlib
+import itertools
 import re
 import socket
 import sys
@@ -241,10 +243,22 @@ def main(args=None):
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))
     select_roles(profiles, [role], where="the profiles")  # an unknown role fails before the model is loaded
+    lines = None
     if not (config.ui or sys.stdin.isatty()):  # a script reads stdout and stderr: no loading bars
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
+        if client.runs_weights:  # a missing model folder is named first, as when a message was read
+            from rolellm.clients.loading import check_model_source
+
+            check_model_source(client.model, "--model")
+        first = sys.stdin.readline()  # before the model is loaded: an empty input has nothing to answer
+        if not first:
+            raise ValueError(
+                "no message was read: stdin is empty; give one message per line (printf 'Hi\\n' | rolellm chat ...) "
+                "or run it in a terminal"
+            )
+        lines = itertools.chain([first], sys.stdin)
     # the conversation the model was trained on, unless the user asks for another (then one line says so)
     template = system_template_text(config.system_template) or recorded_system_template(client)
     session = ChatSession(
@@ -264,7 +278,7 @@ def main(args=None):
     elif sys.stdin.isatty():
         chat_terminal(session)
     else:
-        chat_lines(session, sys.stdin)
+        chat_lines(session, lines)
     return 0
 
 
