@@ -16,13 +16,14 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
 from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
+from rolellm.roles.lookup import Profiles, RoleNames
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
@@ -36,8 +37,6 @@ def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
     `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched by the rule of
     `rolellm.roles.lookup` (`"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
     """
-    from rolellm.roles.lookup import RoleNames
-
     known = RoleNames((row["role"] for row in dataset), where="the dataset")
     found = {role: known.find(role) for role in roles or []}
     unknown = sorted(role for role, name in found.items() if name is None)
@@ -146,7 +145,6 @@ class GenerationLog:
 def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, config: EvaluateConfig) -> list:
     """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0)."""
     from rolellm.clients.openai_compatible import ChatRequest
-    from rolellm.roles.lookup import Profiles
     from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages
     from rolellm.roles.retrieval import DialogueRetriever
 
@@ -183,7 +181,6 @@ def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateCo
     the number of requests and an estimate of their tokens are logged; new answers are written every
     `config.save_every` rows.
     """
-    from rolellm.roles.lookup import Profiles
 
     folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
     profiles = Profiles(profiles).require(
@@ -241,25 +238,12 @@ def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def baseline_predictions(config: EvaluateConfig, rows, dataset, profiles) -> tuple[list[str | None], str]:
-    """The baseline's answer to each row (`None` where a `baseline_model` generation failed) and its label."""
-    if config.baseline_client is not None:
-        baseline_config = config.baseline_config()
-        logger.info("Baseline %s answers into %s", config.baseline_client.model, baseline_config.output_dir)
-        return generate_predictions(rows, profiles, baseline_config), config.baseline_label
-    if config.baseline.lower() == ROLEGPT:
-        return rolegpt_predictions(rows, dataset["rolegpt_baseline"]), config.baseline_label
-    predictions, label = read_predictions_folder(config.baseline, rows)
-    return predictions, config.baseline_label or label
-
-
-def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: list, profiles, client=None) -> dict:
+def judge_against_baseline(rows, predictions, baseline: list, profiles: Mapping, client) -> dict:
     """The paper's GPT-judge win rate of `predictions` against `baseline`, the baseline's answers to the same rows.
 
     Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
     re-run sends nothing already judged. A failed generation is judged as an empty answer; a failed baseline
-    generation makes its sample `failed`. `client` is the judge (default: the one `config.judge`
-    describes).
+    generation makes its sample `failed`. `client` is the judge.
 
     Returns:
         `dict`: `WinRateResult.to_dict()` (`win_rate`, `ci_low`, `ci_high`, `lc_win_rate`, `average_rank`, counts,
@@ -267,9 +251,7 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
     """
     from rolellm.evaluation.judge.pairwise import judge_win_rate
     from rolellm.roles.card_prompts import role_description
-    from rolellm.roles.lookup import Profiles
 
-    client = client if client is not None else make_client(config.judge)
     profiles = Profiles(profiles)
     descriptions = {row["role"]: role_description(profiles[row["role"]]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
@@ -277,8 +259,8 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
     return result.to_dict()
 
 
-def rubric_scores(config: EvaluateConfig, rows, predictions, profiles, client=None) -> tuple[dict, dict]:
-    """The judge's rubric scores of the answers (`config.rubric`): every answer scored from 1 to 5 on the single-turn
+def rubric_scores(rubric: str, rows, predictions, profiles: Mapping, client) -> tuple[dict, dict]:
+    """The judge's (`client`) scores of the answers on `rubric` (`EvaluateConfig.rubric`): every answer scored from 1 to 5 on the single-turn
     dimensions of the rubric of `rolellm dialogue`, by `judge_answers` (`rolellm.evaluation.multiturn.rubric`).
 
     A failed generation is judged as an empty answer, as ROUGE-L scores it. An answer the judge never gives in the
@@ -295,7 +277,6 @@ def rubric_scores(config: EvaluateConfig, rows, predictions, profiles, client=No
     """
     from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS, judge_answers, summarize
 
-    client = client if client is not None else make_client(config.judge)
     scored = judge_answers(rows, predictions, profiles, [client], SINGLE_TURN_DIMENSIONS)
     dimensions, items, names = scored["dimensions"], scored["items"], scored["judges"]
 
@@ -314,13 +295,61 @@ def rubric_scores(config: EvaluateConfig, rows, predictions, profiles, client=No
     summary = scored["summary"]
     failures = scored["failures"]
     result = {
-        "rubric": config.rubric, "judge": names[0], "dimensions": dimensions, "scale": scored["scale"],
+        "rubric": rubric, "judge": names[0], "dimensions": dimensions, "scale": scored["scale"],
         **means(summary, items), "per_subset": per_subset, "per_role": summary["per_role"],
         "length_spearman": {d: v["length_spearman"] for d, v in summary["per_dimension"].items()},
         "asked": len(items), "failed": failures["count"], "unscored": failures["unscored"],
         "errors": failures["reasons"][:5], "scores_file": "scores.json",
     }  # fmt: skip
     return result, scored
+
+
+@dataclass
+class RunInputs:
+    """What a run reads before it sends anything (`read_inputs`), so that a bad file stops it first."""
+
+    rows: list[dict]  # the rows answered and scored (`select_rows`)
+    lang: str
+    profiles: Profiles  # the roles' profiles (`profiles_for`); empty when neither a prompt nor a judge needs them
+    raw_targets: dict | None  # the RAW references (`read_raw_targets`), `None` when the release's are unavailable
+    compared: list[dict]  # the results of the runs in `compare_with`
+    rolegpt: list[str] | None  # the release's RoleGPT answers to `rows`, when the run scores or judges against them
+    baseline: list[str] | None  # the answers judged against when they are read (RoleGPT's, a run folder's)
+    baseline_label: str | None
+
+
+def read_inputs(config: EvaluateConfig) -> RunInputs:
+    """Read every file a run needs before anything is sent: the rows, the RAW references, the runs compared with, the
+    model card, the profiles, and the baseline answers that are read rather than generated. A missing or malformed
+    one stops the run here, naming it, before any model is loaded or asked."""
+    from rolellm.data.builder import load_rolebench
+    from rolellm.evaluation.benchmark.report import load_model_card, read_compared_results
+    from rolellm.roles.resolve import profiles_for
+
+    reads_baseline = config.judges_win_rate and config.baseline_client is None
+    needs_rolegpt = config.is_rolegpt_baseline or (reads_baseline and config.baseline.lower() == ROLEGPT)
+    splits = [config.split, "rolegpt_baseline"] if needs_rolegpt else [config.split]
+    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
+    rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
+    if not rows:
+        raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
+    lang = rows[0]["lang"]
+    raw_path = find_raw_targets(config, lang)
+    raw_targets = read_raw_targets(raw_path) if raw_path else None
+    compared = [read_compared_results(path) for path in config.compare_with or []]
+    if config.model_card is not None:
+        load_model_card(config.model_card)
+    profiles = Profiles()
+    if config.judge is not None or not config.is_rolegpt_baseline:  # the data's, --profiles, the checkpoint's
+        model_dir = config.client.model if config.client.runs_weights else None
+        profiles = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
+    rolegpt = rolegpt_predictions(rows, dataset["rolegpt_baseline"]) if needs_rolegpt else None
+    baseline, baseline_label = None, None
+    if reads_baseline and config.baseline.lower() == ROLEGPT:
+        baseline = rolegpt
+    elif reads_baseline:  # a row without an answer there stops the run
+        baseline, baseline_label = read_predictions_folder(config.baseline, rows)
+    return RunInputs(rows, lang, profiles, raw_targets, compared, rolegpt, baseline, baseline_label)
 
 
 class NothingEvaluated(RuntimeError):
@@ -348,66 +377,38 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         those of an earlier run in `output_dir` are removed first, so a folder never shows results this run did not
         finish; the answers and the judge's verdicts so far are kept for the next run.
     """
-    from rolellm.data.builder import load_rolebench
-    from rolellm.evaluation.benchmark.report import (
-        load_model_card,
-        read_compared_results,
-        update_model_card,
-        write_report,
-    )
-    from rolellm.roles.resolve import profiles_for
-
     output_dir = Path(config.output_dir)
     if not config.is_rolegpt_baseline:
         changed_settings(config)  # another run's folder stops the run before anything of it is removed
     for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
         (output_dir / name).unlink(missing_ok=True)
-    judged = config.judges_win_rate
-    needs_rolegpt = config.is_rolegpt_baseline or (
-        judged and config.baseline_client is None and config.baseline.lower() == ROLEGPT
-    )
-    splits = [config.split, "rolegpt_baseline"] if needs_rolegpt else [config.split]
-    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
-    rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
-    if not rows:
-        raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
-    lang = rows[0]["lang"]
-    # the other files of the run are read before anything is sent: a bad one stops the run first
-    raw_path = find_raw_targets(config, lang)
-    raw_targets = read_raw_targets(raw_path) if raw_path else None
-    others = [read_compared_results(path) for path in config.compare_with or []]
-    if config.model_card is not None:
-        load_model_card(config.model_card)
-    profiles = {}
-    if config.judge is not None or not config.is_rolegpt_baseline:  # the data's, --profiles, the checkpoint's
-        model_dir = config.client.model if config.client.runs_weights else None
-        profiles = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
-    baseline, baseline_label, judge = None, None, None
-    if judged and config.baseline_client is None:  # read before anything is sent: a row without one stops the run
-        baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
+    inputs = read_inputs(config)
+    rows, profiles, judge = inputs.rows, inputs.profiles, None
     if config.judge is not None:  # the judge is checked before any answer is generated, the baseline model's included
         judge = make_client(config.judge)
         check_endpoints(judge)
-    if judged and baseline is None:
-        baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
+    baseline, baseline_label = inputs.baseline, config.baseline_label or inputs.baseline_label
+    if config.judges_win_rate and baseline is None:  # a baseline model answers the same rows
+        baseline_config = config.baseline_config()
+        logger.info("Baseline %s answers into %s", config.baseline_client.model, baseline_config.output_dir)
+        baseline = generate_predictions(rows, profiles, baseline_config)
     if config.is_rolegpt_baseline:
-        predictions, mode = rolegpt_predictions(rows, dataset["rolegpt_baseline"]), None
+        predictions = inputs.rolegpt
     else:
         predictions = generate_predictions(rows, profiles, config, client=client)
-        mode = config.mode
         if all(prediction is None for prediction in predictions):
             raise NothingEvaluated(
                 f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged "
-                f"above and in {Path(config.output_dir) / 'generations.jsonl'}"
+                f"above and in {output_dir / 'generations.jsonl'}"
             )
-    scores = score_predictions(rows, predictions, raw_targets)
+    scores = score_predictions(rows, predictions, inputs.raw_targets)
     scores["metrics"]["win_rate"] = None
     if config.judge is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
-    elif not judged:
+    elif not config.judges_win_rate:
         scores["unavailable"]["win_rate"] = "not requested (baseline none)"
     else:
-        verdicts = judge_against_baseline(config, rows, predictions, baseline, profiles, client=judge)
+        verdicts = judge_against_baseline(rows, predictions, baseline, profiles, judge)
         scores["metrics"]["win_rate"] = verdicts["win_rate"]
         scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
         scores["win_rate"] = {**verdicts, "baseline": baseline_label}
@@ -415,7 +416,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if config.rubric is None:
         scores["unavailable"]["rubric"] = "not requested (rubric not set)"
     else:
-        scores["rubric"], rubric_items = rubric_scores(config, rows, predictions, profiles, client=judge)
+        scores["rubric"], rubric_items = rubric_scores(config.rubric, rows, predictions, profiles, judge)
         if scores["rubric"]["unscored"] == len(rows):
             example = scores["rubric"]["errors"][0]["error"] if scores["rubric"]["errors"] else "no answer"
             raise NothingEvaluated(
@@ -430,18 +431,28 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         "model": config.model_label,
         "dataset_name": config.dataset_name,
         "split": config.split,
-        "mode": mode,
-        "lang": lang,
+        "mode": None if config.is_rolegpt_baseline else config.mode,
+        "lang": inputs.lang,
         **scores,
         "config": asdict(config),
     }
+    write_results(config, results, rubric_items, inputs.compared)
+    return results
+
+
+def write_results(config: EvaluateConfig, results: dict, rubric_items: dict | None, compared: list[dict]) -> None:
+    """`results.json`, `scores.json` (each rubric verdict), the report beside `compared` (`write_report`), and the
+    model card (`update_model_card`: only when nothing failed, or with `allow_partial`)."""
+    from rolellm.evaluation.benchmark.report import update_model_card, write_report
+
+    output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     if rubric_items is not None:  # each answer's scores and rationales (`rolellm judge agreement` reads them)
         (output_dir / "scores.json").write_text(json.dumps(rubric_items, indent=2, ensure_ascii=False) + "\n", "utf-8")
     (output_dir / "results.json").write_text(
         json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    write_report([*others, results], output_dir)
+    write_report([*compared, results], output_dir)
     failed = (
         results["counts"].get("failed", 0)
         + (results.get("win_rate") or {}).get("failed", 0)
@@ -453,4 +464,3 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         logger.warning(
             "%s not updated: %d generations or verdicts failed (allow_partial not set)", config.model_card, failed
         )
-    return results
