@@ -5,11 +5,6 @@ an OpenAI-compatible endpoint such as a vLLM server (`OpenAIChatClient`: concurr
 baseline answers of the release (the model `"rolegpt"`: nothing is generated). Generations are appended to
 `<output_dir>/generations.jsonl` as they finish, beside `run_config.json`, so a run that stops resumes where it was
 and never sends a request twice.
-
->>> rows = [{"role": "李白", "subset": "general", "question": "你好"}, {"role": "李白", "subset": "general",
-...          "question": "再见"}, {"role": "张飞", "subset": "general", "question": "你好"}]
->>> [row["question"] for row in select_rows(rows, max_samples_per_role=1)]
-['你好', '你好']
 """
 
 import json
@@ -23,35 +18,12 @@ from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
 from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
-from rolellm.roles.lookup import Profiles, RoleNames
+from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
 logger = logging.getLogger(__name__)
-
-
-def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
-    """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
-
-    `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched by the rule of
-    `rolellm.roles.lookup` (`"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
-    """
-    known = RoleNames((row["role"] for row in dataset), where="the dataset")
-    found = {role: known.find(role) for role in roles or []}
-    unknown = sorted(role for role, name in found.items() if name is None)
-    if unknown:
-        raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(known)}")
-    wanted = set(found.values())
-    rows, seen = [], {}
-    for row in dataset:
-        if wanted and row["role"] not in wanted:
-            continue
-        key = (row["role"], row["subset"])
-        seen[key] = seen.get(key, 0) + 1
-        if max_samples_per_role is None or seen[key] <= max_samples_per_role:
-            rows.append(row)
-    return rows
 
 
 def changed_settings(config: EvaluateConfig) -> dict:
@@ -216,28 +188,6 @@ def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateCo
         return [log.answers.get(i) for i in range(len(rows))]
 
 
-def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
-    """`config.raw_targets_file`, else the release's `instructions-{eng,zh}/instructions-general.jsonl` if present
-    (in `data_dir`, or on the Hub when `data_dir` is not set)."""
-    if config.raw_targets_file is not None:
-        if not Path(config.raw_targets_file).is_file():
-            raise FileNotFoundError(f"raw_targets_file={config.raw_targets_file!r} does not exist")
-        return Path(config.raw_targets_file)
-    relative = f"instructions-{RELEASE_LANG_DIRS[lang]}/instructions-general.jsonl"
-    if config.data_dir is None:  # the release on the Hub
-        from huggingface_hub import hf_hub_download
-
-        from rolellm.data.release import HUB_REPO_ID
-
-        try:
-            return Path(hf_hub_download(HUB_REPO_ID, relative, repo_type="dataset"))
-        except Exception as error:  # offline, or a repository without the file: RAW is reported unavailable
-            logger.warning("RAW unavailable: could not fetch %s from %s (%s)", relative, HUB_REPO_ID, error)
-            return None
-    path = Path(config.data_dir) / relative
-    return path if path.is_file() else None
-
-
 def judge_against_baseline(rows, predictions, baseline: list, profiles: Mapping, client) -> dict:
     """The paper's GPT-judge win rate of `predictions` against `baseline`, the baseline's answers to the same rows.
 
@@ -322,7 +272,8 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     """Read every file a run needs before anything is sent: the rows, the RAW references, the runs compared with, the
     model card, the profiles, and the baseline answers that are read rather than generated. A missing or malformed
     one stops the run here, naming it, before any model is loaded or asked."""
-    from rolellm.data.builder import load_rolebench
+    from rolellm.data.builder import load_rolebench, select_rows
+    from rolellm.data.layout import raw_targets_path
     from rolellm.evaluation.benchmark.report import load_model_card, read_compared_results
     from rolellm.roles.resolve import profiles_for
 
@@ -334,7 +285,7 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     if not rows:
         raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
     lang = rows[0]["lang"]
-    raw_path = find_raw_targets(config, lang)
+    raw_path = raw_targets_path(config.raw_targets_file, config.data_dir, lang)
     raw_targets = read_raw_targets(raw_path) if raw_path else None
     compared = [read_compared_results(path) for path in config.compare_with or []]
     if config.model_card is not None:
