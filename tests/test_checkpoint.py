@@ -134,7 +134,8 @@ def test_every_checkpoint_holds_tokenizer_template_profiles_and_card(cli_lora, n
 
 
 def test_a_checkpoint_records_its_inference_settings_and_the_local_client_uses_them(cli_lora, caplog):
-    from rolellm.clients.config import ClientConfig, make_client, resolve_card_extras
+    from rolellm.clients.config import ClientConfig, make_client
+    from rolellm.clients.inference_settings import resolve_card_extras
     from rolellm.scripts.chat import load_client
 
     recorded = json.loads((cli_lora / "rolellm_inference.json").read_text())

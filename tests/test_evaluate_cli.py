@@ -139,3 +139,26 @@ def test_a_refused_resume_leaves_the_folder_as_it_was(rolebench_slice_dir, tmp_p
         assert "generations.jsonl:1: row 0 is not the row this run selects" in capsys.readouterr().err
         assert folder_bytes(out) == before
         assert len(server.requests) == asked
+
+
+def test_a_role_without_a_profile_stops_the_run_before_anything_is_removed_or_asked(
+    rolebench_slice_dir, tmp_path, capsys
+):
+    """The profiles are read, and checked against the rows, before an earlier run's results are removed and before
+    any endpoint is asked (the endpoint here is dead)."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(rolebench_slice_dir / "rolebench-zh", data / "rolebench-zh")  # rows, but no profiles-zh/
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"model": "an earlier run"}\n', encoding="utf-8")
+    code = cli.main(
+        ["evaluate", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--dataset_name", "zh-role_specific",
+         "--data_dir", str(data), "--max_samples_per_role", "1", "--output_dir", str(out)]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "no profile for 5 role(s) of the evaluation rows: ['华妃', '孙悟空'" in err and "Traceback" not in err
+    assert "profiles-zh/desc.json" in err
+    assert folder_bytes(out) == {"results.json": b'{"model": "an earlier run"}\n'}

@@ -196,6 +196,14 @@ class ChatClient:
     """
 
     default_max_tokens = 512  # the completion budget `estimate` assumes for a request without `max_tokens`
+    config_fields: tuple[str, ...] = ()  # the `ClientConfig` fields this backend takes as they are (`from_config`)
+
+    @classmethod
+    def from_config(cls, config) -> "ChatClient":
+        """The client a `ClientConfig` describes (`rolellm.clients.config.make_client`): `config.model` and the
+        fields named in `config_fields`; a backend that decides more (a device, a checkpoint's recorded settings)
+        overrides this."""
+        return cls(config.model, **{name: getattr(config, name) for name in cls.config_fields})
 
     def __init__(self, model_name: str, cache_path=None, max_parse_attempts: int = 3, progress: bool = True):
         if max_parse_attempts < 1:

@@ -13,7 +13,6 @@ prefixed flags of `endpoint_options`.
 ('OpenAIChatClient', 'Aye')
 """
 
-import json
 import logging
 from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
@@ -25,18 +24,6 @@ from rolellm.clients.base import ChatClient, check_base_url, check_rate_limit
 logger = logging.getLogger(__name__)
 
 
-# the settings a checkpoint records for inference (`rolellm.training.checkpoint`), read by `make_client`
-INFERENCE_FILE = "rolellm_inference.json"
-# a checkpoint's custom system text template, when it was trained with one (`recorded_system_template`)
-SYSTEM_TEMPLATE_FILE = "system_template.jinja"
-ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role template `rolellm train` installs
-# the fields each backend's client takes as they are (`make_client`)
-_ENDPOINT_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
-                       "progress")  # fmt: skip
-_LOCAL_ARGUMENTS = ("batch_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")
-_VLLM_ARGUMENTS = ("tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")
-_RAY_ARGUMENTS = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "batch_size",
-                  *_VLLM_ARGUMENTS)  # fmt: skip
 # the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
 ENDPOINT_FIELDS = ("model", "base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries")
 
@@ -265,51 +252,24 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     return ClientConfig(**settings)
 
 
-def read_inference_settings(model: str) -> dict:
-    """The inference settings a checkpoint folder recorded (`rolellm_inference.json`: `keep_think`,
-    `chat_template_family`); `{}` for a Hub id or a folder without the file."""
-    path = Path(model) / INFERENCE_FILE
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error}); write it again or delete it") from None
+def backend_class(backend: str) -> type[ChatClient]:
+    """The client class of a backend (`ClientConfig.backend`), imported when asked for: each class maps the config
+    to its own arguments (`ChatClient.from_config`)."""
+    if backend == "openai":
+        from rolellm.clients.openai_compatible import OpenAIChatClient
 
+        return OpenAIChatClient
+    if backend == "local":
+        from rolellm.clients.local import LocalChatClient
 
-def resolve_keep_think(config: ClientConfig, log: bool = True) -> bool:
-    """`config.keep_think`, else what the local checkpoint recorded, else `False`; with `log`, a setting that
-    overrides the recorded one is logged in one line."""
-    recorded = read_inference_settings(config.model).get("keep_think") if config.runs_weights else None
-    if config.keep_think is None:
-        return bool(recorded)
-    if log and recorded is not None and recorded != config.keep_think:
-        logger.warning(
-            "keep_think=%s overrides the keep_think=%s %s was trained with", config.keep_think, recorded, config.model
-        )
-    return config.keep_think
+        return LocalChatClient
+    if backend == "vllm":
+        from rolellm.clients.vllm_backend import VLLMChatClient
 
+        return VLLMChatClient
+    from rolellm.clients.ray_backend import RayChatClient
 
-def recorded_system_template(config: ClientConfig) -> str | None:
-    """The custom system text template a local checkpoint was trained with (`system_template.jinja`), or `None`."""
-    path = Path(config.model) / SYSTEM_TEMPLATE_FILE
-    return path.read_text(encoding="utf-8") if config.runs_weights and path.is_file() else None
-
-
-def resolve_card_extras(config: ClientConfig, log: bool = True) -> bool:
-    """`config.card_extras`, else `False` for a local checkpoint `rolellm train` wrote (its `rolellm_inference.json`
-    says how its samples were built: the role's system text and the turns, nothing around them), else `True`; with
-    `log`, a setting that differs from how the checkpoint was trained is logged in one line."""
-    trained = read_inference_settings(config.model) if config.runs_weights else {}
-    recorded = trained.get("card_extras", False if trained else None)
-    if config.card_extras is None:
-        return True if recorded is None else recorded
-    if log and recorded is not None and recorded != config.card_extras:
-        logger.warning(
-            "card_extras=%s: %s was trained %s a card's example dialogue, greeting and post-history text",
-            config.card_extras, config.model, "with" if recorded else "without",
-        )  # fmt: skip
-    return config.card_extras
+    return RayChatClient
 
 
 def make_client(config: ClientConfig) -> ChatClient:
@@ -317,47 +277,10 @@ def make_client(config: ClientConfig) -> ChatClient:
     `VLLMChatClient` for vLLM on this node, `RayChatClient` for Ray Data.
 
     An engine that is missing or at an unsupported version stops here (`EngineUnavailable`, naming the extra), before
-    anything is loaded.
-
-    A local checkpoint's recorded inference settings (`rolellm_inference.json`) apply where `config` leaves them
-    unset (`keep_think`); an explicit setting that differs is logged.
+    anything is loaded. A local checkpoint's recorded inference settings (`rolellm_inference.json`) apply where
+    `config` leaves them unset (`keep_think`); an explicit setting that differs is logged.
     """
-    if config.backend == "openai":
-        from rolellm.clients.openai_compatible import OpenAIChatClient
-
-        return OpenAIChatClient(config.model, **{name: getattr(config, name) for name in _ENDPOINT_ARGUMENTS})
-    if config.backend in ("vllm", "ray"):
-        from rolellm.clients.engines import require_engine
-
-        require_engine(config.backend)
-        if config.runs_weights:
-            from rolellm.clients.loading import check_model_source
-
-            check_model_source(config.model, "--model")
-        settings = {"keep_think": resolve_keep_think(config)}
-        if config.backend == "ray":
-            from rolellm.clients.ray_backend import RayChatClient
-
-            return RayChatClient(config.model, **settings, **{name: getattr(config, name) for name in _RAY_ARGUMENTS})
-        from rolellm.clients.vllm_backend import VLLMChatClient
-
-        return VLLMChatClient(config.model, **settings, **{name: getattr(config, name) for name in _VLLM_ARGUMENTS})
-    import torch
-
-    from rolellm.clients.loading import check_model_source
-    from rolellm.clients.local import LocalChatClient
-
-    check_model_source(config.model, "--model")
-    family = read_inference_settings(config.model).get("chat_template_family")
-    if config.chat_template is not None and family is not None:
-        chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"
-        if chosen != family:
-            logger.warning(
-                "chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model
-            )
-    device = config.device or ("cuda" if torch.cuda.is_available() else None)
-    settings = {name: getattr(config, name) for name in _LOCAL_ARGUMENTS}
-    return LocalChatClient(config.model, keep_think=resolve_keep_think(config), device=device, **settings)
+    return backend_class(config.backend).from_config(config)
 
 
 def check_endpoints(*clients: ChatClient) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
 from rolellm.clients.cache import request_key
-from rolellm.clients.loading import load_model_and_tokenizer
+from rolellm.clients.loading import check_model_source, load_model_and_tokenizer
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_template
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
@@ -92,6 +92,33 @@ class LocalChatClient(TokenPromptClient):
         max_parse_attempts (`int`, *optional*, defaults to 3): answers asked for when `parse` rejects them.
         progress (`bool`, *optional*, defaults to `True`): show a progress bar.
     """
+
+    config_fields = ("batch_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")
+
+    @classmethod
+    def from_config(cls, config) -> "LocalChatClient":
+        """The client a `ClientConfig` describes: the model folder is checked before anything loads, `keep_think`
+        defaults to what the checkpoint recorded, a `chat_template` other than the one it was trained with is
+        logged, and the device defaults to the first GPU when there is one."""
+        import torch
+
+        from rolellm.clients.inference_settings import (
+            ROLE_TEMPLATE_FAMILY,
+            read_inference_settings,
+            resolve_keep_think,
+        )
+
+        check_model_source(config.model, "--model")
+        family = read_inference_settings(config.model).get("chat_template_family")
+        if config.chat_template is not None and family is not None:
+            chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"
+            if chosen != family:
+                logger.warning(
+                    "chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model
+                )
+        device = config.device or ("cuda" if torch.cuda.is_available() else None)
+        settings = {name: getattr(config, name) for name in cls.config_fields}
+        return cls(config.model, keep_think=resolve_keep_think(config), device=device, **settings)
 
     def __init__(
         self,

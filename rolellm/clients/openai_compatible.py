@@ -92,6 +92,9 @@ class OpenAIChatClient(ChatClient):
             request) or `openai.DefaultAsyncHttpxClient`.
     """
 
+    config_fields = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
+                     "progress")  # fmt: skip
+
     def __init__(
         self,
         model: str,

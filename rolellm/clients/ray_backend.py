@@ -107,6 +107,18 @@ class RayChatClient(ChatClient):
             *optional*, defaults to `True`): as every client.
     """
 
+    config_fields = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "batch_size",
+                     "tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config) -> "RayChatClient":
+        """The client a `ClientConfig` describes, after `engine_settings` (the engine, the model folder,
+        `keep_think`)."""
+        from rolellm.clients.engines import engine_settings
+
+        settings = engine_settings(config)
+        return cls(config.model, **settings, **{name: getattr(config, name) for name in cls.config_fields})
+
     def __init__(
         self,
         model: str,

@@ -139,6 +139,17 @@ class VLLMChatClient(TokenPromptClient):
             `model_name_or_path`, built here.
     """
 
+    config_fields = ("tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")
+
+    @classmethod
+    def from_config(cls, config) -> "VLLMChatClient":
+        """The client a `ClientConfig` describes, after `engine_settings` (the engine, the model folder,
+        `keep_think`)."""
+        from rolellm.clients.engines import engine_settings
+
+        settings = engine_settings(config)
+        return cls(config.model, **settings, **{name: getattr(config, name) for name in cls.config_fields})
+
     def __init__(
         self,
         model_name_or_path: str | os.PathLike,

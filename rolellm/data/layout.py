@@ -11,6 +11,7 @@ and `rolebench-eng/role-generalization/`, each with `general/` and `role_specifi
 """
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import datasets
 
 from rolellm.data.release import HUB_REPO_ID, RELEASE_LANG_DIRS, SUBSETS
 
+
+logger = logging.getLogger(__name__)
 
 EN, ZH = RELEASE_LANG_DIRS["en"], RELEASE_LANG_DIRS["zh"]  # the release's folder suffixes
 SPLITS = ("train", "test", "rolegpt_baseline")
@@ -268,3 +271,24 @@ def fingerprint_files(paths) -> str:
                 digest.update(block)
         digest.update(b"\0")
     return digest.hexdigest()[:16]
+
+
+def raw_targets_path(raw_targets_file: str | Path | None, data_dir: str | Path | None, lang: str) -> Path | None:
+    """The RAW references of `rolellm evaluate` (`EvaluateConfig.raw_targets_file`): `raw_targets_file`, else the
+    release's `instructions-{eng,zh}/instructions-general.jsonl` if present (in `data_dir`, or on the Hub when
+    `data_dir` is not set); `None` when the release's file is unavailable."""
+    if raw_targets_file is not None:
+        if not Path(raw_targets_file).is_file():
+            raise FileNotFoundError(f"raw_targets_file={raw_targets_file!r} does not exist")
+        return Path(raw_targets_file)
+    relative = f"instructions-{RELEASE_LANG_DIRS[lang]}/instructions-general.jsonl"
+    if data_dir is None:  # the release on the Hub
+        from huggingface_hub import hf_hub_download
+
+        try:
+            return Path(hf_hub_download(HUB_REPO_ID, relative, repo_type="dataset"))
+        except Exception as error:  # offline, or a repository without the file: RAW is reported unavailable
+            logger.warning("RAW unavailable: could not fetch %s from %s (%s)", relative, HUB_REPO_ID, error)
+            return None
+    path = Path(data_dir) / relative
+    return path if path.is_file() else None

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_minimums, recorded_system_template, resolve_card_extras
+from rolellm.clients.config import ClientConfig, check_minimums
+from rolellm.clients.inference_settings import recorded_system_template, resolve_card_extras
 from rolellm.roles.prompts import system_template_text
 from rolellm.roles.resolve import PROFILES_HELP, profiles_field
 from rolellm.scripts.cli import setup_logging

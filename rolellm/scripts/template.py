@@ -61,7 +61,7 @@ TOKENIZER_VOCAB = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
 def main(args):
     from transformers import AutoTokenizer
 
-    from rolellm.clients.config import read_inference_settings
+    from rolellm.clients.inference_settings import read_inference_settings
     from rolellm.clients.loading import check_model_source
     from rolellm.encoding.chat_template import check_template_syntax, read_chat_template
     from rolellm.encoding.check import check_chat_template

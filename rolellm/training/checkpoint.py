@@ -16,7 +16,7 @@ Every folder `RoCITTrainer` saves (the final `output_dir` and each intermediate 
 import json
 from pathlib import Path
 
-from rolellm.clients.config import INFERENCE_FILE, ROLE_TEMPLATE_FAMILY, SYSTEM_TEMPLATE_FILE
+from rolellm.clients.inference_settings import INFERENCE_FILE, ROLE_TEMPLATE_FAMILY, SYSTEM_TEMPLATE_FILE
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile

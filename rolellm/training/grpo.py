@@ -35,7 +35,8 @@ from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from rolellm import __version__
-from rolellm.clients.config import SYSTEM_TEMPLATE_FILE, flag_field, read_inference_settings
+from rolellm.clients.config import flag_field
+from rolellm.clients.inference_settings import SYSTEM_TEMPLATE_FILE, read_inference_settings
 from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.data.release import CITATION
 from rolellm.encoding.chat_template import set_role_chat_template

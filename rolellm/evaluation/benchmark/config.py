@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_minimums, resolve_keep_think
+from rolellm.clients.config import ClientConfig, check_minimums
+from rolellm.clients.inference_settings import resolve_keep_think
 from rolellm.roles.prompts import prompting_mode, prompting_mode_field, system_template_text
 from rolellm.roles.resolve import as_sources, profiles_field
 

@@ -5,54 +5,25 @@ an OpenAI-compatible endpoint such as a vLLM server (`OpenAIChatClient`: concurr
 baseline answers of the release (the model `"rolegpt"`: nothing is generated). Generations are appended to
 `<output_dir>/generations.jsonl` as they finish, beside `run_config.json`, so a run that stops resumes where it was
 and never sends a request twice.
-
->>> rows = [{"role": "李白", "subset": "general", "question": "你好"}, {"role": "李白", "subset": "general",
-...          "question": "再见"}, {"role": "张飞", "subset": "general", "question": "你好"}]
->>> [row["question"] for row in select_rows(rows, max_samples_per_role=1)]
-['你好', '你好']
 """
 
 import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
 from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
+from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
 logger = logging.getLogger(__name__)
-
-
-def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
-    """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
-
-    `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched by the rule of
-    `rolellm.roles.lookup` (`"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
-    """
-    from rolellm.roles.lookup import RoleNames
-
-    known = RoleNames((row["role"] for row in dataset), where="the dataset")
-    found = {role: known.find(role) for role in roles or []}
-    unknown = sorted(role for role, name in found.items() if name is None)
-    if unknown:
-        raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(known)}")
-    wanted = set(found.values())
-    rows, seen = [], {}
-    for row in dataset:
-        if wanted and row["role"] not in wanted:
-            continue
-        key = (row["role"], row["subset"])
-        seen[key] = seen.get(key, 0) + 1
-        if max_samples_per_role is None or seen[key] <= max_samples_per_role:
-            rows.append(row)
-    return rows
 
 
 def changed_settings(config: EvaluateConfig) -> dict:
@@ -155,7 +126,6 @@ class GenerationLog:
 def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, config: EvaluateConfig) -> list:
     """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0)."""
     from rolellm.clients.openai_compatible import ChatRequest
-    from rolellm.roles.lookup import Profiles
     from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages
     from rolellm.roles.retrieval import DialogueRetriever
 
@@ -185,6 +155,17 @@ def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, conf
     return requests
 
 
+def require_profiles(profiles: Mapping, rows: list[dict]) -> Profiles:
+    """`profiles` as `Profiles`, once each role of `rows` finds one; else a `ValueError` naming the roles without one
+    and what to pass: the prompts and the judges need each role's description."""
+    folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
+    return Profiles(profiles).require(
+        (row["role"] for row in rows), "the evaluation rows",
+        f"the system instruction and the judges need each role's description. Give data_dir with the release's {folder}/desc.json, "
+        "or profiles (--profiles) with any profile source of these roles",
+    )  # fmt: skip
+
+
 def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateConfig, client=None) -> list[str | None]:
     """Answer every row, resuming from `<output_dir>/generations.jsonl`; `None` marks a failed generation.
 
@@ -192,14 +173,8 @@ def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateCo
     the number of requests and an estimate of their tokens are logged; new answers are written every
     `config.save_every` rows.
     """
-    from rolellm.roles.lookup import Profiles
 
-    folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
-    profiles = Profiles(profiles).require(
-        (row["role"] for row in rows), "the evaluation rows",
-        f"the system instruction needs each role's description. Give data_dir with the release's {folder}/desc.json, "
-        "or profiles (--profiles) with any profile source of these roles",
-    )  # fmt: skip
+    profiles = require_profiles(profiles, rows)
     failures = []
     with GenerationLog(config, rows) as log:
         pending = [i for i in range(len(rows)) if i not in log.answers]
@@ -228,47 +203,12 @@ def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateCo
         return [log.answers.get(i) for i in range(len(rows))]
 
 
-def find_raw_targets(config: EvaluateConfig, lang: str) -> Path | None:
-    """`config.raw_targets_file`, else the release's `instructions-{eng,zh}/instructions-general.jsonl` if present
-    (in `data_dir`, or on the Hub when `data_dir` is not set)."""
-    if config.raw_targets_file is not None:
-        if not Path(config.raw_targets_file).is_file():
-            raise FileNotFoundError(f"raw_targets_file={config.raw_targets_file!r} does not exist")
-        return Path(config.raw_targets_file)
-    relative = f"instructions-{RELEASE_LANG_DIRS[lang]}/instructions-general.jsonl"
-    if config.data_dir is None:  # the release on the Hub
-        from huggingface_hub import hf_hub_download
-
-        from rolellm.data.release import HUB_REPO_ID
-
-        try:
-            return Path(hf_hub_download(HUB_REPO_ID, relative, repo_type="dataset"))
-        except Exception as error:  # offline, or a repository without the file: RAW is reported unavailable
-            logger.warning("RAW unavailable: could not fetch %s from %s (%s)", relative, HUB_REPO_ID, error)
-            return None
-    path = Path(config.data_dir) / relative
-    return path if path.is_file() else None
-
-
-def baseline_predictions(config: EvaluateConfig, rows, dataset, profiles) -> tuple[list[str | None], str]:
-    """The baseline's answer to each row (`None` where a `baseline_model` generation failed) and its label."""
-    if config.baseline_client is not None:
-        baseline_config = config.baseline_config()
-        logger.info("Baseline %s answers into %s", config.baseline_client.model, baseline_config.output_dir)
-        return generate_predictions(rows, profiles, baseline_config), config.baseline_label
-    if config.baseline.lower() == ROLEGPT:
-        return rolegpt_predictions(rows, dataset["rolegpt_baseline"]), config.baseline_label
-    predictions, label = read_predictions_folder(config.baseline, rows)
-    return predictions, config.baseline_label or label
-
-
-def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: list, profiles, client=None) -> dict:
+def judge_against_baseline(rows, predictions, baseline: list, profiles: Mapping, client) -> dict:
     """The paper's GPT-judge win rate of `predictions` against `baseline`, the baseline's answers to the same rows.
 
     Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
     re-run sends nothing already judged. A failed generation is judged as an empty answer; a failed baseline
-    generation makes its sample `failed`. `client` is the judge (default: the one `config.judge`
-    describes).
+    generation makes its sample `failed`. `client` is the judge.
 
     Returns:
         `dict`: `WinRateResult.to_dict()` (`win_rate`, `ci_low`, `ci_high`, `lc_win_rate`, `average_rank`, counts,
@@ -276,9 +216,7 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
     """
     from rolellm.evaluation.judge.pairwise import judge_win_rate
     from rolellm.roles.card_prompts import role_description
-    from rolellm.roles.lookup import Profiles
 
-    client = client if client is not None else make_client(config.judge)
     profiles = Profiles(profiles)
     descriptions = {row["role"]: role_description(profiles[row["role"]]) for row in rows}
     answers = ["" if p is None else p for p in predictions]
@@ -286,8 +224,8 @@ def judge_against_baseline(config: EvaluateConfig, rows, predictions, baseline: 
     return result.to_dict()
 
 
-def rubric_scores(config: EvaluateConfig, rows, predictions, profiles, client=None) -> tuple[dict, dict]:
-    """The judge's rubric scores of the answers (`config.rubric`): every answer scored from 1 to 5 on the single-turn
+def rubric_scores(rubric: str, rows, predictions, profiles: Mapping, client) -> tuple[dict, dict]:
+    """The judge's (`client`) scores of the answers on `rubric` (`EvaluateConfig.rubric`): every answer scored from 1 to 5 on the single-turn
     dimensions of the rubric of `rolellm dialogue`, by `judge_answers` (`rolellm.evaluation.multiturn.rubric`).
 
     A failed generation is judged as an empty answer, as ROUGE-L scores it. An answer the judge never gives in the
@@ -304,7 +242,6 @@ def rubric_scores(config: EvaluateConfig, rows, predictions, profiles, client=No
     """
     from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS, judge_answers, summarize
 
-    client = client if client is not None else make_client(config.judge)
     scored = judge_answers(rows, predictions, profiles, [client], SINGLE_TURN_DIMENSIONS)
     dimensions, items, names = scored["dimensions"], scored["items"], scored["judges"]
 
@@ -323,13 +260,63 @@ def rubric_scores(config: EvaluateConfig, rows, predictions, profiles, client=No
     summary = scored["summary"]
     failures = scored["failures"]
     result = {
-        "rubric": config.rubric, "judge": names[0], "dimensions": dimensions, "scale": scored["scale"],
+        "rubric": rubric, "judge": names[0], "dimensions": dimensions, "scale": scored["scale"],
         **means(summary, items), "per_subset": per_subset, "per_role": summary["per_role"],
         "length_spearman": {d: v["length_spearman"] for d, v in summary["per_dimension"].items()},
         "asked": len(items), "failed": failures["count"], "unscored": failures["unscored"],
         "errors": failures["reasons"][:5], "scores_file": "scores.json",
     }  # fmt: skip
     return result, scored
+
+
+@dataclass
+class RunInputs:
+    """What a run reads before it sends anything (`read_inputs`), so that a bad file stops it first."""
+
+    rows: list[dict]  # the rows answered and scored (`select_rows`)
+    lang: str
+    profiles: Profiles  # the roles' profiles (`profiles_for`); empty when neither a prompt nor a judge needs them
+    raw_targets: dict | None  # the RAW references (`read_raw_targets`), `None` when the release's are unavailable
+    compared: list[dict]  # the results of the runs in `compare_with`
+    rolegpt: list[str] | None  # the release's RoleGPT answers to `rows`, when the run scores or judges against them
+    baseline: list[str] | None  # the answers judged against when they are read (RoleGPT's, a run folder's)
+    baseline_label: str | None
+
+
+def read_inputs(config: EvaluateConfig) -> RunInputs:
+    """Read every file a run needs before anything is sent: the rows, the RAW references, the runs compared with, the
+    model card, the profiles, and the baseline answers that are read rather than generated. A missing or malformed
+    one stops the run here, naming it, before any model is loaded or asked."""
+    from rolellm.data.builder import load_rolebench, select_rows
+    from rolellm.data.layout import raw_targets_path
+    from rolellm.evaluation.benchmark.report import load_model_card, read_compared_results
+    from rolellm.roles.resolve import profiles_for
+
+    reads_baseline = config.judges_win_rate and config.baseline_client is None
+    needs_rolegpt = config.is_rolegpt_baseline or (reads_baseline and config.baseline.lower() == ROLEGPT)
+    splits = [config.split, "rolegpt_baseline"] if needs_rolegpt else [config.split]
+    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
+    rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
+    if not rows:
+        raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
+    lang = rows[0]["lang"]
+    raw_path = raw_targets_path(config.raw_targets_file, config.data_dir, lang)
+    raw_targets = read_raw_targets(raw_path) if raw_path else None
+    compared = [read_compared_results(path) for path in config.compare_with or []]
+    if config.model_card is not None:
+        load_model_card(config.model_card)
+    profiles = Profiles()
+    if config.judge is not None or not config.is_rolegpt_baseline:  # the data's, --profiles, the checkpoint's
+        model_dir = config.client.model if config.client.runs_weights else None
+        found = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
+        profiles = require_profiles(found, rows)
+    rolegpt = rolegpt_predictions(rows, dataset["rolegpt_baseline"]) if needs_rolegpt else None
+    baseline, baseline_label = None, None
+    if reads_baseline and config.baseline.lower() == ROLEGPT:
+        baseline = rolegpt
+    elif reads_baseline:  # a row without an answer there stops the run
+        baseline, baseline_label = read_predictions_folder(config.baseline, rows)
+    return RunInputs(rows, lang, profiles, raw_targets, compared, rolegpt, baseline, baseline_label)
 
 
 class NothingEvaluated(RuntimeError):
@@ -359,15 +346,6 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         (or its `baseline/`) holds the generations of a run with other settings (`changed_settings`) or of other rows;
         then nothing in it is written or removed.
     """
-    from rolellm.data.builder import load_rolebench
-    from rolellm.evaluation.benchmark.report import (
-        load_model_card,
-        read_compared_results,
-        update_model_card,
-        write_report,
-    )
-    from rolellm.roles.resolve import profiles_for
-
     output_dir = Path(config.output_dir)
     # the runs whose answers are generated into output_dir: this one's, and the baseline model's in its baseline/
     generated = [] if config.is_rolegpt_baseline else [config]
@@ -375,56 +353,37 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         generated.append(config.baseline_config())
     for run in generated:  # another run's folder stops the run before anything in it is written or removed
         changed_settings(run)
-    judged = config.judges_win_rate
-    needs_rolegpt = config.is_rolegpt_baseline or (
-        judged and config.baseline_client is None and config.baseline.lower() == ROLEGPT
-    )
-    splits = [config.split, "rolegpt_baseline"] if needs_rolegpt else [config.split]
-    dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
-    rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
-    if not rows:
-        raise ValueError(f"no rows selected from {config.dataset_name!r}/{config.split} (roles={config.roles})")
-    lang = rows[0]["lang"]
-    # the other files of the run are read before anything is sent: a bad one stops the run first
-    raw_path = find_raw_targets(config, lang)
-    raw_targets = read_raw_targets(raw_path) if raw_path else None
-    others = [read_compared_results(path) for path in config.compare_with or []]
-    if config.model_card is not None:
-        load_model_card(config.model_card)
-    profiles = {}
-    if config.judge is not None or not config.is_rolegpt_baseline:  # the data's, --profiles, the checkpoint's
-        model_dir = config.client.model if config.client.runs_weights else None
-        profiles = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
-    baseline, baseline_label, judge = None, None, None
-    if judged and config.baseline_client is None:  # read before anything is sent: a row without one stops the run
-        baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
+    inputs = read_inputs(config)
     for run in generated:  # the answers saved so far are read: a log of other rows stops the run
-        GenerationLog(run, rows)
+        GenerationLog(run, inputs.rows)
     for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
         (output_dir / name).unlink(missing_ok=True)
+    rows, profiles, judge = inputs.rows, inputs.profiles, None
     if config.judge is not None:  # the judge is checked before any answer is generated, the baseline model's included
         judge = make_client(config.judge)
         check_endpoints(judge)
-    if judged and baseline is None:
-        baseline, baseline_label = baseline_predictions(config, rows, dataset, profiles)
+    baseline, baseline_label = inputs.baseline, config.baseline_label or inputs.baseline_label
+    if config.judges_win_rate and baseline is None:  # a baseline model answers the same rows
+        baseline_config = config.baseline_config()
+        logger.info("Baseline %s answers into %s", config.baseline_client.model, baseline_config.output_dir)
+        baseline = generate_predictions(rows, profiles, baseline_config)
     if config.is_rolegpt_baseline:
-        predictions, mode = rolegpt_predictions(rows, dataset["rolegpt_baseline"]), None
+        predictions = inputs.rolegpt
     else:
         predictions = generate_predictions(rows, profiles, config, client=client)
-        mode = config.mode
         if all(prediction is None for prediction in predictions):
             raise NothingEvaluated(
                 f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged "
-                f"above and in {Path(config.output_dir) / 'generations.jsonl'}"
+                f"above and in {output_dir / 'generations.jsonl'}"
             )
-    scores = score_predictions(rows, predictions, raw_targets)
+    scores = score_predictions(rows, predictions, inputs.raw_targets)
     scores["metrics"]["win_rate"] = None
     if config.judge is None:
         scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
-    elif not judged:
+    elif not config.judges_win_rate:
         scores["unavailable"]["win_rate"] = "not requested (baseline none)"
     else:
-        verdicts = judge_against_baseline(config, rows, predictions, baseline, profiles, client=judge)
+        verdicts = judge_against_baseline(rows, predictions, baseline, profiles, judge)
         scores["metrics"]["win_rate"] = verdicts["win_rate"]
         scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
         scores["win_rate"] = {**verdicts, "baseline": baseline_label}
@@ -432,7 +391,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     if config.rubric is None:
         scores["unavailable"]["rubric"] = "not requested (rubric not set)"
     else:
-        scores["rubric"], rubric_items = rubric_scores(config, rows, predictions, profiles, client=judge)
+        scores["rubric"], rubric_items = rubric_scores(config.rubric, rows, predictions, profiles, judge)
         if scores["rubric"]["unscored"] == len(rows):
             example = scores["rubric"]["errors"][0]["error"] if scores["rubric"]["errors"] else "no answer"
             raise NothingEvaluated(
@@ -447,18 +406,28 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         "model": config.model_label,
         "dataset_name": config.dataset_name,
         "split": config.split,
-        "mode": mode,
-        "lang": lang,
+        "mode": None if config.is_rolegpt_baseline else config.mode,
+        "lang": inputs.lang,
         **scores,
         "config": asdict(config),
     }
+    write_results(config, results, rubric_items, inputs.compared)
+    return results
+
+
+def write_results(config: EvaluateConfig, results: dict, rubric_items: dict | None, compared: list[dict]) -> None:
+    """`results.json`, `scores.json` (each rubric verdict), the report beside `compared` (`write_report`), and the
+    model card (`update_model_card`: only when nothing failed, or with `allow_partial`)."""
+    from rolellm.evaluation.benchmark.report import update_model_card, write_report
+
+    output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     if rubric_items is not None:  # each answer's scores and rationales (`rolellm judge agreement` reads them)
         (output_dir / "scores.json").write_text(json.dumps(rubric_items, indent=2, ensure_ascii=False) + "\n", "utf-8")
     (output_dir / "results.json").write_text(
         json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    write_report([*others, results], output_dir)
+    write_report([*compared, results], output_dir)
     failed = (
         results["counts"].get("failed", 0)
         + (results.get("win_rate") or {}).get("failed", 0)
@@ -470,4 +439,3 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         logger.warning(
             "%s not updated: %d generations or verdicts failed (allow_partial not set)", config.model_card, failed
         )
-    return results

@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client, resolve_card_extras
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
+from rolellm.clients.inference_settings import resolve_card_extras
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
