@@ -112,12 +112,10 @@ class RayChatClient(ChatClient):
 
     @classmethod
     def from_config(cls, config) -> "RayChatClient":
-        """The client a `ClientConfig` describes, after `engine_settings` (the engine, the model folder,
-        `keep_think`)."""
-        from rolellm.clients.engines import engine_settings
+        """The client a `ClientConfig` describes (`engine_arguments`: the engine, the model folder, `keep_think`)."""
+        from rolellm.clients.engines import engine_arguments
 
-        settings = engine_settings(config)
-        return cls(config.model, **settings, **{name: getattr(config, name) for name in cls.config_fields})
+        return cls(config.model, **engine_arguments(config, cls.config_fields))
 
     def __init__(
         self,

@@ -143,12 +143,10 @@ class VLLMChatClient(TokenPromptClient):
 
     @classmethod
     def from_config(cls, config) -> "VLLMChatClient":
-        """The client a `ClientConfig` describes, after `engine_settings` (the engine, the model folder,
-        `keep_think`)."""
-        from rolellm.clients.engines import engine_settings
+        """The client a `ClientConfig` describes (`engine_arguments`: the engine, the model folder, `keep_think`)."""
+        from rolellm.clients.engines import engine_arguments
 
-        settings = engine_settings(config)
-        return cls(config.model, **settings, **{name: getattr(config, name) for name in cls.config_fields})
+        return cls(config.model, **engine_arguments(config, cls.config_fields))
 
     def __init__(
         self,
