@@ -24,6 +24,7 @@ from rolellm.clients.base import ChatClient, check_base_url, check_rate_limit
 logger = logging.getLogger(__name__)
 
 
+BACKENDS = ("openai", "local", "vllm", "ray")  # `ClientConfig.backend`; each one's class: `backend_class`
 # the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
 ENDPOINT_FIELDS = ("model", "base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries")
 
@@ -105,7 +106,7 @@ class ClientConfig:
             "aliases": ["--model_name_or_path", "--model-name-or-path"],
         }
     )
-    backend: Literal["openai", "local", "vllm", "ray"] | None = field(
+    backend: Literal[BACKENDS] | None = field(
         default=None,
         metadata={
             "help": "openai (an endpoint), local (transformers), vllm (offline vLLM) or ray (Ray Data: vLLM engines, "
@@ -141,6 +142,8 @@ class ClientConfig:
                        max_new_tokens=1, tensor_parallel_size=1)  # fmt: skip
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r} is not one of {list(BACKENDS)}")
         check_rate_limit(self.backend, self.requests_per_minute)
         if self.backend in ("local", "vllm") and self.base_url is not None:
             where = "in-process" if self.backend == "local" else "on this node"
@@ -267,9 +270,11 @@ def backend_class(backend: str) -> type[ChatClient]:
         from rolellm.clients.vllm_backend import VLLMChatClient
 
         return VLLMChatClient
-    from rolellm.clients.ray_backend import RayChatClient
+    if backend == "ray":
+        from rolellm.clients.ray_backend import RayChatClient
 
-    return RayChatClient
+        return RayChatClient
+    raise ValueError(f"backend={backend!r} is not one of {list(BACKENDS)}")
 
 
 def make_client(config: ClientConfig) -> ChatClient:
