@@ -10,6 +10,7 @@ reads it the way a user would (a reader of the API, or the command line), and `e
 """
 
 import base64
+import gzip
 import io
 import json
 import struct
@@ -25,11 +26,13 @@ from typing import Any
 import pytest
 from fixtures.mini_release import write_mini_release
 
+from rolellm.clients.inference_settings import read_inference_settings
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.data.builder import load_rolebench, read_rolebench_table
 from rolellm.data.preference import read_sillytavern_chat
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.encoding.chat_template import read_chat_template
+from rolellm.evaluation.benchmark.baseline import read_predictions_folder
 from rolellm.evaluation.benchmark.report import update_model_card
 from rolellm.evaluation.coser.prompts import checkout_prompts
 from rolellm.evaluation.coser.scoring import read_results
@@ -388,6 +391,58 @@ CONTEXT_INSTRUCT = ("generate", "context-instruct", "--model", "m", "--base_url"
                     "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
 DESCRIBE = ("generate", "describe", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles", "{path}", "--lang", "en", "--output_dir",
             "{dir}/out", "--dry_run")  # fmt: skip
+
+
+def with_raw(build, rel, raw):
+    """`build`, then the file `rel` (beside what `build` returned) holding `raw` bytes; returns what `build` did."""
+
+    def wrapped(tmp_path):
+        path = build(tmp_path)
+        target = path.parent / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(raw)
+        return path
+
+    return wrapped
+
+
+CHAT_LOCAL = ("chat", "--model", "{path}", "--backend", "local", "--profiles", "{dir}/release", "--lang", "en", "--role",
+              "Ada Quill")  # fmt: skip
+BASE_ROWS = [{"subset": "general", "role": "Po", "question": " Who are you?"}]
+BASE_ANSWER = (json.dumps({**BASE_ROWS[0], "index": 0, "prediction": "The Dragon Warrior!"}) + "\n").encode()
+
+
+def baseline_run(generations, results=None):
+    """The mini release and a `base/` folder of another run (`generations.jsonl`, and `results.json` when given)
+    beside it; returns the release folder."""
+
+    def build(tmp_path):
+        root = write_mini_release(tmp_path / "release")
+        (tmp_path / "base").mkdir()
+        (tmp_path / "base" / "generations.jsonl").write_bytes(generations)
+        if results is not None:
+            (tmp_path / "base" / "results.json").write_bytes(results)
+        return root
+
+    return build
+
+
+def baseline_answers(root):
+    return read_predictions_folder(root.parent / "base", BASE_ROWS)
+
+
+BASELINE_RUN = (*EVALUATE_RUN, "--judge_model", "j", "--baseline", "{dir}/base")
+COMPARED = {
+    "model": "x",
+    "dataset_name": "zh-general",
+    "avg_over": ["CUS"],
+    "metrics": {"CUS": 0.1, "RAW": None, "SPE": None, "avg": 0.1},
+}
+
+
+def compared_run(result):
+    """The mini release and `other.json` (another run's results) beside it; returns the release folder."""
+    return with_raw(mini_release(), "other.json", result if isinstance(result, bytes) else json.dumps(result).encode())
 
 
 CASES = [
@@ -1092,6 +1147,66 @@ CASES = [
     ("recipe-roles-numbers", lambda tmp_path: write_mini_release(tmp_path / "release") and recipe(
         f"model: m\noutput_dir: {tmp_path}/out\nprofiles: [{tmp_path}/release]\nlang: en\nroles: [1, 2]\n"
         "dry_run: true\n")(tmp_path), cli("generate", "describe", "--config", "{path}"), error(r"roles \['1', '2'\] are not in")),
+    # --- file-level anomalies: NUL bytes, encodings, binary files, links, JSON given where other JSON is expected ---
+    ("chat-template-nul-bytes", text_file("t.jinja", "", raw=b"{{ messages }}\x00\x00"),
+     lambda path: read_chat_template(str(path)), error(r"t\.jinja:1: a NUL byte \(byte 14\): a binary file, not text")),
+    ("system-template-nul-bytes", text_file("s.jinja", "", raw=b"You are {{ role }}.\n\x00"), read_system_template,
+     error(r"s\.jinja:2: a NUL byte \(byte 20\)")),
+    ("screenplay-nul-bytes", text_file("kfp.txt", "", raw=b"\x00" * 20), screenplay_po, error(r"kfp\.txt:1: a NUL byte")),
+    ("recipe-nul-bytes", recipe("", raw=b"model_name_or_path: rolegpt\n\x00"), cli(*EVALUATE),
+     error(r"recipe\.yaml:2: a NUL byte")),
+    ("inference-settings-a-list", model_folder(**{"config.json": {}, "rolellm_inference.json": "[]"}),
+     cli(*CHAT_LOCAL, stdin="hi\n"), error(r"model/rolellm_inference\.json: expected a JSON object of settings, got list")),
+    ("inference-settings-keep-think-a-string", model_folder(**{"config.json": {}, "rolellm_inference.json": {"keep_think": "yes"}}),
+     cli(*CHAT_LOCAL, stdin="hi\n"), error(r"rolellm_inference\.json: field 'keep_think' must be true or false, got 'yes'")),
+    ("inference-settings-latin1", with_raw(model_folder(**{"config.json": {}}), "model/rolellm_inference.json",
+                                           '{"chat_template_family": "modèle"}'.encode("latin-1")),
+     cli(*CHAT_LOCAL, stdin="hi\n"), error(r"model/rolellm_inference\.json:1: not UTF-8 text \(byte 29 is 0xe8\)")),
+    ("inference-settings-bom-crlf", with_raw(model_folder(), "model/rolellm_inference.json", b'\xef\xbb\xbf{\r\n"keep_think": true}\r\n'),
+     lambda folder: read_inference_settings(str(folder)), accepted(lambda settings: settings == {"keep_think": True})),
+    ("inference-settings-a-folder", with_raw(model_folder(), "model/rolellm_inference.json/x", b""),
+     lambda folder: read_inference_settings(str(folder)), error(r"rolellm_inference\.json is a folder")),
+    ("baseline-generations-bom-crlf-blank-line", baseline_run(b"\xef\xbb\xbf" + BASE_ANSWER.replace(b"\n", b"\r\n") + b"\r\n"),
+     baseline_answers, accepted(lambda answers: answers == (["The Dragon Warrior!"], "base"))),
+    ("baseline-generations-latin1", baseline_run(BASE_ANSWER + '{"role": "Zoé"}\n'.encode("latin-1")), baseline_answers,
+     error(r"base/generations\.jsonl:2: not UTF-8 text")),
+    ("baseline-generations-a-list-line", baseline_run(BASE_ANSWER + b"[1]\n"), baseline_answers,
+     error(r"base/generations\.jsonl:2: expected a JSON object, got list")),
+    ("baseline-generations-empty", baseline_run(b""), cli(*BASELINE_RUN), error(r"base/generations\.jsonl: the file is empty")),
+    ("baseline-results-a-list", baseline_run(BASE_ANSWER, b"[]"), cli(*BASELINE_RUN),
+     error(r"base/results\.json: not the results\.json of a rolellm evaluate run \(no 'model' name\)")),
+    ("baseline-results-not-utf8", baseline_run(BASE_ANSWER, b'{"model": "\xff"}'), cli(*BASELINE_RUN),
+     error(r"base/results\.json:1: not UTF-8 text \(byte 11 is 0xff\)")),
+    ("baseline-results-truncated", baseline_run(BASE_ANSWER, b'{"model": "m'), baseline_answers,
+     error(r"base/results\.json:1: not valid JSON")),
+    ("compare-with-metric-missing", compared_run({**COMPARED, "metrics": {"CUS": 0.1}}),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"), error(r"other\.json: field 'metrics\.RAW' is missing")),
+    ("compare-with-metric-a-string", compared_run({**COMPARED, "metrics": {**COMPARED["metrics"], "CUS": "0.1"}}),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"),
+     error(r"other\.json: field 'metrics\.CUS' must be a number or null, got '0\.1'")),
+    ("compare-with-no-dataset-name", compared_run({k: v for k, v in COMPARED.items() if k != "dataset_name"}),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"), error(r"other\.json: field 'dataset_name' must be a str, got None")),
+    ("compare-with-utf16", compared_run(json.dumps(COMPARED).encode("utf-16")),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"), error(r"other\.json: UTF-16 text")),
+    ("model-card-latin1", text_file("README.md", "---\nlicense: mit\n---\n# Zoé\n", encoding="latin-1"),
+     lambda path: update_model_card(path, {"model": "po"}), error(r"--model_card .*README\.md:4: not UTF-8 text \(byte 25 is 0xe9\)")),
+    ("desc-trailing-data", text_file("profiles-eng/desc.json", '{"Po": "A panda."} x'), lambda p: profiles_en(p.parent),
+     error(r"desc\.json:1: not valid JSON \(Extra data, column 20\)")),
+    ("coser-testset-an-object", text_file("test_set.json", '{"cases": []}'), read_coser_test_set,
+     error(r"test_set\.json: a test set is a non-empty JSON list of cases")),
+    ("instructions-a-folder", lambda tmp_path: write_mini_release(tmp_path / "release") and (tmp_path / "i.jsonl").mkdir()
+     or tmp_path / "i.jsonl", cli(*ROLEGPT), error(r"i\.jsonl is a folder, not a file")),
+    ("raw-targets-gzip", with_raw(mini_release(), "raw.jsonl", gzip.compress(b'{"instruction": "q", "target": "t"}\n')),
+     cli(*EVALUATE_RUN, "--raw_targets_file", "{dir}/raw.jsonl"), error(r"raw\.jsonl:1: not UTF-8 text \(byte 1 is 0x8b\)")),
+    ("labels-a-png", text_file("h.jsonl", "", raw=png_bytes()), read_human_labels,
+     error(r"h\.jsonl:1: not UTF-8 text \(byte 0 is 0x89\)")),
+    ("scenario-dangling-link", lambda tmp_path: (tmp_path / "s.yaml").symlink_to(tmp_path / "gone.yaml") or tmp_path / "s.yaml",
+     read_scenarios, error(r"s\.yaml: no such scenario file")),
+    ("sillytavern-bom-crlf", lambda tmp_path: with_raw(sillytavern(), "chat.jsonl", b"\xef\xbb\xbf" + b"".join(
+        (json.dumps(m) + "\r\n").encode() for m in (ST_HEADER, ST_USER, ST_ANSWER)))(tmp_path),
+     cli(*SILLYTAVERN, "--dry_run"), accepted(nothing_written)),
+    ("rows-long-line", rows_file({**ROW, "question": " Why?" * 600_000}), general_rows,
+     accepted(lambda rows: len(rows[0]["question"]) == 3_000_000)),
 ]  # fmt: skip
 
 

@@ -277,16 +277,25 @@ def decode_text(raw: bytes, path) -> str:
     Traceback (most recent call last):
     ...
     rolellm.roles.profile.DataFormatError: a.json:1: not UTF-8 text (byte 7 is 0xff); save the file as UTF-8
+    >>> decode_text(b'{}\n\x00\x00', "a.json")
+    Traceback (most recent call last):
+    ...
+    rolellm.roles.profile.DataFormatError: a.json:2: a NUL byte (byte 3): a binary file, not text
     """
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise DataFormatError(f"{path}: UTF-16 text; save the file as UTF-8")
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise DataFormatError(
             f"{path}:{line}: not UTF-8 text (byte {error.start} is 0x{raw[error.start]:02x}); save the file as UTF-8"
         ) from None
+    nul = raw.find(b"\0")  # valid UTF-8, yet no text file holds one: a binary file, or one cut by a crash
+    if nul >= 0:
+        line = raw[:nul].count(b"\n") + 1
+        raise DataFormatError(f"{path}:{line}: a NUL byte (byte {nul}): a binary file, not text")
+    return text
 
 
 def read_text(path, allow_empty: bool = False) -> str:
