@@ -277,7 +277,7 @@ def decode_text(raw: bytes, path) -> str:
     Traceback (most recent call last):
     ...
     rolellm.roles.profile.DataFormatError: a.json:1: not UTF-8 text (byte 7 is 0xff); save the file as UTF-8
-    >>> decode_text(b'{}\n\x00\x00', "a.json")
+    >>> decode_text(b'{}\\n\\x00\\x00', "a.json")
     Traceback (most recent call last):
     ...
     rolellm.roles.profile.DataFormatError: a.json:2: a NUL byte (byte 3): a binary file, not text
