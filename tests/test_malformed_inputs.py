@@ -1207,6 +1207,18 @@ CASES = [
      cli(*SILLYTAVERN, "--dry_run"), accepted(nothing_written)),
     ("rows-long-line", rows_file({**ROW, "question": " Why?" * 600_000}), general_rows,
      accepted(lambda rows: len(rows[0]["question"]) == 3_000_000)),
+    ("evaluate-log-nul-tail", evaluate_log("\x00" * 64), cli(*EVALUATE_RUN),
+     error(r"cannot reach http://127\.0\.0\.1:9/v1", code=3)),
+    ("evaluate-log-nul-in-a-middle-line", evaluate_log(json.dumps(ZH_ANSWER) + "\x00\n" + json.dumps(ZH_ANSWER) + "\n"),
+     cli(*EVALUATE_RUN), error(r"out/generations\.jsonl:1: a NUL byte \(byte \d+\): a binary file, not text")),
+    ("dialogue-log-nul-tail", dialogue_run(lambda lines: "".join(lines[:3]) + "\x00" * 40),
+     resume_dialogues, error(r"cannot reach|connection refused")),
+    ("evaluate-run-config-a-list", with_raw(mini_release(), "out/run_config.json", b"[]"), cli(*EVALUATE_RUN),
+     error(r"out/run_config\.json: expected a JSON object of the run's settings, got list")),
+    ("evaluate-run-config-empty", with_raw(mini_release(), "out/run_config.json", b""), cli(*EVALUATE_RUN),
+     error(r"out/run_config\.json: the file is empty: not the settings of a run; use a new output_dir")),
+    ("evaluate-run-config-latin1", with_raw(mini_release(), "out/run_config.json", '{"mode": "sýstem"}'.encode("latin-1")),
+     cli(*EVALUATE_RUN), error(r"out/run_config\.json:1: not UTF-8 text \(byte 11 is 0xfd\)")),
 ]  # fmt: skip
 
 

@@ -267,9 +267,11 @@ def role_slug(name: str) -> str:
     return role_key(name)
 
 
-def decode_text(raw: bytes, path) -> str:
+def decode_text(raw: bytes, path, log: bool = False) -> str:
     """The text of a file's bytes, UTF-8 with or without a byte-order mark; anything else is a `DataFormatError`
-    naming the file, the line and the byte.
+    naming the file, the line and the byte. A NUL byte is an error too (a binary file), except, with `log` (an
+    append-only log), a run of them at the end: a crash can leave the tail of a log as NUL bytes, and the log's
+    reader drops it as the last line cut short.
 
     >>> decode_text("\\ufeff{}\\r\\n".encode("utf-8"), "a.json")
     '{}\\r\\n'
@@ -291,17 +293,17 @@ def decode_text(raw: bytes, path) -> str:
         raise DataFormatError(
             f"{path}:{line}: not UTF-8 text (byte {error.start} is 0x{raw[error.start]:02x}); save the file as UTF-8"
         ) from None
-    nul = raw.find(b"\0")  # valid UTF-8, yet no text file holds one: a binary file, or one cut by a crash
-    if nul >= 0:
+    nul = raw.find(b"\0")  # valid UTF-8, yet no text file holds one: a binary file, or a log's tail lost in a crash
+    if nul >= 0 and not (log and not raw[nul:].strip(b"\0")):
         line = raw[:nul].count(b"\n") + 1
         raise DataFormatError(f"{path}:{line}: a NUL byte (byte {nul}): a binary file, not text")
     return text
 
 
-def read_text(path, allow_empty: bool = False) -> str:
-    """A text file's content through `decode_text`; an empty or blank file is a `DataFormatError` naming it unless
-    `allow_empty`."""
-    text = decode_text(Path(path).read_bytes(), path)
+def read_text(path, allow_empty: bool = False, log: bool = False) -> str:
+    """A text file's content through `decode_text` (`log`: an append-only log's); an empty or blank file is a
+    `DataFormatError` naming it unless `allow_empty`."""
+    text = decode_text(Path(path).read_bytes(), path, log=log)
     if not allow_empty and not text.strip():
         raise DataFormatError(f"{path}: the file is empty")
     return text

@@ -360,7 +360,7 @@ def read_log(path: Path, restore: Callable[[dict, str], None]) -> int:
     if not path.exists():
         return 0
     kept, restored = [], 0
-    lines = read_text(path, allow_empty=True).splitlines(keepends=True)
+    lines = read_text(path, allow_empty=True, log=True).splitlines(keepends=True)
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
