@@ -39,6 +39,8 @@ from rolellm.evaluation.coser.scoring import read_results
 from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
 from rolellm.evaluation.multiturn.dialogue import Scenario, read_scenarios, run_dialogues
+from rolellm.generation.job import save_generation_metadata
+from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.rewards.combine import reward_settings
 from rolellm.rewards.reference import reference_rouge_l
 from rolellm.rewards.style import LengthPenalty
@@ -443,6 +445,13 @@ COMPARED = {
 def compared_run(result):
     """The mini release and `other.json` (another run's results) beside it; returns the release folder."""
     return with_raw(mini_release(), "other.json", result if isinstance(result, bytes) else json.dumps(result).encode())
+
+
+def saved_usage(folder):
+    """Save a run's metadata into `folder` (after `generation_stats.json` of earlier runs) and return the stats."""
+    client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", progress=False)
+    save_generation_metadata(folder, ProfileDescriptionConfig(), client, {"usage": {"requests": 2}})
+    return json.loads((folder / "generation_stats.json").read_text(encoding="utf-8"))
 
 
 CASES = [
@@ -1219,6 +1228,12 @@ CASES = [
      error(r"out/run_config\.json: the file is empty: not the settings of a run; use a new output_dir")),
     ("evaluate-run-config-latin1", with_raw(mini_release(), "out/run_config.json", '{"mode": "sýstem"}'.encode("latin-1")),
      cli(*EVALUATE_RUN), error(r"out/run_config\.json:1: not UTF-8 text \(byte 11 is 0xfd\)")),
+    ("generation-stats-a-list", text_file("run/generation_stats.json", "[]"), lambda path: saved_usage(path.parent),
+     warns(r"run/generation_stats\.json: not the usage counts of earlier runs; usage_in_all counts from this run")),
+    ("generation-stats-truncated", text_file("run/generation_stats.json", '{"usage_in_all": {"requ'),
+     lambda path: saved_usage(path.parent), warns(r"run/generation_stats\.json:1: not valid JSON .*; usage_in_all counts")),
+    ("generation-stats-earlier-run", text_file("run/generation_stats.json", '{"usage_in_all": {"requests": 3}, "runs": 1}'),
+     lambda path: saved_usage(path.parent), accepted(lambda stats: stats["usage_in_all"] == {"requests": 5} and stats["runs"] == 2)),
 ]  # fmt: skip
 
 

@@ -279,7 +279,7 @@ def rewrite_reports(folder: str | Path) -> list[Path]:
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
         if "per_role" in results:  # a full run_benchmark result, not only verdicts
             compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
-            others = [json.loads(path.read_text(encoding="utf-8")) for path in compared if path.is_file()]
+            others = [read_compared_results(path) for path in compared if path.is_file()]
             written.append(write_report([*others, results], folder)["html"])
     return written
 
