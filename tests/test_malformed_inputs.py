@@ -408,6 +408,17 @@ def with_raw(build, rel, raw):
     return wrapped
 
 
+def dead_link(build, rel):
+    """`build`, then `rel` (beside what `build` returned) a link to a file that is not there."""
+
+    def wrapped(tmp_path):
+        path = build(tmp_path)
+        (path.parent / rel).symlink_to(tmp_path / "gone")
+        return path
+
+    return wrapped
+
+
 CHAT_LOCAL = ("chat", "--model", "{path}", "--backend", "local", "--profiles", "{dir}/release", "--lang", "en", "--role",
               "Ada Quill")  # fmt: skip
 BASE_ROWS = [{"subset": "general", "role": "Po", "question": " Who are you?"}]
@@ -1234,6 +1245,14 @@ CASES = [
      lambda path: saved_usage(path.parent), warns(r"run/generation_stats\.json:1: not valid JSON .*; usage_in_all counts")),
     ("generation-stats-earlier-run", text_file("run/generation_stats.json", '{"usage_in_all": {"requests": 3}, "runs": 1}'),
      lambda path: saved_usage(path.parent), accepted(lambda stats: stats["usage_in_all"] == {"requests": 5} and stats["runs"] == 2)),
+    ("checkpoint-role-profiles-dead-link", dead_link(model_folder(**{"config.json": {}}), "model/role_profiles.jsonl"),
+     lambda folder: profiles_for(None, str(folder), str(folder.parent / "release"), lang="en"),
+     error(r"model/role_profiles\.jsonl: no such file or folder")),
+    ("checkpoint-role-profiles-a-folder", with_raw(model_folder(**{"config.json": {}}), "model/role_profiles.jsonl/x", b""),
+     lambda folder: profiles_for(None, str(folder), str(folder.parent / "release"), lang="en"),
+     error(r"model/role_profiles\.jsonl: a folder with no role profiles in it")),
+    ("chat-template-a-folder", lambda tmp_path: tmp_path, lambda folder: read_chat_template(str(folder)),
+     error(r"chat_template='.*' is a folder: give the template file")),
 ]  # fmt: skip
 
 
