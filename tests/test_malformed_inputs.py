@@ -1253,6 +1253,11 @@ CASES = [
      error(r"model/role_profiles\.jsonl: a folder with no role profiles in it")),
     ("chat-template-a-folder", lambda tmp_path: tmp_path, lambda folder: read_chat_template(str(folder)),
      error(r"chat_template='.*' is a folder: give the template file")),
+    ("raw-targets-a-folder", mini_release(), cli(*EVALUATE_RUN, "--raw_targets_file", "{path}"),
+     error(r"raw_targets_file='.*release' is a folder: give the JSONL file")),
+    ("release-raw-targets-dead-link", mini_release(lambda root: (root / "instructions-zh").mkdir() or (
+        root / "instructions-zh" / "instructions-general.jsonl").symlink_to(root / "gone.jsonl")), cli(*EVALUATE_RUN),
+     error(r"instructions-zh/instructions-general\.jsonl is a link that leads nowhere .*: the RAW references")),
 ]  # fmt: skip
 
 
