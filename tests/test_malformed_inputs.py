@@ -1258,6 +1258,11 @@ CASES = [
     ("release-raw-targets-dead-link", mini_release(lambda root: (root / "instructions-zh").mkdir() or (
         root / "instructions-zh" / "instructions-general.jsonl").symlink_to(root / "gone.jsonl")), cli(*EVALUATE_RUN),
      error(r"instructions-zh/instructions-general\.jsonl is a link that leads nowhere .*: the RAW references")),
+    ("model-adapter-config-no-base", model_folder(**{"adapter_config.json": {"r": 8}}), cli(*CHAT_LOCAL, stdin="hi\n"),
+     error(r"model/adapter_config\.json: field 'base_model_name_or_path' must name the base model .*got None")),
+    ("model-adapter-config-base-a-number", model_folder(**{"adapter_config.json": {"base_model_name_or_path": 3}}),
+     cli("export", "{path}", "--merge", "--output_dir", "{dir}/exported"),
+     error(r"model/adapter_config\.json: field 'base_model_name_or_path' must name the base model .*got 3")),
 ]  # fmt: skip
 
 
