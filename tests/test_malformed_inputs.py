@@ -1263,6 +1263,8 @@ CASES = [
     ("model-adapter-config-base-a-number", model_folder(**{"adapter_config.json": {"base_model_name_or_path": 3}}),
      cli("export", "{path}", "--merge", "--output_dir", "{dir}/exported"),
      error(r"model/adapter_config\.json: field 'base_model_name_or_path' must name the base model .*got 3")),
+    ("scenario-field-twice", text_file("s.yaml", SCENARIO + "  role: Shifu\n"), read_scenarios,
+     error(r"s\.yaml: not valid YAML: key 'role' is given twice \(line 1 and line 6\)")),
 ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ dataclasses and the catchphrase sentence; the readers and writers of the release
 """
 
 import codecs
+import functools
 import json
 import re
 import unicodedata
@@ -335,6 +336,30 @@ def parse_json_text(text: str, path, line_no: int | None = None, object_pairs_ho
         raise DataFormatError(f"{at}: a JSON value nested too deeply to read") from None
     except ValueError as error:  # an integer of more digits than Python converts
         raise DataFormatError(f"{at}: not a readable JSON value: {error}") from None
+
+
+@functools.cache
+def unique_key_yaml_loader():
+    """PyYAML's safe loader refusing a key given twice in one mapping (PyYAML keeps the last one silently): the
+    `Loader` of `yaml.load` for the YAML files rolellm reads (recipes, scenarios)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} is given twice (line {seen[key] + 1} and line {key_node.start_mark.line + 1})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def read_json_file(path, kind: str | None = None):
