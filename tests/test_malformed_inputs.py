@@ -1265,6 +1265,10 @@ CASES = [
      error(r"model/adapter_config\.json: field 'base_model_name_or_path' must name the base model .*got 3")),
     ("scenario-field-twice", text_file("s.yaml", SCENARIO + "  role: Shifu\n"), read_scenarios,
      error(r"s\.yaml: not valid YAML: key 'role' is given twice \(line 1 and line 6\)")),
+    ("card-png-signature-damaged", text_file("po.png", "", raw=b"\x00" + png_bytes(card_chunk())[1:]), read_character_card,
+     error(r"po\.png: not a PNG image \(no PNG signature at byte 0\) nor JSON text")),
+    ("card-png-a-gzip", text_file("po.png", "", raw=gzip.compress(json.dumps(CARD).encode())), read_character_card,
+     error(r"po\.png: not a PNG image")),
 ]  # fmt: skip
 
 
