@@ -1269,6 +1269,8 @@ CASES = [
      error(r"po\.png: not a PNG image \(no PNG signature at byte 0\) nor JSON text")),
     ("card-png-a-gzip", text_file("po.png", "", raw=gzip.compress(json.dumps(CARD).encode())), read_character_card,
      error(r"po\.png: not a PNG image")),
+    ("train-output-dir-a-file", lambda tmp_path: text_file("out", "notes")(tmp_path) and train_recipe()(tmp_path),
+     cli(*TRAIN), error(r"rolellm train: --output_dir .*out: .*out is a file, not a folder")),
 ]  # fmt: skip
 
 
