@@ -1271,6 +1271,10 @@ CASES = [
      error(r"po\.png: not a PNG image")),
     ("train-output-dir-a-file", lambda tmp_path: text_file("out", "notes")(tmp_path) and train_recipe()(tmp_path),
      cli(*TRAIN), error(r"rolellm train: --output_dir .*out: .*out is a file, not a folder")),
+    ("generate-output-dir-a-file", lambda tmp_path: text_file("out", "notes")(tmp_path) and mini_release()(tmp_path),
+     cli(*DESCRIBE[:-1]), error(r"rolellm generate: --output_dir .*out: .*out is a file, not a folder")),
+    ("generate-output-dir-under-a-file", lambda tmp_path: text_file("notes", "mine")(tmp_path) and mini_release()(tmp_path),
+     cli(*CONTEXT_INSTRUCT, "--output_dir", "{dir}/notes/run"), error(r"--output_dir .*notes/run: .*notes is a file")),
 ]  # fmt: skip
 
 

@@ -338,6 +338,23 @@ def parse_json_text(text: str, path, line_no: int | None = None, object_pairs_ho
         raise DataFormatError(f"{at}: not a readable JSON value: {error}") from None
 
 
+def check_output_folder(path, flag: str = "--output_dir") -> None:
+    """Refuse an output folder that is a file, or lies under one, before a run does any work (it would fail at its
+    first write, after the work): a `NotADirectoryError` naming both.
+
+    >>> import tempfile
+    >>> notes = Path(tempfile.mkdtemp()) / "notes.txt"
+    >>> _ = notes.write_text("mine")
+    >>> check_output_folder(notes / "run")
+    Traceback (most recent call last):
+    ...
+    NotADirectoryError: --output_dir .../notes.txt/run: .../notes.txt is a file, not a folder
+    """
+    for folder in (Path(path), *Path(path).parents):
+        if folder.is_file():
+            raise NotADirectoryError(f"{flag} {path}: {folder} is a file, not a folder")
+
+
 @functools.cache
 def unique_key_yaml_loader():
     """PyYAML's safe loader refusing a key given twice in one mapping (PyYAML keeps the last one silently): the
