@@ -38,7 +38,7 @@ from rolellm.evaluation.coser.prompts import checkout_prompts
 from rolellm.evaluation.coser.scoring import read_results
 from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
-from rolellm.evaluation.multiturn.dialogue import Scenario, read_scenarios, run_dialogues
+from rolellm.evaluation.multiturn.dialogue import Scenario, read_scenarios, read_transcripts, run_dialogues
 from rolellm.generation.job import save_generation_metadata
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.rewards.combine import reward_settings
@@ -1275,6 +1275,10 @@ CASES = [
      cli(*DESCRIBE[:-1]), error(r"rolellm generate: --output_dir .*out: .*out is a file, not a folder")),
     ("generate-output-dir-under-a-file", lambda tmp_path: text_file("notes", "mine")(tmp_path) and mini_release()(tmp_path),
      cli(*CONTEXT_INSTRUCT, "--output_dir", "{dir}/notes/run"), error(r"--output_dir .*notes/run: .*notes is a file")),
+    ("transcripts-bom-crlf", text_file("transcripts.jsonl", '\ufeff{"id": "po-1", "turns": []}\r\n'), read_transcripts,
+     accepted(lambda transcripts: transcripts == [{"id": "po-1", "turns": []}])),
+    ("transcripts-latin1", text_file("transcripts.jsonl", '{"id": "Zoé"}\n', encoding="latin-1"), read_transcripts,
+     error(r"transcripts\.jsonl:1: not UTF-8 text \(byte 10 is 0xe9\)")),
 ]  # fmt: skip
 
 

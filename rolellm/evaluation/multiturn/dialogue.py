@@ -576,7 +576,7 @@ def write_transcripts(transcripts: Sequence[dict], path: str | os.PathLike) -> P
 def read_transcripts(path: str | os.PathLike) -> list[dict]:
     """Read a `transcripts.jsonl` file (one conversation per line)."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path, allow_empty=True).splitlines()
     return [parse_json_line(line, path, n) for n, line in enumerate(lines, start=1) if line.strip()]
 
 
