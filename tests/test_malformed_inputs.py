@@ -10,6 +10,7 @@ reads it the way a user would (a reader of the API, or the command line), and `e
 """
 
 import base64
+import gzip
 import io
 import json
 import struct
@@ -25,17 +26,21 @@ from typing import Any
 import pytest
 from fixtures.mini_release import write_mini_release
 
+from rolellm.clients.inference_settings import read_inference_settings
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.data.builder import load_rolebench, read_rolebench_table
 from rolellm.data.preference import read_sillytavern_chat
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.encoding.chat_template import read_chat_template
+from rolellm.evaluation.benchmark.baseline import read_predictions_folder
 from rolellm.evaluation.benchmark.report import update_model_card
 from rolellm.evaluation.coser.prompts import checkout_prompts
 from rolellm.evaluation.coser.scoring import read_results
 from rolellm.evaluation.coser.testset import read_coser_test_set
 from rolellm.evaluation.multiturn.agreement import read_human_labels
-from rolellm.evaluation.multiturn.dialogue import Scenario, read_scenarios, run_dialogues
+from rolellm.evaluation.multiturn.dialogue import Scenario, read_scenarios, read_transcripts, run_dialogues
+from rolellm.generation.job import save_generation_metadata
+from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.rewards.combine import reward_settings
 from rolellm.rewards.reference import reference_rouge_l
 from rolellm.rewards.style import LengthPenalty
@@ -388,6 +393,76 @@ CONTEXT_INSTRUCT = ("generate", "context-instruct", "--model", "m", "--base_url"
                     "--output_dir", "{dir}/out", "--dry_run")  # fmt: skip
 DESCRIBE = ("generate", "describe", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles", "{path}", "--lang", "en", "--output_dir",
             "{dir}/out", "--dry_run")  # fmt: skip
+
+
+def with_raw(build, rel, raw):
+    """`build`, then the file `rel` (beside what `build` returned) holding `raw` bytes; returns what `build` did."""
+
+    def wrapped(tmp_path):
+        path = build(tmp_path)
+        target = path.parent / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(raw)
+        return path
+
+    return wrapped
+
+
+def dead_link(build, rel):
+    """`build`, then `rel` (beside what `build` returned) a link to a file that is not there."""
+
+    def wrapped(tmp_path):
+        path = build(tmp_path)
+        (path.parent / rel).symlink_to(tmp_path / "gone")
+        return path
+
+    return wrapped
+
+
+CHAT_LOCAL = ("chat", "--model", "{path}", "--backend", "local", "--profiles", "{dir}/release", "--lang", "en", "--role",
+              "Ada Quill")  # fmt: skip
+BASE_ROWS = [{"subset": "general", "role": "Po", "question": " Who are you?"}]
+BASE_ANSWER = (json.dumps({**BASE_ROWS[0], "index": 0, "prediction": "The Dragon Warrior!"}) + "\n").encode()
+
+
+def baseline_run(generations, results=None):
+    """The mini release and a `base/` folder of another run (`generations.jsonl`, and `results.json` when given)
+    beside it; returns the release folder."""
+
+    def build(tmp_path):
+        root = write_mini_release(tmp_path / "release")
+        (tmp_path / "base").mkdir()
+        (tmp_path / "base" / "generations.jsonl").write_bytes(generations)
+        if results is not None:
+            (tmp_path / "base" / "results.json").write_bytes(results)
+        return root
+
+    return build
+
+
+def baseline_answers(root):
+    return read_predictions_folder(root.parent / "base", BASE_ROWS)
+
+
+BASELINE_RUN = (*EVALUATE_RUN, "--judge_model", "j", "--baseline", "{dir}/base")
+COMPARED = {
+    "model": "x",
+    "dataset_name": "zh-general",
+    "avg_over": ["CUS"],
+    "metrics": {"CUS": 0.1, "RAW": None, "SPE": None, "avg": 0.1},
+}
+
+
+def compared_run(result):
+    """The mini release and `other.json` (another run's results) beside it; returns the release folder."""
+    return with_raw(mini_release(), "other.json", result if isinstance(result, bytes) else json.dumps(result).encode())
+
+
+def saved_usage(folder):
+    """Save a run's metadata into `folder` (after `generation_stats.json` of earlier runs) and return the stats."""
+    client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", progress=False)
+    save_generation_metadata(folder, ProfileDescriptionConfig(), client, {"usage": {"requests": 2}})
+    return json.loads((folder / "generation_stats.json").read_text(encoding="utf-8"))
 
 
 CASES = [
@@ -1092,6 +1167,118 @@ CASES = [
     ("recipe-roles-numbers", lambda tmp_path: write_mini_release(tmp_path / "release") and recipe(
         f"model: m\noutput_dir: {tmp_path}/out\nprofiles: [{tmp_path}/release]\nlang: en\nroles: [1, 2]\n"
         "dry_run: true\n")(tmp_path), cli("generate", "describe", "--config", "{path}"), error(r"roles \['1', '2'\] are not in")),
+    # --- file-level anomalies: NUL bytes, encodings, binary files, links, JSON given where other JSON is expected ---
+    ("chat-template-nul-bytes", text_file("t.jinja", "", raw=b"{{ messages }}\x00\x00"),
+     lambda path: read_chat_template(str(path)), error(r"t\.jinja:1: a NUL byte \(byte 14\): a binary file, not text")),
+    ("system-template-nul-bytes", text_file("s.jinja", "", raw=b"You are {{ role }}.\n\x00"), read_system_template,
+     error(r"s\.jinja:2: a NUL byte \(byte 20\)")),
+    ("screenplay-nul-bytes", text_file("kfp.txt", "", raw=b"\x00" * 20), screenplay_po, error(r"kfp\.txt:1: a NUL byte")),
+    ("recipe-nul-bytes", recipe("", raw=b"model_name_or_path: rolegpt\n\x00"), cli(*EVALUATE),
+     error(r"recipe\.yaml:2: a NUL byte")),
+    ("inference-settings-a-list", model_folder(**{"config.json": {}, "rolellm_inference.json": "[]"}),
+     cli(*CHAT_LOCAL, stdin="hi\n"), error(r"model/rolellm_inference\.json: expected a JSON object of settings, got list")),
+    ("inference-settings-keep-think-a-string", model_folder(**{"config.json": {}, "rolellm_inference.json": {"keep_think": "yes"}}),
+     cli(*CHAT_LOCAL, stdin="hi\n"), error(r"rolellm_inference\.json: field 'keep_think' must be true or false, got 'yes'")),
+    ("inference-settings-latin1", with_raw(model_folder(**{"config.json": {}}), "model/rolellm_inference.json",
+                                           '{"chat_template_family": "modèle"}'.encode("latin-1")),
+     cli(*CHAT_LOCAL, stdin="hi\n"), error(r"model/rolellm_inference\.json:1: not UTF-8 text \(byte 29 is 0xe8\)")),
+    ("inference-settings-bom-crlf", with_raw(model_folder(), "model/rolellm_inference.json", b'\xef\xbb\xbf{\r\n"keep_think": true}\r\n'),
+     lambda folder: read_inference_settings(str(folder)), accepted(lambda settings: settings == {"keep_think": True})),
+    ("inference-settings-a-folder", with_raw(model_folder(), "model/rolellm_inference.json/x", b""),
+     lambda folder: read_inference_settings(str(folder)), error(r"rolellm_inference\.json is a folder")),
+    ("baseline-generations-bom-crlf-blank-line", baseline_run(b"\xef\xbb\xbf" + BASE_ANSWER.replace(b"\n", b"\r\n") + b"\r\n"),
+     baseline_answers, accepted(lambda answers: answers == (["The Dragon Warrior!"], "base"))),
+    ("baseline-generations-latin1", baseline_run(BASE_ANSWER + '{"role": "Zoé"}\n'.encode("latin-1")), baseline_answers,
+     error(r"base/generations\.jsonl:2: not UTF-8 text")),
+    ("baseline-generations-a-list-line", baseline_run(BASE_ANSWER + b"[1]\n"), baseline_answers,
+     error(r"base/generations\.jsonl:2: expected a JSON object, got list")),
+    ("baseline-generations-empty", baseline_run(b""), cli(*BASELINE_RUN), error(r"base/generations\.jsonl: the file is empty")),
+    ("baseline-results-a-list", baseline_run(BASE_ANSWER, b"[]"), cli(*BASELINE_RUN),
+     error(r"base/results\.json: not the results\.json of a rolellm evaluate run \(no 'model' name\)")),
+    ("baseline-results-not-utf8", baseline_run(BASE_ANSWER, b'{"model": "\xff"}'), cli(*BASELINE_RUN),
+     error(r"base/results\.json:1: not UTF-8 text \(byte 11 is 0xff\)")),
+    ("baseline-results-truncated", baseline_run(BASE_ANSWER, b'{"model": "m'), baseline_answers,
+     error(r"base/results\.json:1: not valid JSON")),
+    ("compare-with-metric-missing", compared_run({**COMPARED, "metrics": {"CUS": 0.1}}),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"), error(r"other\.json: field 'metrics\.RAW' is missing")),
+    ("compare-with-metric-a-string", compared_run({**COMPARED, "metrics": {**COMPARED["metrics"], "CUS": "0.1"}}),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"),
+     error(r"other\.json: field 'metrics\.CUS' must be a number or null, got '0\.1'")),
+    ("compare-with-no-dataset-name", compared_run({k: v for k, v in COMPARED.items() if k != "dataset_name"}),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"), error(r"other\.json: field 'dataset_name' must be a str, got None")),
+    ("compare-with-utf16", compared_run(json.dumps(COMPARED).encode("utf-16")),
+     cli(*EVALUATE_RUN, "--compare_with", "{dir}/other.json"), error(r"other\.json: UTF-16 text")),
+    ("model-card-latin1", text_file("README.md", "---\nlicense: mit\n---\n# Zoé\n", encoding="latin-1"),
+     lambda path: update_model_card(path, {"model": "po"}), error(r"--model_card .*README\.md:4: not UTF-8 text \(byte 25 is 0xe9\)")),
+    ("desc-trailing-data", text_file("profiles-eng/desc.json", '{"Po": "A panda."} x'), lambda p: profiles_en(p.parent),
+     error(r"desc\.json:1: not valid JSON \(Extra data, column 20\)")),
+    ("coser-testset-an-object", text_file("test_set.json", '{"cases": []}'), read_coser_test_set,
+     error(r"test_set\.json: a test set is a non-empty JSON list of cases")),
+    ("instructions-a-folder", lambda tmp_path: write_mini_release(tmp_path / "release") and (tmp_path / "i.jsonl").mkdir()
+     or tmp_path / "i.jsonl", cli(*ROLEGPT), error(r"i\.jsonl is a folder, not a file")),
+    ("raw-targets-gzip", with_raw(mini_release(), "raw.jsonl", gzip.compress(b'{"instruction": "q", "target": "t"}\n')),
+     cli(*EVALUATE_RUN, "--raw_targets_file", "{dir}/raw.jsonl"), error(r"raw\.jsonl:1: not UTF-8 text \(byte 1 is 0x8b\)")),
+    ("labels-a-png", text_file("h.jsonl", "", raw=png_bytes()), read_human_labels,
+     error(r"h\.jsonl:1: not UTF-8 text \(byte 0 is 0x89\)")),
+    ("scenario-dangling-link", lambda tmp_path: (tmp_path / "s.yaml").symlink_to(tmp_path / "gone.yaml") or tmp_path / "s.yaml",
+     read_scenarios, error(r"s\.yaml: no such scenario file")),
+    ("sillytavern-bom-crlf", lambda tmp_path: with_raw(sillytavern(), "chat.jsonl", b"\xef\xbb\xbf" + b"".join(
+        (json.dumps(m) + "\r\n").encode() for m in (ST_HEADER, ST_USER, ST_ANSWER)))(tmp_path),
+     cli(*SILLYTAVERN, "--dry_run"), accepted(nothing_written)),
+    ("rows-long-line", rows_file({**ROW, "question": " Why?" * 600_000}), general_rows,
+     accepted(lambda rows: len(rows[0]["question"]) == 3_000_000)),
+    ("evaluate-log-nul-tail", evaluate_log("\x00" * 64), cli(*EVALUATE_RUN),
+     error(r"cannot reach http://127\.0\.0\.1:9/v1", code=3)),
+    ("evaluate-log-nul-in-a-middle-line", evaluate_log(json.dumps(ZH_ANSWER) + "\x00\n" + json.dumps(ZH_ANSWER) + "\n"),
+     cli(*EVALUATE_RUN), error(r"out/generations\.jsonl:1: a NUL byte \(byte \d+\): a binary file, not text")),
+    ("dialogue-log-nul-tail", dialogue_run(lambda lines: "".join(lines[:3]) + "\x00" * 40),
+     resume_dialogues, error(r"cannot reach|connection refused")),
+    ("evaluate-run-config-a-list", with_raw(mini_release(), "out/run_config.json", b"[]"), cli(*EVALUATE_RUN),
+     error(r"out/run_config\.json: expected a JSON object of the run's settings, got list")),
+    ("evaluate-run-config-empty", with_raw(mini_release(), "out/run_config.json", b""), cli(*EVALUATE_RUN),
+     error(r"out/run_config\.json: the file is empty: not the settings of a run; use a new output_dir")),
+    ("evaluate-run-config-latin1", with_raw(mini_release(), "out/run_config.json", '{"mode": "sýstem"}'.encode("latin-1")),
+     cli(*EVALUATE_RUN), error(r"out/run_config\.json:1: not UTF-8 text \(byte 11 is 0xfd\)")),
+    ("generation-stats-a-list", text_file("run/generation_stats.json", "[]"), lambda path: saved_usage(path.parent),
+     warns(r"run/generation_stats\.json: not the usage counts of earlier runs; usage_in_all counts from this run")),
+    ("generation-stats-truncated", text_file("run/generation_stats.json", '{"usage_in_all": {"requ'),
+     lambda path: saved_usage(path.parent), warns(r"run/generation_stats\.json:1: not valid JSON .*; usage_in_all counts")),
+    ("generation-stats-earlier-run", text_file("run/generation_stats.json", '{"usage_in_all": {"requests": 3}, "runs": 1}'),
+     lambda path: saved_usage(path.parent), accepted(lambda stats: stats["usage_in_all"] == {"requests": 5} and stats["runs"] == 2)),
+    ("checkpoint-role-profiles-dead-link", dead_link(model_folder(**{"config.json": {}}), "model/role_profiles.jsonl"),
+     lambda folder: profiles_for(None, str(folder), str(folder.parent / "release"), lang="en"),
+     error(r"model/role_profiles\.jsonl: no such file or folder")),
+    ("checkpoint-role-profiles-a-folder", with_raw(model_folder(**{"config.json": {}}), "model/role_profiles.jsonl/x", b""),
+     lambda folder: profiles_for(None, str(folder), str(folder.parent / "release"), lang="en"),
+     error(r"model/role_profiles\.jsonl: a folder with no role profiles in it")),
+    ("chat-template-a-folder", lambda tmp_path: tmp_path, lambda folder: read_chat_template(str(folder)),
+     error(r"chat_template='.*' is a folder: give the template file")),
+    ("raw-targets-a-folder", mini_release(), cli(*EVALUATE_RUN, "--raw_targets_file", "{path}"),
+     error(r"raw_targets_file='.*release' is a folder: give the JSONL file")),
+    ("release-raw-targets-dead-link", mini_release(lambda root: (root / "instructions-zh").mkdir() or (
+        root / "instructions-zh" / "instructions-general.jsonl").symlink_to(root / "gone.jsonl")), cli(*EVALUATE_RUN),
+     error(r"instructions-zh/instructions-general\.jsonl is a link that leads nowhere .*: the RAW references")),
+    ("model-adapter-config-no-base", model_folder(**{"adapter_config.json": {"r": 8}}), cli(*CHAT_LOCAL, stdin="hi\n"),
+     error(r"model/adapter_config\.json: field 'base_model_name_or_path' must name the base model .*got None")),
+    ("model-adapter-config-base-a-number", model_folder(**{"adapter_config.json": {"base_model_name_or_path": 3}}),
+     cli("export", "{path}", "--merge", "--output_dir", "{dir}/exported"),
+     error(r"model/adapter_config\.json: field 'base_model_name_or_path' must name the base model .*got 3")),
+    ("scenario-field-twice", text_file("s.yaml", SCENARIO + "  role: Shifu\n"), read_scenarios,
+     error(r"s\.yaml: not valid YAML: key 'role' is given twice \(line 1 and line 6\)")),
+    ("card-png-signature-damaged", text_file("po.png", "", raw=b"\x00" + png_bytes(card_chunk())[1:]), read_character_card,
+     error(r"po\.png: not a PNG image \(no PNG signature at byte 0\) nor JSON text")),
+    ("card-png-a-gzip", text_file("po.png", "", raw=gzip.compress(json.dumps(CARD).encode())), read_character_card,
+     error(r"po\.png: not a PNG image")),
+    ("train-output-dir-a-file", lambda tmp_path: text_file("out", "notes")(tmp_path) and train_recipe()(tmp_path),
+     cli(*TRAIN), error(r"rolellm train: --output_dir .*out: .*out is a file, not a folder")),
+    ("generate-output-dir-a-file", lambda tmp_path: text_file("out", "notes")(tmp_path) and mini_release()(tmp_path),
+     cli(*DESCRIBE[:-1]), error(r"rolellm generate: --output_dir .*out: .*out is a file, not a folder")),
+    ("generate-output-dir-under-a-file", lambda tmp_path: text_file("notes", "mine")(tmp_path) and mini_release()(tmp_path),
+     cli(*CONTEXT_INSTRUCT, "--output_dir", "{dir}/notes/run"), error(r"--output_dir .*notes/run: .*notes is a file")),
+    ("transcripts-bom-crlf", text_file("transcripts.jsonl", '\ufeff{"id": "po-1", "turns": []}\r\n'), read_transcripts,
+     accepted(lambda transcripts: transcripts == [{"id": "po-1", "turns": []}])),
+    ("transcripts-latin1", text_file("transcripts.jsonl", '{"id": "Zoé"}\n', encoding="latin-1"), read_transcripts,
+     error(r"transcripts\.jsonl:1: not UTF-8 text \(byte 10 is 0xe9\)")),
 ]  # fmt: skip
 
 

@@ -6,7 +6,6 @@ run a checkpoint's own weights read them here, so a model trained on a prompt ge
 the user says otherwise (and an override is logged).
 """
 
-import json
 import logging
 from pathlib import Path
 
@@ -23,13 +22,24 @@ ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role te
 def read_inference_settings(model: str) -> dict:
     """The inference settings a checkpoint folder recorded (`rolellm_inference.json`: `keep_think`,
     `chat_template_family`); `{}` for a Hub id or a folder without the file."""
+    from rolellm.roles.profile import DataFormatError, read_json_file
+
     path = Path(model) / INFERENCE_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error}); write it again or delete it") from None
+        settings = read_json_file(path, f"{INFERENCE_FILE} (the settings a checkpoint was trained with)")
+    except DataFormatError as error:
+        raise DataFormatError(f"{error}; write it again or delete it") from None
+    if not isinstance(settings, dict):
+        raise DataFormatError(f"{path}: expected a JSON object of settings, got {type(settings).__name__}")
+    for key in ("keep_think", "card_extras"):
+        if settings.get(key) is not None and not isinstance(settings[key], bool):
+            raise DataFormatError(f"{path}: field {key!r} must be true or false, got {settings[key]!r}")
+    family = settings.get("chat_template_family")
+    if family is not None and not isinstance(family, str):
+        raise DataFormatError(f"{path}: field 'chat_template_family' must be a string, got {family!r}")
+    return settings
 
 
 def resolve_keep_think(config, log: bool = True) -> bool:

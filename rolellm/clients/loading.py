@@ -14,7 +14,7 @@ import os
 import warnings
 from pathlib import Path
 
-from rolellm.roles.profile import read_json_file
+from rolellm.roles.profile import DataFormatError, read_json_file
 
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -77,9 +77,15 @@ def check_adapter_base(adapter: str | os.PathLike) -> None:
     config = Path(adapter) / ADAPTER_CONFIG
     if not config.is_file():
         return
-    base = read_json_file(config).get("base_model_name_or_path")
-    if base:
-        check_model_source(base, f"the base model of {adapter} ({ADAPTER_CONFIG}: base_model_name_or_path)")
+    settings = read_json_file(config)
+    if not isinstance(settings, dict):
+        raise DataFormatError(f"{config}: expected a JSON object of settings")
+    base = settings.get("base_model_name_or_path")
+    if not isinstance(base, str) or not base.strip():  # peft loads the base from it: nothing else names it
+        raise DataFormatError(
+            f"{config}: field 'base_model_name_or_path' must name the base model (a folder or a Hub id), got {base!r}"
+        )
+    check_model_source(base, f"the base model of {adapter} ({ADAPTER_CONFIG}: base_model_name_or_path)")
 
 
 def load_model_and_tokenizer(

@@ -278,6 +278,8 @@ def raw_targets_path(raw_targets_file: str | Path | None, data_dir: str | Path |
     release's `instructions-{eng,zh}/instructions-general.jsonl` if present (in `data_dir`, or on the Hub when
     `data_dir` is not set); `None` when the release's file is unavailable."""
     if raw_targets_file is not None:
+        if Path(raw_targets_file).is_dir():
+            raise IsADirectoryError(f"raw_targets_file={str(raw_targets_file)!r} is a folder: give the JSONL file")
         if not Path(raw_targets_file).is_file():
             raise FileNotFoundError(f"raw_targets_file={raw_targets_file!r} does not exist")
         return Path(raw_targets_file)
@@ -291,4 +293,7 @@ def raw_targets_path(raw_targets_file: str | Path | None, data_dir: str | Path |
             logger.warning("RAW unavailable: could not fetch %s from %s (%s)", relative, HUB_REPO_ID, error)
             return None
     path = Path(data_dir) / relative
+    if path.is_dir() or (path.is_symlink() and not path.exists()):  # not absent: a release's file that cannot be read
+        what = "a folder" if path.is_dir() else "a link that leads nowhere (a loop, or a missing target)"
+        raise MissingFilesError(f"{path} is {what}: the RAW references are read from this file")
     return path if path.is_file() else None

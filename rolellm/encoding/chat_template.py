@@ -73,6 +73,8 @@ def read_chat_template(value: str | None) -> str | None:
     if value == "chatml":
         return ROLE_CHAT_TEMPLATE
     path = Path(value)
+    if path.is_dir():
+        raise IsADirectoryError(f"chat_template={value!r} is a folder: give the template file (Jinja)")
     if not path.is_file():
         raise ValueError(f"chat_template={value!r} is not 'chatml', Jinja source or a template file")
     return check_template_syntax(read_text(path), path)  # UTF-8 with or without BOM; an empty file is an error

@@ -22,7 +22,7 @@ import datasets
 import jinja2
 
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.roles.profile import RoleProfile, parse_json_line, read_text
+from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_json_file, read_text
 from rolellm.roles.prompts import JINJA_ENV, load_prompt, looks_like_a_file_name
 from rolellm.roles.release import RELEASE_LANG_DIRS, read_release_profiles, write_release_profiles
 
@@ -244,13 +244,33 @@ def save_generation_metadata(output_dir, config, client, stats: dict) -> None:
     payload = {"generator": type(config).__name__, "client": describe_client(client), "config": config_to_dict(config)}
     (output_dir / GENERATION_CONFIG_NAME).write_text(json.dumps(payload, ensure_ascii=False, indent=2), "utf-8")
     stats_path = output_dir / GENERATION_STATS_NAME
-    before = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.is_file() else {}
+    before = _earlier_stats(stats_path)
     earlier = before.get("usage_in_all", before.get("usage", {}))
     usage = stats.get("usage", {})
     in_all = {key: earlier.get(key, 0) + value for key, value in usage.items()}
     stats = {**stats, "usage_in_all": in_all, "runs": before.get("runs", 1 if before else 0) + 1}
     stats["counting"] = USAGE_COUNTING
     stats_path.write_text(json.dumps(stats, ensure_ascii=False, indent=2), "utf-8")
+
+
+def _earlier_stats(path: Path) -> dict:
+    """The `generation_stats.json` of the earlier runs into a folder (`{}` for none). One that cannot be read as such
+    (cut short, edited) is warned about, naming it, and the usage is counted from this run: the run's data is
+    written by then, and is not refused for a count."""
+    if not path.exists():
+        return {}
+    try:
+        before = read_json_file(path)
+    except (DataFormatError, OSError) as error:
+        problem = str(error)
+    else:
+        usage = before.get("usage_in_all", before.get("usage", {})) if isinstance(before, dict) else None
+        counts = [*(usage or {}).values(), before.get("runs", 0)] if isinstance(usage, dict) else [None]
+        if all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in counts):
+            return before
+        problem = f"{path}: not the usage counts of earlier runs"
+    warnings.warn(f"{problem}; usage_in_all counts from this run", stacklevel=3)
+    return {}
 
 
 def extract_json(text: str):

@@ -254,6 +254,11 @@ def read_character_card(path: str | Path, lang: str | None = None) -> RoleProfil
         if keyword is None:
             raise DataFormatError(f"{path}: a PNG without a character card (no 'ccv3' or 'chara' text chunk)")
         text = _decode_card(texts[keyword], keyword, path)
+    elif path.suffix.lower() == ".png" and raw:  # a damaged image, or another file named .png: JSON text is read
+        try:
+            text = decode_text(raw, path)
+        except DataFormatError:
+            raise DataFormatError(f"{path}: not a PNG image (no PNG signature at byte 0) nor JSON text") from None
     else:
         text = decode_text(raw, path)
     if not text.strip():

@@ -18,6 +18,7 @@ dataclasses and the catchphrase sentence; the readers and writers of the release
 """
 
 import codecs
+import functools
 import json
 import re
 import unicodedata
@@ -267,9 +268,11 @@ def role_slug(name: str) -> str:
     return role_key(name)
 
 
-def decode_text(raw: bytes, path) -> str:
+def decode_text(raw: bytes, path, log: bool = False) -> str:
     """The text of a file's bytes, UTF-8 with or without a byte-order mark; anything else is a `DataFormatError`
-    naming the file, the line and the byte.
+    naming the file, the line and the byte. A NUL byte is an error too (a binary file), except, with `log` (an
+    append-only log), a run of them at the end: a crash can leave the tail of a log as NUL bytes, and the log's
+    reader drops it as the last line cut short.
 
     >>> decode_text("\\ufeff{}\\r\\n".encode("utf-8"), "a.json")
     '{}\\r\\n'
@@ -277,22 +280,31 @@ def decode_text(raw: bytes, path) -> str:
     Traceback (most recent call last):
     ...
     rolellm.roles.profile.DataFormatError: a.json:1: not UTF-8 text (byte 7 is 0xff); save the file as UTF-8
+    >>> decode_text(b'{}\\n\\x00\\x00', "a.json")
+    Traceback (most recent call last):
+    ...
+    rolellm.roles.profile.DataFormatError: a.json:2: a NUL byte (byte 3): a binary file, not text
     """
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise DataFormatError(f"{path}: UTF-16 text; save the file as UTF-8")
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise DataFormatError(
             f"{path}:{line}: not UTF-8 text (byte {error.start} is 0x{raw[error.start]:02x}); save the file as UTF-8"
         ) from None
+    nul = raw.find(b"\0")  # valid UTF-8, yet no text file holds one: a binary file, or a log's tail lost in a crash
+    if nul >= 0 and not (log and not raw[nul:].strip(b"\0")):
+        line = raw[:nul].count(b"\n") + 1
+        raise DataFormatError(f"{path}:{line}: a NUL byte (byte {nul}): a binary file, not text")
+    return text
 
 
-def read_text(path, allow_empty: bool = False) -> str:
-    """A text file's content through `decode_text`; an empty or blank file is a `DataFormatError` naming it unless
-    `allow_empty`."""
-    text = decode_text(Path(path).read_bytes(), path)
+def read_text(path, allow_empty: bool = False, log: bool = False) -> str:
+    """A text file's content through `decode_text` (`log`: an append-only log's); an empty or blank file is a
+    `DataFormatError` naming it unless `allow_empty`."""
+    text = decode_text(Path(path).read_bytes(), path, log=log)
     if not allow_empty and not text.strip():
         raise DataFormatError(f"{path}: the file is empty")
     return text
@@ -324,6 +336,47 @@ def parse_json_text(text: str, path, line_no: int | None = None, object_pairs_ho
         raise DataFormatError(f"{at}: a JSON value nested too deeply to read") from None
     except ValueError as error:  # an integer of more digits than Python converts
         raise DataFormatError(f"{at}: not a readable JSON value: {error}") from None
+
+
+def check_output_folder(path, flag: str = "--output_dir") -> None:
+    """Refuse an output folder that is a file, or lies under one, before a run does any work (it would fail at its
+    first write, after the work): a `NotADirectoryError` naming both.
+
+    >>> import tempfile
+    >>> notes = Path(tempfile.mkdtemp()) / "notes.txt"
+    >>> _ = notes.write_text("mine")
+    >>> check_output_folder(notes / "run")
+    Traceback (most recent call last):
+    ...
+    NotADirectoryError: --output_dir .../notes.txt/run: .../notes.txt is a file, not a folder
+    """
+    for folder in (Path(path), *Path(path).parents):
+        if folder.is_file():
+            raise NotADirectoryError(f"{flag} {path}: {folder} is a file, not a folder")
+
+
+@functools.cache
+def unique_key_yaml_loader():
+    """PyYAML's safe loader refusing a key given twice in one mapping (PyYAML keeps the last one silently): the
+    `Loader` of `yaml.load` for the YAML files rolellm reads (recipes, scenarios)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} is given twice (line {seen[key] + 1} and line {key_node.start_mark.line + 1})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def read_json_file(path, kind: str | None = None):

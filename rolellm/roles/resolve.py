@@ -28,6 +28,7 @@ it is spelled (the rule of `rolellm.roles.lookup`). Accepted sources, told apart
 import argparse
 import contextlib
 import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import field
 from pathlib import Path
@@ -233,7 +234,7 @@ def profiles_for(
     explicit = as_sources(sources)
     if explicit:
         read += explicit
-    elif model_dir is not None and (Path(model_dir) / PROFILES_FILE).is_file():
+    elif model_dir is not None and os.path.lexists(Path(model_dir) / PROFILES_FILE):  # a folder or a dead link too
         read.append(Path(model_dir) / PROFILES_FILE)
     elif model_dir is not None:
         read += _release_folders(Path(model_dir), lang)

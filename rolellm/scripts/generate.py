@@ -44,6 +44,7 @@ from rolellm.generation.context_instruct import ContextInstructConfig
 from rolellm.generation.job import FAILURES_NAME
 from rolellm.generation.profile_description import ProfileDescriptionConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
+from rolellm.roles.profile import check_output_folder
 from rolellm.roles.resolve import PROFILES_HELP, as_sources, profiles_field, profiles_for
 from rolellm.scripts.cli import setup_logging
 from rolellm.scripts.exit_codes import EXIT_PARTIAL
@@ -95,6 +96,7 @@ class GenerateArguments:
         self.profiles = as_sources(self.profiles)
         if not self.profiles:
             raise ValueError(f"the following argument is required: --profiles ({PROFILES_HELP})")
+        check_output_folder(self.output_dir)  # before anything is asked: the answers would have nowhere to go
 
 
 def client_config(client: ClientConfig, job: GenerateArguments) -> ClientConfig:

@@ -23,34 +23,16 @@ from dataclasses import fields
 import yaml
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"key {key!r} is given twice (line {seen[key] + 1} and line {key_node.start_mark.line + 1})",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
-
-
 def read_recipe(path: str, dataclass_types) -> dict:
     """Read a YAML recipe; a key that no dataclass of the command knows is an error naming the file and the key.
 
     The file is UTF-8 with or without BOM; anything else, invalid YAML, an empty file and a file of only comments
     are errors naming the file (and the line).
     """
-    from rolellm.roles.profile import read_text
+    from rolellm.roles.profile import read_text, unique_key_yaml_loader
 
     try:
-        recipe = yaml.load(read_text(path), Loader=_UniqueKeyLoader)
+        recipe = yaml.load(read_text(path), Loader=unique_key_yaml_loader())
     except yaml.YAMLError as error:
         raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if recipe is None:  # only comments: a recipe that sets nothing is a wrong or truncated file

@@ -30,11 +30,13 @@ def check_engine(training_args) -> None:
 
 
 def check_output_dir(model_args, training_args) -> None:
-    """Refuse an `output_dir` holding another run's adapter (`adapter_config.json`) when this run saves a full model:
-    the adapter's files would stay beside the new weights, and every loader would take the folder for the old
-    adapter."""
+    """Refuse an `output_dir` that is a file (the run would fail at its first save, after training), or that holds
+    another run's adapter (`adapter_config.json`) when this run saves a full model: the adapter's files would stay
+    beside the new weights, and every loader would take the folder for the old adapter."""
     from rolellm.clients.loading import ADAPTER_CONFIG, is_adapter_checkpoint
+    from rolellm.roles.profile import check_output_folder
 
+    check_output_folder(training_args.output_dir)
     stale = Path(training_args.output_dir) / ADAPTER_CONFIG
     saves_adapter = model_args.use_peft or is_adapter_checkpoint(model_args.model_name_or_path)
     if stale.is_file() and not saves_adapter and training_args.resume_from_checkpoint is None:

@@ -6,7 +6,6 @@ template (also `chat_template.jinja`), the role profiles (`role_profiles.jsonl`)
 resume state (optimizer, scheduler, RNG) is left behind.
 """
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -19,6 +18,7 @@ from rolellm.clients.loading import (
     is_adapter_checkpoint,
     load_model_and_tokenizer,
 )
+from rolellm.roles.profile import read_json_file
 
 
 # what `Trainer._save_checkpoint` adds to resume a run: not part of the model
@@ -94,7 +94,7 @@ def export_checkpoint(
 
 
 def _merge_adapter(checkpoint: Path, output_dir: Path) -> None:
-    base = json.loads((checkpoint / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    base = read_json_file(checkpoint / ADAPTER_CONFIG).get("base_model_name_or_path")  # checked by check_model_folder
     try:
         model, tokenizer = load_model_and_tokenizer(checkpoint)
     except OSError as error:

@@ -8,8 +8,9 @@ rows, in any order, than the run it is compared with.
 ['幸会。']
 """
 
-import json
 from pathlib import Path
+
+from rolellm.roles.profile import DataFormatError, parse_json_line, read_json_file, read_text
 
 
 def _match_key(row: dict) -> tuple:
@@ -64,12 +65,22 @@ def read_predictions_folder(folder: str | Path, rows: list[dict]) -> tuple[list[
             "generated answers (or baseline='rolegpt' for the release's RoleGPT answers)"
         )
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
         try:
-            record = json.loads(line)
-            records.append({key: record[key] for key in ("subset", "role", "question", "prediction")})
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{path}:{number}: not a generation record ({error}); was the run cut short?") from None
+            record = parse_json_line(line, path, number)
+        except DataFormatError as error:
+            raise DataFormatError(f"{error}; was the run cut short?") from None
+        missing = [key for key in ("subset", "role", "question", "prediction") if key not in record]
+        if missing:
+            raise DataFormatError(f"{path}:{number}: not a generation record (no {', '.join(missing)})")
+        records.append({key: record[key] for key in ("subset", "role", "question", "prediction")})
     results = Path(folder) / "results.json"
-    label = json.loads(results.read_text(encoding="utf-8"))["model"] if results.is_file() else Path(folder).name
+    label = Path(folder).name
+    if results.exists() or results.is_symlink():
+        run = read_json_file(results, "results.json of the baseline run")
+        if not isinstance(run, dict) or not isinstance(run.get("model"), str):
+            raise DataFormatError(f"{results}: not the results.json of a rolellm evaluate run (no 'model' name)")
+        label = run["model"]
     return match_answers(rows, records, "prediction", str(path)), label

@@ -279,7 +279,7 @@ def rewrite_reports(folder: str | Path) -> list[Path]:
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
         if "per_role" in results:  # a full run_benchmark result, not only verdicts
             compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
-            others = [json.loads(path.read_text(encoding="utf-8")) for path in compared if path.is_file()]
+            others = [read_compared_results(path) for path in compared if path.is_file()]
             written.append(write_report([*others, results], folder)["html"])
     return written
 
@@ -317,13 +317,19 @@ def load_model_card(card_path: str | Path):
     import yaml
     from huggingface_hub import ModelCard
 
+    from rolellm.roles.profile import DataFormatError, read_text
+
     card_path = Path(card_path)
     if card_path.is_dir():
         raise IsADirectoryError(f"--model_card {card_path} is a folder: give the model card file (its README.md)")
     if not card_path.exists():
         return None
     try:
-        return ModelCard.load(card_path)
+        text = read_text(card_path, allow_empty=True)
+    except DataFormatError as error:
+        raise DataFormatError(f"--model_card {error}") from None
+    try:
+        return ModelCard(text)
     except (yaml.YAMLError, ValueError) as error:
         cause = " ".join(str(error).split())
         raise ValueError(f"--model_card {card_path}: its YAML header cannot be read ({cause})") from None
@@ -344,6 +350,22 @@ def read_compared_results(path: str | Path) -> dict:
     if not isinstance(results, dict) or not isinstance(results.get("metrics"), dict) or "model" not in results:
         raise DataFormatError(f"--compare_with {path}: not the results.json of a rolellm evaluate run (an object "
                               "with 'model' and 'metrics')")  # fmt: skip
+    # what the report's table and charts read of it, checked now rather than after this run's answers
+    for key, kind in (("model", str), ("dataset_name", str), ("avg_over", list)):
+        if not isinstance(results.get(key), kind):
+            raise DataFormatError(f"--compare_with {path}: field {key!r} must be a {kind.__name__}, got "
+                                  f"{results.get(key)!r}")  # fmt: skip
+    for name in (*METRICS, "avg"):
+        if name not in results["metrics"]:
+            raise DataFormatError(f"--compare_with {path}: field 'metrics.{name}' is missing")
+        value = results["metrics"][name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise DataFormatError(f"--compare_with {path}: field 'metrics.{name}' must be a number or null, got "
+                                  f"{value!r}")  # fmt: skip
+    if results.get("win_rate") is not None and not isinstance(results["win_rate"], dict):
+        raise DataFormatError(
+            f"--compare_with {path}: field 'win_rate' must be an object, got {results['win_rate']!r}"
+        )
     return results
 
 

@@ -39,7 +39,15 @@ import yaml
 from rolellm.clients.base import ChatRequest
 from rolellm.roles.card_prompts import role_description
 from rolellm.roles.lookup import Profiles
-from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_json_file, read_text, role_slug
+from rolellm.roles.profile import (
+    DataFormatError,
+    RoleProfile,
+    parse_json_line,
+    read_json_file,
+    read_text,
+    role_slug,
+    unique_key_yaml_loader,
+)
 from rolellm.roles.prompts import build_chat_messages, load_prompt
 
 
@@ -154,11 +162,12 @@ def read_scenarios(path: str | os.PathLike) -> list[Scenario]:
     elif path.suffix in (".yaml", ".yml"):
         try:
             node = yaml.compose(text, Loader=yaml.SafeLoader)
+            records = yaml.load(text, Loader=unique_key_yaml_loader())  # a field given twice in a scenario: refused
         except yaml.YAMLError as error:
             raise DataFormatError(f"{path}: not valid YAML: {error}") from None
         if node is None or not isinstance(node, yaml.SequenceNode):
             raise DataFormatError(f"{path}:1: expected a YAML list of scenarios")
-        for item, record in zip(node.value, yaml.safe_load(text)):
+        for item, record in zip(node.value, records):
             place = f"{path}:{item.start_mark.line + 1}"
             scenarios.append(Scenario.from_dict(record, place))
             where.append(place)
@@ -360,7 +369,7 @@ def read_log(path: Path, restore: Callable[[dict, str], None]) -> int:
     if not path.exists():
         return 0
     kept, restored = [], 0
-    lines = read_text(path, allow_empty=True).splitlines(keepends=True)
+    lines = read_text(path, allow_empty=True, log=True).splitlines(keepends=True)
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -567,7 +576,7 @@ def write_transcripts(transcripts: Sequence[dict], path: str | os.PathLike) -> P
 def read_transcripts(path: str | os.PathLike) -> list[dict]:
     """Read a `transcripts.jsonl` file (one conversation per line)."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path, allow_empty=True).splitlines()
     return [parse_json_line(line, path, n) for n, line in enumerate(lines, start=1) if line.strip()]
 
 
