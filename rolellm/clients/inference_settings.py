@@ -22,17 +22,17 @@ ROLE_TEMPLATE_FAMILY = "rolellm-chatml"  # `chat_template="chatml"`, the role te
 def read_inference_settings(model: str) -> dict:
     """The inference settings a checkpoint folder recorded (`rolellm_inference.json`: `keep_think`,
     `chat_template_family`); `{}` for a Hub id or a folder without the file."""
-    from rolellm.roles.profile import DataFormatError, read_json_file
+    from rolellm.roles.profile import DataFormatError, read_json_object
 
     path = Path(model) / INFERENCE_FILE
     if not path.exists() and not path.is_symlink():
         return {}
-    try:
-        settings = read_json_file(path, f"{INFERENCE_FILE} (the settings a checkpoint was trained with)")
-    except DataFormatError as error:
-        raise DataFormatError(f"{error}; write it again or delete it") from None
-    if not isinstance(settings, dict):
-        raise DataFormatError(f"{path}: expected a JSON object of settings, got {type(settings).__name__}")
+    settings = read_json_object(
+        path,
+        "settings",
+        "; write it again or delete it",
+        f"{INFERENCE_FILE} (the settings a checkpoint was trained with)",
+    )
     for key in ("keep_think", "card_extras"):
         if settings.get(key) is not None and not isinstance(settings[key], bool):
             raise DataFormatError(f"{path}: field {key!r} must be true or false, got {settings[key]!r}")

@@ -388,3 +388,15 @@ def read_json_file(path, kind: str | None = None):
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: no such {kind}")
     return parse_json_text(read_text(path), path)
+
+
+def read_json_object(path, what: str, hint: str = "", kind: str | None = None) -> dict:
+    """The JSON object of a file holding `what` (`"the run's settings"`), read with `read_json_file`: any error names
+    the file (and line), says when the value is no object, and ends with `hint`, what to do about it."""
+    try:
+        value = read_json_file(path, kind)
+    except DataFormatError as error:
+        raise DataFormatError(f"{error}{hint}") from None
+    if not isinstance(value, dict):
+        raise DataFormatError(f"{path}: expected a JSON object of {what}, got {type(value).__name__}{hint}")
+    return value

@@ -19,7 +19,7 @@ from rolellm.evaluation.benchmark.baseline import read_predictions_folder, roleg
 from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
 from rolellm.roles.lookup import Profiles
-from rolellm.roles.profile import DataFormatError, parse_json_line, read_json_file, read_text
+from rolellm.roles.profile import DataFormatError, parse_json_line, read_json_object, read_text
 from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
@@ -33,14 +33,7 @@ def changed_settings(config: EvaluateConfig) -> dict:
     config_path = folder / "run_config.json"
     if not config_path.exists():
         return {}
-    try:
-        previous = read_json_file(config_path)
-    except DataFormatError as error:
-        raise DataFormatError(f"{error}: not the settings of a run; use a new output_dir") from None
-    if not isinstance(previous, dict):
-        raise DataFormatError(
-            f"{config_path}: expected a JSON object of the run's settings, got {type(previous).__name__}"
-        )
+    previous = read_json_object(config_path, "the run's settings", ": not the settings of a run; use a new output_dir")
     changed = {k: (previous.get(k), v) for k, v in config.generation_settings().items() if previous.get(k) != v}
     if changed and not config.overwrite_output_dir:
         detail = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items())

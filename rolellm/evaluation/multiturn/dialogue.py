@@ -43,7 +43,7 @@ from rolellm.roles.profile import (
     DataFormatError,
     RoleProfile,
     parse_json_line,
-    read_json_file,
+    read_json_object,
     read_text,
     role_slug,
     unique_key_yaml_loader,
@@ -440,14 +440,7 @@ def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str =
     the one saved in `run_name` (only the keys of `run` are compared). Reads only; `save_run` writes `run`."""
     path = folder / run_name
     if path.exists():
-        try:
-            previous = read_json_file(path)
-        except DataFormatError as error:
-            raise DataFormatError(f"{error}: not the settings of a run; use a new output_dir") from None
-        if not isinstance(previous, dict):
-            raise DataFormatError(
-                f"{path}: expected a JSON object of the run's settings, got {type(previous).__name__}"
-            )
+        previous = read_json_object(path, "the run's settings", ": not the settings of a run; use a new output_dir")
         changed = sorted(k for k in run if previous.get(k) != run[k])
         if changed and (folder / log_name).exists():
             raise ValueError(
