@@ -384,6 +384,13 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         scores["unavailable"]["win_rate"] = "not requested (baseline none)"
     else:
         verdicts = judge_against_baseline(rows, predictions, baseline, profiles, judge)
+        if verdicts["judged"] == 0:
+            errors = list((verdicts.get("errors") or {}).values())
+            raise NothingEvaluated(
+                f"no sample was judged against {baseline_label}: {verdicts['failed']} verdicts of {judge.model_name} "
+                f"failed{f' (e.g. {errors[0]})' if errors else ''}, so no result was written; the answers are kept "
+                f"in {output_dir / 'generations.jsonl'}, and a re-run asks the judge again only what failed"
+            )
         scores["metrics"]["win_rate"] = verdicts["win_rate"]
         scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
         scores["win_rate"] = {**verdicts, "baseline": baseline_label}
