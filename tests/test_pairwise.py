@@ -163,7 +163,9 @@ def test_dead_judge_garbage_verdicts_and_bad_baselines(rolebench_slice_dir, tmp_
             assert _evaluate(rolebench_slice_dir, tmp_path / "refused", model.base_url, "--judge_model", "j",
                              "--judge_base_url", refusing.base_url, "--allow_partial") == 3  # fmt: skip
         err = capsys.readouterr().err
-        assert "no sample was judged against RoleGPT" in err and "4 verdicts of j failed (e.g. unparseable answer" in err
+        assert (
+            "no sample was judged against RoleGPT" in err and "4 verdicts of j failed (e.g. unparseable answer" in err
+        )
         assert not (tmp_path / "refused/results.json").exists()  # nothing that reads like a finished run
         assert (tmp_path / "refused/generations.jsonl").exists()  # the answers are kept for the re-run
 

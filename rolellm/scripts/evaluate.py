@@ -36,7 +36,7 @@ import sys
 from rolellm.clients.config import ClientConfig, derive_client, endpoint_options
 from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.scripts.cli import setup_logging
-from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
+from rolellm.scripts.exit_codes import EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
