@@ -315,6 +315,7 @@ HUB_LINES = {
     500: (3, None),
 }
 NOT_FOUND = {
+    "export": r"the Hub has no such repository or file \(404 on /api/repos/create\)",
     "data-export": r"the Hub has no such repository or file \(404 on /api/repos/create\)",
     "push-metric": r"the Hub has no such repository or file \(404 on /api/repos/create\)",
     "load-rolebench": r"could not fetch RoleBench config 'zh-role_specific' from the Hub dataset 'ZenMoore/Role",
@@ -322,6 +323,7 @@ NOT_FOUND = {
     "chat-model-id": r"--model org/tiny: not a model folder, and not loadable as a Hub id",
 }
 FAILING = {
+    "export": r"the Hub answered with an error \(500 on /api/repos/create\): try again later",
     "data-export": r"the Hub answered with an error \(500 on /api/repos/create\): try again later",
     "push-metric": r"the Hub answered with an error \(500 on /api/repos/create\): try again later",
     "load-rolebench": r"could not fetch RoleBench config .*500 Internal Server Error",
@@ -330,8 +332,9 @@ FAILING = {
 }
 
 
-def hub_command(name, tmp_path, inputs, chat_url):
+def hub_command(name, tmp_path, inputs, chat_url, model=None):
     return {
+        "export": ["export", str(model), "--output_dir", str(tmp_path / "exported"), "--push_to_hub", "org/tiny"],
         "data-export": ["data", "export", str(tmp_path / "export"), "--data_dir", str(DEMO), "--push_to_hub",
                         "org/rolebench"],
         "push-metric": ["push-metric", "--repo_id", "org/metric"],
@@ -345,21 +348,45 @@ def hub_command(name, tmp_path, inputs, chat_url):
 
 
 @pytest.mark.parametrize("status", [401, 403, 404, 500])
-@pytest.mark.parametrize("name", ["data-export", "push-metric", "load-rolebench", "model-id", "chat-model-id"])
-def test_the_hub_refuses_or_fails(status, name, hub, inputs, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "name", ["export", "data-export", "push-metric", "load-rolebench", "model-id", "chat-model-id"]
+)
+def test_the_hub_refuses_or_fails(status, name, hub, inputs, tmp_path, capsys, monkeypatch, request):
     """A bad token (401), no rights (403), no such repo (404) and a failing Hub (500), through every command that
     pushes to or loads from the Hub: one true line, exit 2 for what the user can fix, 3 for the Hub failing, and
     the token never printed."""
     # huggingface_hub retries a model file's download on 500 and 502-504 for some 45 s; 501 fails the same at once
     hub.status = 501 if status == 500 and name in ("model-id", "chat-model-id") else status
     with ChatCompletionsServer() as chat:
-        code, printed, err = run_command(hub_command(name, tmp_path, inputs, chat.base_url), capsys, monkeypatch)
+        model = request.getfixturevalue("tiny_model_path") if name == "export" else None
+        argv = hub_command(name, tmp_path, inputs, chat.base_url, model)
+        code, printed, err = run_command(argv, capsys, monkeypatch)
         assert chat.requests == []  # nothing was asked of the model
     assert hub.paths, "the command never asked the Hub"
     expected_code, pattern = HUB_LINES[status]
     pattern = pattern or (NOT_FOUND if status == 404 else FAILING)[name]
-    lines = said(err, hub_command(name, tmp_path, inputs, "")[0])
+    lines = said(err, argv[0])
     assert (code, len(lines)) == (expected_code, 1), err
     assert re.search(pattern, lines[0]), lines[0]
     assert "Traceback" not in err and HF_TOKEN not in printed + err
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+DERIVED_URLS = [
+    (f"https://me:{API_KEY}@h/v1", "holds credentials (user:password@h): give the URL without them and put the key in "
+     "OPENAI_API_KEY"),
+    ("ftp://h/v1", "is not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("url, message", DERIVED_URLS, ids=["credentials", "ftp"])
+@pytest.mark.parametrize("flag", ["--judge_base_url", "--baseline_base_url"])
+def test_a_malformed_derived_base_url_names_its_flag(flag, url, message, inputs, tmp_path, capsys, monkeypatch):
+    """The judge's and the baseline's own URLs are checked by the same rule, the message naming the flag."""
+    with ChatCompletionsServer() as server:
+        extra = ["--judge_model", "j", "--baseline_model", "b", flag, url]
+        got, printed, err = run_command(command("evaluate", server.base_url, tmp_path, inputs, *extra), capsys,
+                                        monkeypatch)  # fmt: skip
+        assert server.requests == []
+    assert got == 2 and said(err, "evaluate") == [f"rolellm evaluate: {flag} {message}"]
+    assert API_KEY not in printed + err
