@@ -339,7 +339,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         `config.rubric` is set; each answer's verdict is in `scores.json`) and `config`.
 
     Raises:
-        `NothingEvaluated`: every generation failed, or every rubric verdict; `EndpointError`: an endpoint does not
+        `NothingEvaluated`: every generation failed, every win-rate verdict, or every rubric verdict; `EndpointError`: an endpoint does not
         answer (checked before anything is generated) or stops answering. Then no `results.json` is written, and
         those of an earlier run in `output_dir` are removed first, so a folder never shows results this run did not
         finish; the answers and the judge's verdicts so far are kept for the next run. `ValueError`: `output_dir`
