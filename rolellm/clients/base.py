@@ -68,6 +68,10 @@ def check_base_url(url: str | None, where: str = "base_url") -> str | None:
     Traceback (most recent call last):
     ...
     ValueError: --judge_base_url holds credentials (user:password@llm.example.com): give the URL without them and put the key in OPENAI_API_KEY
+    >>> check_base_url("localhost:8000/v1")
+    Traceback (most recent call last):
+    ...
+    ValueError: base_url is not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1
     """
     if url is None:
         return None
@@ -89,6 +93,8 @@ def check_base_url(url: str | None, where: str = "base_url") -> str | None:
             f"{where} holds a secret in its query ({', '.join(secrets)}): give the URL without it and put the key in "
             "OPENAI_API_KEY"
         )
+    if parts.scheme not in ("http", "https") or not parts.hostname:  # named without its text: it may hold a key
+        raise ValueError(f"{where} is not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1")
     return url
 
 

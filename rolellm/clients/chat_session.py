@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rolellm.clients.base import ChatClient, EndpointError
-from rolellm.clients.openai_compatible import OpenAIChatClient
+from rolellm.clients.openai_compatible import OpenAIChatClient, server_message
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_chat_messages, role_greeting
@@ -189,9 +189,10 @@ def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed)
                 yield chunk.choices[0].delta.content
     except openai.APIConnectionError as error:
         raise EndpointError(f"{client.base_url} cannot be reached ({error.__cause__ or error})") from error
-    except openai.APIStatusError as error:
+    except openai.APIStatusError as error:  # in the words of the batch client's errors, the server's message
+        what = "refused the request for" if error.status_code < 500 else "answered with an error to"
         raise EndpointError(
-            f"{client.base_url} refused the request: HTTP {error.status_code}: {error.message}"
+            f"{client.base_url} {what} model {client.model!r}: HTTP {error.status_code} {server_message(error)}"
         ) from error
 
 

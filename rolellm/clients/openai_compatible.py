@@ -326,6 +326,8 @@ class OpenAIChatClient(ChatClient):
                 reason = unreachable or f"timed out after {self.timeout:g} s"
                 if not unreachable and not isinstance(error, openai.APITimeoutError):
                     reason = f"connection error: {error}"
+            except CutBeforeAnswer as error:
+                raise RequestFailed(str(error)) from None
             except (ValueError, MalformedResponse) as error:  # a body that is not JSON, or has no answer
                 reason = f"malformed response: {error}"
             finally:
@@ -408,6 +410,11 @@ class MalformedResponse(Exception):
     """A chat-completions response with no usable answer (no choices, no content)."""
 
 
+class CutBeforeAnswer(MalformedResponse):
+    """A response cut at `max_tokens` before any text (`finish_reason="length"`, an empty content; a reasoning model
+    spends them thinking): the same request would be cut the same way, so it is not retried."""
+
+
 def read_completion(completion: dict) -> tuple[str, dict]:
     """`(text, usage)` of a chat-completions response body; raises `MalformedResponse` when it has no answer.
 
@@ -420,6 +427,11 @@ def read_completion(completion: dict) -> tuple[str, dict]:
         raise MalformedResponse(f"no answer in the response {str(completion)[:200]!r}") from None
     if not isinstance(text, str):
         raise MalformedResponse(f"message content is {text!r}")
+    if not text.strip() and completion["choices"][0].get("finish_reason") == "length":
+        raise CutBeforeAnswer(
+            "the answer was cut at max_tokens before any text (finish_reason 'length', an empty content): raise "
+            "max_new_tokens"
+        )
     usage = completion.get("usage") or {}
     return text, {
         "prompt_tokens": usage.get("prompt_tokens") or 0,

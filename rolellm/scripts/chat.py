@@ -119,7 +119,7 @@ def load_client(config: ClientConfig):
         first = str(error).strip().splitlines()[0]
         raise ValueError(
             f"--model {config.model}: not a model folder, and not loadable as a Hub id ({first})"
-        ) from None
+        ) from error  # the Hub's answer under it decides the exit code (`cli.hub_error`)
 
 
 def escape_line(text: str) -> str:

@@ -9,6 +9,7 @@ import importlib
 import logging
 import os
 import sys
+from urllib.parse import urlsplit
 
 from rolellm import __version__
 from rolellm.scripts.exit_codes import EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -161,18 +162,42 @@ def hub_error(error: BaseException) -> tuple[int, str | None] | None:
         "urllib3",
     ):
         return EXIT_FAILED, f"cannot reach the Hugging Face Hub ({name}: {error}); check the network, or the cache"
+    if _hub_http_error(error):
+        response = getattr(error, "response", None)
+        status, url = getattr(response, "status_code", None), getattr(response, "url", None)
+        on = f" on {urlsplit(str(url)).path}" if url is not None else ""  # the repository, never a token
+        if status in (401, 403):
+            return EXIT_USAGE, f"the Hub refused the request ({status}{on}): log in (`hf auth login`) or set HF_TOKEN"
+        if status == 404:  # in one line: the Hub's own text is five, and its first says only "404 Client Error."
+            return (
+                EXIT_USAGE,
+                f"the Hub has no such repository or file (404{on}): check the id, and that the token may see it",
+            )
+        if status is not None and status >= 500:
+            return (
+                EXIT_FAILED,
+                f"the Hub answered with an error ({status}{on}): try again later",
+            )
+        return EXIT_USAGE if status == 409 else EXIT_FAILED, None
+    cause = error.__cause__ or error.__context__
+    while cause is not None:  # an error that wraps the Hub's answer (transformers' OSError, a file not fetched)
+        status = getattr(getattr(cause, "response", None), "status_code", None)
+        if _hub_http_error(cause) and status is not None:  # a refused token in the Hub's words, else the error's
+            return hub_error(cause) if status in (401, 403) else (EXIT_USAGE if status < 500 else EXIT_FAILED, None)
+        cause = cause.__cause__ or cause.__context__
     if type(error) is OSError and error.errno is None:  # transformers' words for a model id it cannot load
         text = str(error)
         if "couldn't connect to" in text:
             return EXIT_FAILED, None
         if "huggingface.co" in text or "valid model identifier" in text or "does not appear to have" in text:
             return EXIT_USAGE, None
-    if module.startswith("huggingface_hub") and "HTTPError" in "".join(c.__name__ for c in type(error).__mro__):
-        status = getattr(getattr(error, "response", None), "status_code", None)
-        if status in (401, 403):
-            return EXIT_USAGE, f"the Hub refused the request ({status}): log in (`hf auth login`) or set HF_TOKEN"
-        return EXIT_USAGE if status in (404, 409) else EXIT_FAILED, None
     return None
+
+
+def _hub_http_error(error: BaseException) -> bool:
+    """Whether `error` is an HTTP error of `huggingface_hub` (its `response` holds the status)."""
+    module = type(error).__module__
+    return module.startswith("huggingface_hub") and "HTTPError" in "".join(c.__name__ for c in type(error).__mro__)
 
 
 # errors of the file system that come from a path the user gave: a missing file, a folder given for a file or the

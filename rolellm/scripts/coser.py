@@ -98,9 +98,10 @@ def run_main(args) -> int:
         print(f"Dry run: {result['scenes']} scenes checked; at most {result['requests']} requests would be sent")
         return 0
     results = result["results"]
-    print(format_scores(results["scores"]))
-    print(f"{result['scored']} of {result['scenes']} scenes scored; wrote {config.output_dir}/results.json, "
-          f"report.html and conversations.html")  # fmt: skip
+    if result["scored"]:
+        print(format_scores(results["scores"]))
+        print(f"{result['scored']} of {result['scenes']} scenes scored; wrote {config.output_dir}/results.json, "
+              f"report.html and conversations.html")  # fmt: skip
     if results["run"].get("warning"):
         print(f"rolellm coser: warning: {results['run']['warning']}", file=sys.stderr)
     for failure in result["failures"]:

@@ -36,7 +36,7 @@ import sys
 from rolellm.clients.config import ClientConfig, derive_client, endpoint_options
 from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.scripts.cli import setup_logging
-from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
+from rolellm.scripts.exit_codes import EXIT_PARTIAL
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -89,11 +89,6 @@ def format_rubric_scores(rubric: dict) -> str:
     )
 
 
-def _first_error(judged: dict) -> str:
-    errors = judged.get("errors") or {}
-    return f"{judged['failed']} verdicts failed, e.g. {next(iter(errors.values()))}" if errors else "no sample"
-
-
 def main(args=None):
     if args is None:
         args = make_parser().parse_args()
@@ -118,9 +113,6 @@ def main(args=None):
         "verdicts": results.get("win_rate", {}).get("failed", 0),
         "rubric verdicts": results.get("rubric", {}).get("failed", 0),
     }
-    if "win_rate" in results and results["win_rate"]["judged"] == 0:
-        print(f"rolellm evaluate: no sample was judged: {_first_error(results['win_rate'])}", file=sys.stderr)
-        return EXIT_FAILED
     if any(failed.values()) and not config.allow_partial:
         what = ", ".join(f"{n} {name}" for name, n in failed.items() if n)
         print(f"rolellm evaluate: {what} failed (pass --allow_partial to accept a partial run)", file=sys.stderr)

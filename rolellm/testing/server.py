@@ -13,7 +13,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal, get_args
 
 
-FaultKind = Literal["rate_limit", "server_error", "slow", "garbled", "truncated", "empty"]
+FaultKind = Literal[
+    "rate_limit",
+    "server_error",
+    "slow",
+    "garbled",
+    "truncated",
+    "empty",
+    "html",
+    "no_choices",
+    "null_content",
+    "cut_empty",
+]
 
 
 @dataclass
@@ -24,11 +35,16 @@ class Fault:
         kind (`str`): `"rate_limit"` (HTTP 429 with a `Retry-After` header), `"server_error"` (HTTP `status`),
             `"slow"` (wait `delay` seconds, then answer normally: with a shorter client timeout this is a time-out),
             `"garbled"` (HTTP 200 with a body that is not JSON), `"truncated"` (the answer cut in half with
-            `finish_reason="length"`) or `"empty"` (HTTP 200 with a completion that has no choices).
+            `finish_reason="length"`), `"empty"` (HTTP 200 with a completion whose `choices` is `[]`), `"html"` (HTTP
+            `status` with an HTML error page, as from a proxy in front of the model), `"no_choices"` (HTTP 200 with a
+            JSON body without `choices`), `"null_content"` (HTTP 200, `message.content` null) or `"cut_empty"`
+            (HTTP 200, `finish_reason="length"` with an empty content).
         retry_after (`float`, *optional*, defaults to 0.05): the `Retry-After` value of a 429, in seconds.
         delay (`float`, *optional*, defaults to 1.0): the wait of a `"slow"` answer, in seconds.
         status (`int`, *optional*, defaults to 500): the status code of a `"server_error"`.
         message (`str`, *optional*, defaults to `"The server had an error"`): the error message of a `"server_error"`.
+        code (`str`, *optional*): the `error.code` of a `"server_error"`'s OpenAI-style body (`"invalid_api_key"`,
+            `"model_not_found"`); none by default.
         answer (`str`, *optional*): the text a `"slow"` or `"truncated"` fault answers with; defaults to the
             responder's answer (so a responder that returns such a fault must give it).
     """
@@ -39,6 +55,7 @@ class Fault:
     status: int = 500
     answer: str | None = None
     message: str = "The server had an error"
+    code: str | None = None
 
     def __post_init__(self):
         kinds = get_args(FaultKind)
@@ -192,12 +209,30 @@ class ChatCompletionsServer:
                     error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
                     return self._send(429, error, body, fault, {"Retry-After": f"{fault.retry_after:g}"})
                 if fault.kind == "server_error":
-                    return self._send(fault.status, {"error": {"message": fault.message}}, body, fault)
+                    error = {"message": fault.message, **({"code": fault.code} if fault.code else {})}
+                    return self._send(fault.status, {"error": error}, body, fault)
                 if fault.kind == "garbled":
                     return self._send(200, b'{"id": "chatcmpl-garbled", "choices": [{"mess', body, fault)
+                if fault.kind == "html":
+                    page = f"<html><head><title>{fault.status} Bad Gateway</title></head><body><h1>{fault.status}"
+                    page += " Bad Gateway</h1><hr><center>nginx</center></body></html>"
+                    return self._send(fault.status, page.encode(), body, fault, content_type="text/html")
+                if fault.kind == "no_choices":
+                    completion = {k: v for k, v in _completion(body, "").items() if k != "choices"}
+                    return self._send(200, completion, body, fault)
+                if fault.kind in ("null_content", "cut_empty"):
+                    completion = _completion(body, "")
+                    choice = completion["choices"][0]
+                    if fault.kind == "null_content":
+                        choice["message"]["content"] = None
+                    else:
+                        choice["finish_reason"] = "length"
+                    if body.get("stream"):
+                        return self._send_stream(completion, body, fault)
+                    return self._send(200, completion, body, fault)
                 return self._send(200, {**_completion(body, ""), "choices": []}, body, fault)  # "empty"
 
-            def _send(self, status, payload, body, fault=None, headers=None):
+            def _send(self, status, payload, body, fault=None, headers=None, content_type="application/json"):
                 with server._lock:
                     server.requests.append(
                         {
@@ -209,7 +244,7 @@ class ChatCompletionsServer:
                         }
                     )
                 try:
-                    _write_json(self, status, payload, headers)
+                    _write_json(self, status, payload, headers, content_type)
                 except OSError:  # the client went away (a killed process, a time-out): not answered
                     return
                 if status == 200 and (fault is None or fault.kind in ("slow", "truncated")):
@@ -241,8 +276,9 @@ class ChatCompletionsServer:
                     self.wfile.flush()
                 except OSError:  # the client went away mid-stream: not answered
                     return
-                with server._lock:
-                    server.answered.append(body)
+                if fault is None or fault.kind in ("slow", "truncated"):
+                    with server._lock:
+                        server.answered.append(body)
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 1024  # the default backlog of 5 resets connections when many arrive at once
@@ -270,11 +306,14 @@ class ChatCompletionsServer:
         self.close()
 
 
-def _write_json(handler: BaseHTTPRequestHandler, status: int, payload: dict | bytes, headers=None) -> None:
-    """Answer `handler`'s request with `payload` as `application/json` (bytes are sent as they are)."""
+def _write_json(
+    handler: BaseHTTPRequestHandler, status: int, payload: dict | bytes, headers=None, content_type="application/json"
+) -> None:
+    """Answer `handler`'s request with `payload` as `application/json` (bytes are sent as they are, with
+    `content_type`)."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
     handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Type", content_type)
     handler.send_header("Content-Length", str(len(data)))
     for key, value in (headers or {}).items():
         handler.send_header(key, value)

@@ -339,7 +339,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         `config.rubric` is set; each answer's verdict is in `scores.json`) and `config`.
 
     Raises:
-        `NothingEvaluated`: every generation failed, or every rubric verdict; `EndpointError`: an endpoint does not
+        `NothingEvaluated`: every generation failed, every win-rate verdict, or every rubric verdict; `EndpointError`: an endpoint does not
         answer (checked before anything is generated) or stops answering. Then no `results.json` is written, and
         those of an earlier run in `output_dir` are removed first, so a folder never shows results this run did not
         finish; the answers and the judge's verdicts so far are kept for the next run. `ValueError`: `output_dir`
@@ -384,6 +384,13 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         scores["unavailable"]["win_rate"] = "not requested (baseline none)"
     else:
         verdicts = judge_against_baseline(rows, predictions, baseline, profiles, judge)
+        if verdicts["judged"] == 0:
+            errors = list((verdicts.get("errors") or {}).values())
+            raise NothingEvaluated(
+                f"no sample was judged against {baseline_label}: {verdicts['failed']} verdicts of {judge.model_name} "
+                f"failed{f' (e.g. {errors[0]})' if errors else ''}, so no result was written; the answers are kept "
+                f"in {output_dir / 'generations.jsonl'}, and a re-run asks the judge again only what failed"
+            )
         scores["metrics"]["win_rate"] = verdicts["win_rate"]
         scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
         scores["win_rate"] = {**verdicts, "baseline": baseline_label}

@@ -174,6 +174,8 @@ def run_coser(config: CoserConfig) -> dict:
         `dict`: `results` (what `results.json` holds; `None` on a dry run), `scenes` (how many), `failures`
         (`[{"case", "error"}]`: scenes stopped early and judge answers that never fit), `scored` (scenes with a
         score), `requests` (a dry run's count of first-round requests) and `report` (the written report's paths).
+        A run that scored no scene writes neither `results.json` nor the report (`report` is `None`): what was played
+        is in the log and `simulations.jsonl`, and a re-run goes on from it.
     """
     from rolellm.evaluation.coser.judge import judge_scenes, judged_simulation, simulation_text
     from rolellm.evaluation.coser.prompts import load_prompts
@@ -236,11 +238,14 @@ def run_coser(config: CoserConfig) -> dict:
             cases_out[scene.case.id] = entry
     record["bleu_tokenizer"] = bleu_tokenizer_name()
     results = {"scores": mean_scores(cases_out), "cases": cases_out, "run": record, "failures": failures}
+    scored = sum(1 for c in cases_out.values() if c["score"] is not None)
+    if scored == 0:  # no results file or report that reads like a finished run: the log and simulations are kept
+        return {"results": results, "scenes": len(scenes), "failures": failures, "scored": 0, "requests": None,
+                "report": None}  # fmt: skip
     path = output_dir / RESULTS_NAME
     partial = path.with_suffix(".json.tmp")
     partial.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     partial.replace(path)
-    scored = sum(1 for c in cases_out.values() if c["score"] is not None)
-    report = write_coser_report(output_dir) if cases_out else None
+    report = write_coser_report(output_dir)
     return {"results": results, "scenes": len(scenes), "failures": failures, "scored": scored, "requests": None,
             "report": report}  # fmt: skip
