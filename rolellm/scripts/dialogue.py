@@ -94,11 +94,6 @@ def main(args=None):
     if played == 0:
         print("rolellm dialogue: no turn could be played", file=sys.stderr)
         return EXIT_FAILED
-    if result["scores"] is not None:
-        print(format_scores(result["scores"]))
-        print(f"Wrote {Path(output_dir) / 'scores.json'}")
-    report = result["report"]
-    print(f"Wrote {report['report']}, {report['html']} and {report['transcripts']}")
     scores = result["scores"]
     if scores is not None and scores["failures"]["unscored"] == len(scores["items"]):
         print(
@@ -107,6 +102,11 @@ def main(args=None):
             file=sys.stderr,
         )
         return EXIT_FAILED
+    if scores is not None:
+        print(format_scores(scores))
+        print(f"Wrote {Path(output_dir) / 'scores.json'}")
+    report = result["report"]
+    print(f"Wrote {report['report']}, {report['html']} and {report['transcripts']}")
     if result["failures"] and not config.allow_partial:
         what = f"{result['failures']} conversations or judge answers failed"
         print(f"rolellm dialogue: {what} (pass --allow_partial to accept a partial run)", file=sys.stderr)

@@ -131,6 +131,10 @@ def read_run_scenarios(config: DialogueConfig, profiles, user_client) -> list:
     return scenarios
 
 
+# what scoring a run writes (`scores.json` and the report), removed before the judges are asked again
+SCORED_FILES = ("scores.json", "report.md", "report.html", "transcripts.html", "radar.svg", "lengths.svg")
+
+
 def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     """Play the scenarios of `config` between its user simulator and its model, score them with its judges and write
     the report into `config.output_dir`.
@@ -140,7 +144,8 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     `rolellm.evaluation.coser.rubric.judge_transcripts_by_flaws` (`rolellm dialogue --rubric coser_flaws`).
 
     Every endpoint is checked before the first turn (`check_endpoints`: an `EndpointError` stops the run); a run
-    where no turn could be played writes no scores and no report.
+    where no turn could be played, or no judge answer could be read, writes no scores and no report (an earlier
+    run's are removed; the transcripts are kept).
 
     Returns:
         `dict`: `transcripts` (one dict per conversation, `error` set where it stopped early), `played` (turns),
@@ -190,9 +195,13 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     if played == 0:
         return result
     if judges:
+        for name in SCORED_FILES:  # an earlier scoring's: never shown as this run's
+            (output_dir / name).unlink(missing_ok=True)
         scores = (score_transcripts or judge_transcripts)(transcripts, profiles, judges, seed=config.seed)
-        (output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n", "utf-8")
         result["scores"] = scores
         result["failures"] += scores["failures"]["count"]
+        if scores["failures"]["unscored"] == len(scores["items"]):  # nothing scored: no scores.json, no report
+            return result
+        (output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n", "utf-8")
     result["report"] = write_dialogue_report(output_dir)
     return result
