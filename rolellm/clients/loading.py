@@ -14,7 +14,7 @@ import os
 import warnings
 from pathlib import Path
 
-from rolellm.roles.profile import DataFormatError, read_json_file
+from rolellm.roles.profile import DataFormatError, read_json_object
 
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -64,8 +64,7 @@ def check_model_folder(folder: str | os.PathLike, flag: str = "--model_name_or_p
             f"{flag} {folder}: not a model folder (no config.json or {ADAPTER_CONFIG}); give the folder "
             "rolellm train wrote, a downloaded model, or a Hub id"
         )
-    if not isinstance(read_json_file(config), dict):
-        raise ValueError(f"{config}: expected a JSON object of settings")
+    read_json_object(config, "settings")
     if adapter.is_file() and need_base:
         check_adapter_base(folder)
 
@@ -77,10 +76,7 @@ def check_adapter_base(adapter: str | os.PathLike) -> None:
     config = Path(adapter) / ADAPTER_CONFIG
     if not config.is_file():
         return
-    settings = read_json_file(config)
-    if not isinstance(settings, dict):
-        raise DataFormatError(f"{config}: expected a JSON object of settings")
-    base = settings.get("base_model_name_or_path")
+    base = read_json_object(config, "settings").get("base_model_name_or_path")
     if not isinstance(base, str) or not base.strip():  # peft loads the base from it: nothing else names it
         raise DataFormatError(
             f"{config}: field 'base_model_name_or_path' must name the base model (a folder or a Hub id), got {base!r}"

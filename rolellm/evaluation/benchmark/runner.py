@@ -161,22 +161,24 @@ def require_profiles(profiles: Mapping, rows: list[dict]) -> Profiles:
     folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
     return Profiles(profiles).require(
         (row["role"] for row in rows), "the evaluation rows",
-        f"the system instruction and the judges need each role's description. Give data_dir with the release's {folder}/desc.json, "
-        "or profiles (--profiles) with any profile source of these roles",
+        "the system instruction and the judges need each role's description. Give data_dir with the release's "
+        f"{folder}/desc.json, or profiles (--profiles) with any profile source of these roles",
     )  # fmt: skip
 
 
-def generate_predictions(rows: list[dict], profiles: Mapping, config: EvaluateConfig, client=None) -> list[str | None]:
+def generate_predictions(
+    rows: list[dict], profiles: Mapping, config: EvaluateConfig, client=None, log: GenerationLog | None = None
+) -> list[str | None]:
     """Answer every row, resuming from `<output_dir>/generations.jsonl`; `None` marks a failed generation.
 
     Rows already answered are not asked again (a finished run does not even load the model); before generating,
     the number of requests and an estimate of their tokens are logged; new answers are written every
-    `config.save_every` rows.
+    `config.save_every` rows. `log` is the run's `GenerationLog` when it was read already (`run_benchmark` reads it
+    before anything is removed).
     """
-
     profiles = require_profiles(profiles, rows)
     failures = []
-    with GenerationLog(config, rows) as log:
+    with log if log is not None else GenerationLog(config, rows) as log:
         pending = [i for i in range(len(rows)) if i not in log.answers]
         requests = build_requests(rows, pending, profiles, config) if pending else []
         if requests:
@@ -225,8 +227,9 @@ def judge_against_baseline(rows, predictions, baseline: list, profiles: Mapping,
 
 
 def rubric_scores(rubric: str, rows, predictions, profiles: Mapping, client) -> tuple[dict, dict]:
-    """The judge's (`client`) scores of the answers on `rubric` (`EvaluateConfig.rubric`): every answer scored from 1 to 5 on the single-turn
-    dimensions of the rubric of `rolellm dialogue`, by `judge_answers` (`rolellm.evaluation.multiturn.rubric`).
+    """The judge's (`client`) scores of the answers on `rubric` (`EvaluateConfig.rubric`): every answer scored from 1
+    to 5 on the single-turn dimensions of the rubric of `rolellm dialogue`, by `judge_answers`
+    (`rolellm.evaluation.multiturn.rubric`).
 
     A failed generation is judged as an empty answer, as ROUGE-L scores it. An answer the judge never gives in the
     rubric's form (after the client's re-asks), or a request that fails, is a failed verdict: counted, with its
@@ -348,14 +351,13 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     """
     output_dir = Path(config.output_dir)
     # the runs whose answers are generated into output_dir: this one's, and the baseline model's in its baseline/
-    generated = [] if config.is_rolegpt_baseline else [config]
-    if config.baseline_client is not None:
-        generated.append(config.baseline_config())
+    baseline_config = config.baseline_config() if config.baseline_client is not None else None
+    generated = [run for run in (None if config.is_rolegpt_baseline else config, baseline_config) if run is not None]
     for run in generated:  # another run's folder stops the run before anything in it is written or removed
         changed_settings(run)
     inputs = read_inputs(config)
-    for run in generated:  # the answers saved so far are read: a log of other rows stops the run
-        GenerationLog(run, inputs.rows)
+    # the answers saved so far are read once, now: a log of other rows stops the run
+    logs = {run.output_dir: GenerationLog(run, inputs.rows) for run in generated}
     for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
         (output_dir / name).unlink(missing_ok=True)
     rows, profiles, judge = inputs.rows, inputs.profiles, None
@@ -364,13 +366,12 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         check_endpoints(judge)
     baseline, baseline_label = inputs.baseline, config.baseline_label or inputs.baseline_label
     if config.judges_win_rate and baseline is None:  # a baseline model answers the same rows
-        baseline_config = config.baseline_config()
         logger.info("Baseline %s answers into %s", config.baseline_client.model, baseline_config.output_dir)
-        baseline = generate_predictions(rows, profiles, baseline_config)
+        baseline = generate_predictions(rows, profiles, baseline_config, log=logs[baseline_config.output_dir])
     if config.is_rolegpt_baseline:
         predictions = inputs.rolegpt
     else:
-        predictions = generate_predictions(rows, profiles, config, client=client)
+        predictions = generate_predictions(rows, profiles, config, client=client, log=logs[config.output_dir])
         if all(prediction is None for prediction in predictions):
             raise NothingEvaluated(
                 f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged "
