@@ -7,7 +7,8 @@ import pytest
 from huggingface_hub import ModelCard
 
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.runner import EvaluateConfig, NothingEvaluated, run_benchmark
+from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
+from rolellm.evaluation.benchmark.scorers import NothingEvaluated
 from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS
 from rolellm.scripts import cli
 from rolellm.testing.server import ChatCompletionsServer, Fault

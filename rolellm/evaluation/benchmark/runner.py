@@ -17,7 +17,8 @@ from pathlib import Path
 from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
 from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
-from rolellm.evaluation.benchmark.scoring import read_raw_targets, score_predictions
+from rolellm.evaluation.benchmark.scorers import NothingEvaluated, merge_scores, scorers_for
+from rolellm.evaluation.benchmark.scoring import read_raw_targets
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_json_object, read_text
 from rolellm.roles.release import RELEASE_LANG_DIRS
@@ -205,73 +206,6 @@ def generate_predictions(
         return [log.answers.get(i) for i in range(len(rows))]
 
 
-def judge_against_baseline(rows, predictions, baseline: list, profiles: Mapping, client) -> dict:
-    """The paper's GPT-judge win rate of `predictions` against `baseline`, the baseline's answers to the same rows.
-
-    Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
-    re-run sends nothing already judged. A failed generation is judged as an empty answer; a failed baseline
-    generation makes its sample `failed`. `client` is the judge.
-
-    Returns:
-        `dict`: `WinRateResult.to_dict()` (`win_rate`, `ci_low`, `ci_high`, `lc_win_rate`, `average_rank`, counts,
-        `outcomes`, ...) with `baseline`, the baseline's label.
-    """
-    from rolellm.evaluation.judge.pairwise import judge_win_rate
-    from rolellm.roles.card_prompts import role_description
-
-    profiles = Profiles(profiles)
-    descriptions = {row["role"]: role_description(profiles[row["role"]]) for row in rows}
-    answers = ["" if p is None else p for p in predictions]
-    result = judge_win_rate(rows, answers, baseline, descriptions, client, lang=rows[0]["lang"])
-    return result.to_dict()
-
-
-def rubric_scores(rubric: str, rows, predictions, profiles: Mapping, client) -> tuple[dict, dict]:
-    """The judge's (`client`) scores of the answers on `rubric` (`EvaluateConfig.rubric`): every answer scored from 1
-    to 5 on the single-turn dimensions of the rubric of `rolellm dialogue`, by `judge_answers`
-    (`rolellm.evaluation.multiturn.rubric`).
-
-    A failed generation is judged as an empty answer, as ROUGE-L scores it. An answer the judge never gives in the
-    rubric's form (after the client's re-asks), or a request that fails, is a failed verdict: counted, with its
-    reason, and left out of the means. The judge's answers are cached in `<output_dir>/judge_cache.sqlite`.
-
-    Returns:
-        `tuple[dict, dict]`: the summary for `results.json` (`rubric`, `judge`, `dimensions`, `scale`,
-        `per_dimension` (mean per dimension), `overall` (the mean of those), `n` (answers scored), `per_subset`
-        (`general` (the CUS rows) and `role_specific` (the SPE rows): the same means and `n`), `per_role`,
-        `length_spearman` (per dimension, answer length against score), `asked`, `failed`, `unscored`, `errors` (the
-        first five failed verdicts: `{"id", "judge", "error"}`, `id` the row index), `scores_file`), and the full
-        `judge_answers` result, written as `scores.json` (each answer's scores and rationales).
-    """
-    from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS, judge_answers, summarize
-
-    scored = judge_answers(rows, predictions, profiles, [client], SINGLE_TURN_DIMENSIONS)
-    dimensions, items, names = scored["dimensions"], scored["items"], scored["judges"]
-
-    def means(summary: dict, chosen: list[dict]) -> dict:
-        return {
-            "per_dimension": {d: v["mean"] for d, v in summary["per_dimension"].items()},
-            "overall": summary["overall"],
-            "n": sum(any(v is not None for v in item["scores"].values()) for item in chosen),
-        }
-
-    per_subset = {}
-    for subset in ("general", "role_specific"):
-        chosen = [item for item, row in zip(items, rows) if row["subset"] == subset]
-        if chosen:
-            per_subset[subset] = means(summarize(chosen, dimensions, names), chosen)
-    summary = scored["summary"]
-    failures = scored["failures"]
-    result = {
-        "rubric": rubric, "judge": names[0], "dimensions": dimensions, "scale": scored["scale"],
-        **means(summary, items), "per_subset": per_subset, "per_role": summary["per_role"],
-        "length_spearman": {d: v["length_spearman"] for d, v in summary["per_dimension"].items()},
-        "asked": len(items), "failed": failures["count"], "unscored": failures["unscored"],
-        "errors": failures["reasons"][:5], "scores_file": "scores.json",
-    }  # fmt: skip
-    return result, scored
-
-
 @dataclass
 class RunInputs:
     """What a run reads before it sends anything (`read_inputs`), so that a bad file stops it first."""
@@ -320,11 +254,6 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     elif reads_baseline:  # a row without an answer there stops the run
         baseline, baseline_label = read_predictions_folder(config.baseline, rows)
     return RunInputs(rows, lang, profiles, raw_targets, compared, rolegpt, baseline, baseline_label)
-
-
-class NothingEvaluated(RuntimeError):
-    """Every generation of a run failed, or every rubric verdict: there is nothing to score, and no result is
-    written."""
 
 
 def run_benchmark(config: EvaluateConfig, client=None) -> dict:
@@ -377,37 +306,8 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
                 f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged "
                 f"above and in {output_dir / 'generations.jsonl'}"
             )
-    scores = score_predictions(rows, predictions, inputs.raw_targets)
-    scores["metrics"]["win_rate"] = None
-    if config.judge is None:
-        scores["unavailable"]["win_rate"] = "not requested (judge_model not set)"
-    elif not config.judges_win_rate:
-        scores["unavailable"]["win_rate"] = "not requested (baseline none)"
-    else:
-        verdicts = judge_against_baseline(rows, predictions, baseline, profiles, judge)
-        if verdicts["judged"] == 0:
-            errors = list((verdicts.get("errors") or {}).values())
-            raise NothingEvaluated(
-                f"no sample was judged against {baseline_label}: {verdicts['failed']} verdicts of {judge.model_name} "
-                f"failed{f' (e.g. {errors[0]})' if errors else ''}, so no result was written; the answers are kept "
-                f"in {output_dir / 'generations.jsonl'}, and a re-run asks the judge again only what failed"
-            )
-        scores["metrics"]["win_rate"] = verdicts["win_rate"]
-        scores["metrics"]["lc_win_rate"] = verdicts["lc_win_rate"]
-        scores["win_rate"] = {**verdicts, "baseline": baseline_label}
-    scores["metrics"]["rubric"], rubric_items = None, None
-    if config.rubric is None:
-        scores["unavailable"]["rubric"] = "not requested (rubric not set)"
-    else:
-        scores["rubric"], rubric_items = rubric_scores(config.rubric, rows, predictions, profiles, judge)
-        if scores["rubric"]["unscored"] == len(rows):
-            example = scores["rubric"]["errors"][0]["error"] if scores["rubric"]["errors"] else "no answer"
-            raise NothingEvaluated(
-                f"all {len(rows)} rubric verdicts of {scores['rubric']['judge']} failed (e.g. {example}), so no "
-                f"result was written; the answers are kept in {output_dir / 'generations.jsonl'}, and a re-run asks "
-                "the judge again only what failed"
-            )
-        scores["metrics"]["rubric"] = scores["rubric"]["overall"]
+    scorers = scorers_for(config, inputs.raw_targets, judge, (baseline, baseline_label), profiles)
+    scores, files = merge_scores([scorer.score(rows, predictions) for scorer in scorers])
     answered = [len(p) for p in predictions if p is not None]
     scores["answer_length"] = {"chars": sum(answered) / len(answered) if answered else None, "answers": len(answered)}
     results = {
@@ -419,19 +319,19 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         **scores,
         "config": asdict(config),
     }
-    write_results(config, results, rubric_items, inputs.compared)
+    write_results(config, results, files, inputs.compared)
     return results
 
 
-def write_results(config: EvaluateConfig, results: dict, rubric_items: dict | None, compared: list[dict]) -> None:
-    """`results.json`, `scores.json` (each rubric verdict), the report beside `compared` (`write_report`), and the
-    model card (`update_model_card`: only when nothing failed, or with `allow_partial`)."""
+def write_results(config: EvaluateConfig, results: dict, files: dict, compared: list[dict]) -> None:
+    """`results.json`, the scorers' `files` (`scores.json`: each rubric verdict), the report beside `compared`
+    (`write_report`), and the model card (`update_model_card`: only when nothing failed, or with `allow_partial`)."""
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
 
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    if rubric_items is not None:  # each answer's scores and rationales (`rolellm judge agreement` reads them)
-        (output_dir / "scores.json").write_text(json.dumps(rubric_items, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    for name, content in files.items():
+        (output_dir / name).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (output_dir / "results.json").write_text(
         json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
