@@ -160,7 +160,7 @@ def test_an_exported_release_scores_the_papers_rolegpt_spe(rolebench_slice_dir, 
     """Text stays as released through export and load: the RoleGPT SPE of a plain `load_dataset` copy is the
     ROUGE-L of the release files themselves (the paper's 0.3229 English, 0.2478 Chinese on the full release,
     `test_full_release.py`; the Chinese test file is whole in the slice too)."""
-    from rolellm.evaluation.benchmark.runner import rolegpt_predictions
+    from rolellm.evaluation.benchmark.baseline import rolegpt_predictions
     from rolellm.evaluation.benchmark.scoring import score_predictions
 
     names = ["en-instruction-role_specific", "zh-role_specific"]

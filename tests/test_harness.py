@@ -89,8 +89,8 @@ def test_harness_example_prompts_and_stops_as_rolellm_evaluate(
 
     from rolellm.clients.config import ClientConfig, make_client
     from rolellm.data.builder import load_rolebench_profiles
+    from rolellm.evaluation.benchmark.answers import build_requests
     from rolellm.evaluation.benchmark.config import EvaluateConfig
-    from rolellm.evaluation.benchmark.runner import build_requests
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from rolellm.data.readers import read_rolebench_jsonl
-from rolellm.evaluation.benchmark.scoring import read_raw_targets
+from rolellm.data.readers import read_raw_targets, read_rolebench_jsonl
 from rolellm.roles.character_card import read_character_card
 from rolellm.roles.profile import DataFormatError
 from rolellm.roles.release import read_release_profiles

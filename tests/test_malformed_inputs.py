@@ -818,7 +818,7 @@ CASES = [
     ("chat-stdin-empty", mini_release(), cli("chat", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--profiles",
                                             "{path}", "--lang", "en", "--role", "Ada Quill", stdin=""),
      error(r"^rolellm chat: no message was read: stdin is empty; give one message per line [^\n]* or run it in a terminal\n$")),
-    # --- a killed rolellm evaluate run's answers, resumed (`benchmark.runner.GenerationLog`) ------------------------
+    # --- a killed rolellm evaluate run's answers, resumed (`benchmark.answers.GenerationLog`) -----------------------
     ("evaluate-data-dir-absent", mini_release(), cli(*EVALUATE_RUN[:-6], "--data_dir", "{dir}/nowhere", "--dataset_name", "zh"),
      error(r"data_dir .*nowhere: no such folder \(a RoleBench release folder")),
     ("evaluate-compare-with-a-folder-without-results", mini_release(), cli(*EVALUATE_RUN, "--compare_with", "{path}"),

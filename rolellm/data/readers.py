@@ -146,6 +146,29 @@ def read_rolebench_jsonl(path: str | Path, subset: str, lang: str) -> list[dict]
     return list(iter_rolebench_jsonl(path, subset, lang))
 
 
+def read_raw_targets(path: str | Path) -> dict[str, str]:
+    """Read `instructions-general.jsonl` (`{"instruction", "target"}` per line) into `{instruction: target}`.
+
+    Instructions are keyed without surrounding whitespace, as RoleBench questions are matched.
+
+    Raises:
+        `DataFormatError`: a line is not JSON or lacks a string `instruction` / `target`, naming file and line.
+    """
+    targets = {}
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = parse_json_line(line, path, number)
+        for key in ("instruction", "target"):
+            if not isinstance(record.get(key), str):
+                raise DataFormatError(
+                    f"{path}:{number}: field {key!r} must be a string, found {record.get(key)!r}; "
+                    'each line must be {"instruction": ..., "target": ...}'
+                )
+        targets[record["instruction"].strip()] = record["target"]
+    return targets
+
+
 def normalize_row(record: dict, subset: str, lang: str, where: str = "row") -> dict:
     """One release record (already parsed) in the shared schema, its text unchanged; `where` prefixes errors.
 

@@ -2,208 +2,30 @@
 
 A model is a local folder or Hub id (`LocalChatClient`: transformers, batched with left padding and length sorting),
 an OpenAI-compatible endpoint such as a vLLM server (`OpenAIChatClient`: concurrent requests), or the RoleGPT
-baseline answers of the release (the model `"rolegpt"`: nothing is generated). Generations are appended to
-`<output_dir>/generations.jsonl` as they finish, beside `run_config.json`, so a run that stops resumes where it was
-and never sends a request twice.
+baseline answers of the release (the model `"rolegpt"`: nothing is generated). A run reads every input first
+(`read_inputs`), answers the rows (`benchmark.answers`: appended to `<output_dir>/generations.jsonl` as they finish,
+so a run that stops resumes where it was and never sends a request twice), scores the answers (`benchmark.scorers`)
+and writes the results (`write_results`).
 """
 
 import json
 import logging
-import os
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
+from rolellm.evaluation.benchmark.answers import (
+    GenerationLog,
+    generate_predictions,
+    require_profiles,
+)
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
 from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.evaluation.benchmark.scorers import NothingEvaluated, merge_scores, scorers_for
-from rolellm.evaluation.benchmark.scoring import read_raw_targets
 from rolellm.roles.lookup import Profiles
-from rolellm.roles.profile import DataFormatError, parse_json_line, read_json_object, read_text
-from rolellm.roles.release import RELEASE_LANG_DIRS
 
 
 logger = logging.getLogger(__name__)
-
-
-def changed_settings(config: EvaluateConfig) -> dict:
-    """The generation settings that differ from those `run_config.json` in `output_dir` records (`{}` for a new
-    folder); raises `ValueError` when they differ and `overwrite_output_dir` is not set."""
-    folder = Path(config.output_dir)
-    config_path = folder / "run_config.json"
-    if not config_path.exists():
-        return {}
-    previous = read_json_object(config_path, "the run's settings", ": not the settings of a run; use a new output_dir")
-    changed = {k: (previous.get(k), v) for k, v in config.generation_settings().items() if previous.get(k) != v}
-    if changed and not config.overwrite_output_dir:
-        detail = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items())
-        raise ValueError(
-            f"{folder} holds generations of another run ({detail}); pass another output_dir or "
-            "overwrite_output_dir=True to discard them"
-        )
-    return changed
-
-
-class GenerationLog:
-    """`generations.jsonl` + `run_config.json` in `output_dir`: the answers so far, appended as they arrive.
-
-    Making one only reads (and refuses another run's folder, or a log of other rows); entering it (`with`) writes:
-    the folder, `run_config.json`, the log without a line a crash cut short (or without the discarded answers of
-    `overwrite_output_dir`), then each answer as it arrives.
-    """
-
-    def __init__(self, config: EvaluateConfig, rows: list[dict]):
-        self.folder = Path(config.output_dir)
-        self.path = self.folder / "generations.jsonl"
-        self.rows = rows
-        self.run_config = config.generation_settings()
-        self.discard = bool(changed_settings(config))  # refused here unless overwrite_output_dir
-        self._kept: list[str] | None = None  # the log's lines to write back, when some were dropped
-        self.answers: dict[int, str] = {} if self.discard else self._read()
-
-    def _read(self) -> dict[int, str]:
-        answers, kept, dropped = {}, [], 0
-        if not self.path.exists():
-            return answers
-        lines = read_text(self.path, allow_empty=True, log=True).splitlines(keepends=True)
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                dropped += 1
-                continue
-            try:
-                record = parse_json_line(line, self.path, number)
-            except DataFormatError:
-                if number < len(lines) or line.endswith("\n"):  # only the last write can be cut short by a crash
-                    raise
-                logger.warning("%s:%d: incomplete line dropped; its row is answered again", self.path, number)
-                dropped += 1
-                continue
-            for name, kind in (("index", int), ("role", str), ("question", str), ("prediction", str)):
-                if not isinstance(record.get(name), kind) or isinstance(record.get(name), bool):
-                    raise DataFormatError(
-                        f"{self.path}:{number}: field {name!r} must be {kind.__name__}, got {record.get(name)!r}: "
-                        "not an answer of rolellm evaluate; use a new output_dir"
-                    )
-            row = self.rows[record["index"]] if 0 <= record["index"] < len(self.rows) else None
-            if row is None or (row["role"], row["question"]) != (record["role"], record["question"]):
-                raise ValueError(
-                    f"{self.path}:{number}: row {record['index']} is not the row this run selects "
-                    f"({record['role']!r}, {record['question'][:40]!r}); the data changed: use a new output_dir"
-                )
-            answers[record["index"]] = record["prediction"]
-            kept.append(line if line.endswith("\n") else line + "\n")
-        if dropped:  # written back without the broken lines, so appended records start on a line of their own
-            self._kept = kept
-        return answers
-
-    def add(self, index: int, prediction: str) -> None:
-        row = self.rows[index]
-        record = {"index": index, "role": row["role"], "subset": row["subset"], "question": row["question"]}
-        self._file.write(json.dumps({**record, "prediction": prediction}, ensure_ascii=False) + "\n")
-        self.answers[index] = prediction
-
-    def __enter__(self):
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if self.discard:
-            self.path.unlink(missing_ok=True)
-        elif self._kept is not None:
-            partial = self.path.with_suffix(".jsonl.tmp")
-            partial.write_text("".join(self._kept), encoding="utf-8")
-            partial.replace(self.path)
-        config_path = self.folder / "run_config.json"
-        config_path.write_text(json.dumps(self.run_config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        self._file = open(self.path, "a", encoding="utf-8")
-        return self
-
-    def __exit__(self, *exc):
-        self._file.close()
-
-    def flush(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-
-def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, config: EvaluateConfig) -> list:
-    """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0)."""
-    from rolellm.clients.openai_compatible import ChatRequest
-    from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages
-    from rolellm.roles.retrieval import DialogueRetriever
-
-    profiles = Profiles(profiles)
-    retrievers = {}
-    params = {"max_tokens": config.client.max_new_tokens, "temperature": config.temperature}
-    requests = []
-    for index in indices:
-        row = rows[index]
-        profile = profiles[row["role"]]
-        if config.mode in EXAMPLE_MODES and row["role"] not in retrievers:
-            try:
-                retrievers[row["role"]] = DialogueRetriever(profile)
-            except ValueError as error:
-                raise ValueError(
-                    f"mode={config.mode!r} needs script dialogue of {row['role']!r}: {error}. Pass profiles= "
-                    "(--profiles) with a screenplay or Character Card of this role, or use mode='system'"
-                ) from error
-        question = row["question"].strip()  # the English release starts every question with a space
-        examples = (
-            retrievers[row["role"]].retrieve(question, k=config.num_examples) if row["role"] in retrievers else None
-        )
-        messages = build_role_messages(
-            profile, question, config.mode, examples, lang=row["lang"], system_template=config.system_template
-        )
-        requests.append(ChatRequest(messages=messages, params=dict(params), metadata={"index": index}))
-    return requests
-
-
-def require_profiles(profiles: Mapping, rows: list[dict]) -> Profiles:
-    """`profiles` as `Profiles`, once each role of `rows` finds one; else a `ValueError` naming the roles without one
-    and what to pass: the prompts and the judges need each role's description."""
-    folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
-    return Profiles(profiles).require(
-        (row["role"] for row in rows), "the evaluation rows",
-        "the system instruction and the judges need each role's description. Give data_dir with the release's "
-        f"{folder}/desc.json, or profiles (--profiles) with any profile source of these roles",
-    )  # fmt: skip
-
-
-def generate_predictions(
-    rows: list[dict], profiles: Mapping, config: EvaluateConfig, client=None, log: GenerationLog | None = None
-) -> list[str | None]:
-    """Answer every row, resuming from `<output_dir>/generations.jsonl`; `None` marks a failed generation.
-
-    Rows already answered are not asked again (a finished run does not even load the model); before generating,
-    the number of requests and an estimate of their tokens are logged; new answers are written every
-    `config.save_every` rows. `log` is the run's `GenerationLog` when it was read already (`run_benchmark` reads it
-    before anything is removed).
-    """
-    profiles = require_profiles(profiles, rows)
-    failures = []
-    with log if log is not None else GenerationLog(config, rows) as log:
-        pending = [i for i in range(len(rows)) if i not in log.answers]
-        requests = build_requests(rows, pending, profiles, config) if pending else []
-        if requests:
-            client = client if client is not None else make_client(config.client)
-            check_endpoints(client)
-            estimate = client.estimate(requests, max_tokens=config.client.max_new_tokens)
-            logger.info("%d of %d rows to answer: %s", len(pending), len(rows), estimate)
-        for start in range(0, len(requests), config.save_every):
-            done = len(rows) - len(pending) + start
-            for result in client.generate(
-                requests[start : start + config.save_every], desc=f"Answering ({done} done)"
-            ):
-                if not result.ok:
-                    failures.append((result.request.metadata["index"], result.error))
-                else:
-                    log.add(result.request.metadata["index"], result.text)
-            log.flush()
-        if failures:
-            index, error = failures[0]
-            logger.warning(
-                "%d generations failed (scored as empty answers; a re-run retries them), e.g. row %d: %s",
-                len(failures), index, error,
-            )  # fmt: skip
-        return [log.answers.get(i) for i in range(len(rows))]
 
 
 @dataclass
@@ -226,6 +48,7 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     one stops the run here, naming it, before any model is loaded or asked."""
     from rolellm.data.builder import load_rolebench, select_rows
     from rolellm.data.layout import raw_targets_path
+    from rolellm.data.readers import read_raw_targets
     from rolellm.evaluation.benchmark.report import load_model_card, read_compared_results
     from rolellm.roles.resolve import profiles_for
 
@@ -282,10 +105,8 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     # the runs whose answers are generated into output_dir: this one's, and the baseline model's in its baseline/
     baseline_config = config.baseline_config() if config.baseline_client is not None else None
     generated = [run for run in (None if config.is_rolegpt_baseline else config, baseline_config) if run is not None]
-    for run in generated:  # another run's folder stops the run before anything in it is written or removed
-        changed_settings(run)
     inputs = read_inputs(config)
-    # the answers saved so far are read once, now: a log of other rows stops the run
+    # the answers saved so far are read once, now: another run's folder, or a log of other rows, stops the run
     logs = {run.output_dir: GenerationLog(run, inputs.rows) for run in generated}
     for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
         (output_dir / name).unlink(missing_ok=True)

@@ -17,35 +17,9 @@ available ones and `avg_over` says which.
 """
 
 import math
-from pathlib import Path
-
-from rolellm.roles.profile import DataFormatError, parse_json_line, read_text
 
 
 METRICS = ("CUS", "RAW", "SPE")
-
-
-def read_raw_targets(path: str | Path) -> dict[str, str]:
-    """Read `instructions-general.jsonl` (`{"instruction", "target"}` per line) into `{instruction: target}`.
-
-    Instructions are keyed without surrounding whitespace, as RoleBench questions are matched.
-
-    Raises:
-        `DataFormatError`: a line is not JSON or lacks a string `instruction` / `target`, naming file and line.
-    """
-    targets = {}
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        record = parse_json_line(line, path, number)
-        for key in ("instruction", "target"):
-            if not isinstance(record.get(key), str):
-                raise DataFormatError(
-                    f"{path}:{number}: field {key!r} must be a string, found {record.get(key)!r}; "
-                    'each line must be {"instruction": ..., "target": ...}'
-                )
-        targets[record["instruction"].strip()] = record["target"]
-    return targets
 
 
 def sample_scores(predictions: list[str], references: list[list[str]], lang: str | None = None) -> list[float]:
@@ -77,7 +51,7 @@ def score_predictions(
             counts a trailing space after a final period as one more word).
         predictions (`list[str | None]`): one answer per row; `None` is a failed generation, scored as an empty
             answer and counted in `counts["failed"]`.
-        raw_targets (`dict[str, str]`, *optional*): `read_raw_targets(...)`; without it RAW is unavailable. General
+        raw_targets (`dict[str, str]`, *optional*): `rolellm.data.readers.read_raw_targets(...)`; without it RAW is unavailable. General
             rows whose question has no raw target are counted in `counts["RAW_missing"]`.
 
     Returns:
