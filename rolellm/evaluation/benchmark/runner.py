@@ -90,7 +90,7 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     Returns:
         `dict`: the content of `results.json`: `model`, `dataset_name`, `split`, `mode`, `lang`, `metrics` (`CUS`,
         `RAW`, `SPE`, `avg`, `win_rate`, `rubric`), `unavailable`, `counts`, `per_role`, `per_type`, `win_rate`
-        (the judge's full result, when the judge compares with a baseline), `rubric` (`rubric_scores`, when
+        (the judge's full result, when the judge compares with a baseline), `rubric` (`RubricScorer`, when
         `config.rubric` is set; each answer's verdict is in `scores.json`) and `config`.
 
     Raises:

@@ -8,6 +8,13 @@
 `scorers_for` picks them from an `EvaluateConfig`; `run_benchmark` calls each one's `score(rows, predictions)` and
 merges what they return (`merge_scores`). A scorer that has nothing to score raises `NothingEvaluated`, so no result
 is written.
+
+>>> rows = [{"role": "Po", "question": "Who are you?", "generated": ["I am Po."], "type": [], "subset": "general",
+...          "lang": "en"}]
+>>> results, files = merge_scores([RougeScorer(None).score(rows, ["I am Po. Skadoosh!"]),
+...                                NotRequested("win_rate", "judge_model not set").score(rows, ["I am Po."])])
+>>> results["metrics"], results["unavailable"]["win_rate"], files
+({'CUS': 1.0, 'RAW': None, 'SPE': None, 'avg': 1.0, 'win_rate': None}, 'not requested (judge_model not set)', {})
 """
 
 from collections.abc import Mapping
