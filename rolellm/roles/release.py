@@ -18,8 +18,10 @@ True
 
 import json
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
+from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import (
     DataFormatError,
     ProfileFileWarning,
@@ -147,6 +149,17 @@ def read_release_profiles(folder: str | Path, lang: str) -> ProfileSet:
     for name, profile in profiles.items():
         profile.generated = name in marker
     return profiles
+
+
+def require_release_profiles(profiles: Mapping, rows: list[dict]) -> Profiles:
+    """`profiles` as `Profiles`, once each role of the RoleBench `rows` finds one; else a `ValueError` naming the roles
+    without one and where the release keeps their descriptions: a role's prompt and its judges need them."""
+    folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
+    return Profiles(profiles).require(
+        (row["role"] for row in rows), "the evaluation rows",
+        "the system instruction and the judges need each role's description. Give data_dir with the release's "
+        f"{folder}/desc.json, or profiles (--profiles) with any profile source of these roles",
+    )  # fmt: skip
 
 
 def read_screenplay_folder(folder: str | Path, lang: str = "zh") -> ProfileSet:

@@ -1,7 +1,9 @@
 """A benchmark run's answers: prompted from RoleBench rows, generated, and kept in `<output_dir>/generations.jsonl`.
 
-`GenerationLog` is the log of answers beside `run_config.json` (the settings that made them): a run that stops
-resumes where it was and never sends a request twice; another run's folder is refused (`changed_settings`).
+`RowAnswers` says who answers: the model (`ModelAnswers`), the release's RoleGPT answers (`ReleaseAnswers`) or an
+earlier run's folder (`FolderAnswers`); `model_answers` and `baseline_answers` pick them from an `EvaluateConfig`.
+`GenerationLog` is the log of a model's answers beside `run_config.json` (the settings that made them): a run that
+stops resumes where it was and never sends a request twice; another run's folder is refused (`changed_settings`).
 `generate_predictions` answers every row not answered yet (`build_requests` prompts each row in the run's mode).
 """
 
@@ -12,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
-from rolellm.evaluation.benchmark.config import EvaluateConfig
-from rolellm.roles.lookup import Profiles
+from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
+from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_json_object, read_text
-from rolellm.roles.release import RELEASE_LANG_DIRS
+from rolellm.roles.release import require_release_profiles
 
 
 logger = logging.getLogger(__name__)
@@ -120,12 +122,12 @@ class GenerationLog:
 
 def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, config: EvaluateConfig) -> list:
     """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0); a role of
-    these rows without a profile is a `ValueError` (`require_profiles`)."""
+    these rows without a profile is a `ValueError` (`require_release_profiles`)."""
     from rolellm.clients.openai_compatible import ChatRequest
     from rolellm.roles.prompts import EXAMPLE_MODES, build_role_messages
     from rolellm.roles.retrieval import DialogueRetriever
 
-    profiles = require_profiles(profiles, [rows[index] for index in indices])
+    profiles = require_release_profiles(profiles, [rows[index] for index in indices])
     retrievers = {}
     params = {"max_tokens": config.client.max_new_tokens, "temperature": config.temperature}
     requests = []
@@ -149,17 +151,6 @@ def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, conf
         )
         requests.append(ChatRequest(messages=messages, params=dict(params), metadata={"index": index}))
     return requests
-
-
-def require_profiles(profiles: Mapping, rows: list[dict]) -> Profiles:
-    """`profiles` as `Profiles`, once each role of `rows` finds one; else a `ValueError` naming the roles without one
-    and what to pass: the prompts and the judges need each role's description."""
-    folder = f"profiles-{RELEASE_LANG_DIRS[rows[0]['lang']]}" if rows else "profiles-<lang>"
-    return Profiles(profiles).require(
-        (row["role"] for row in rows), "the evaluation rows",
-        "the system instruction and the judges need each role's description. Give data_dir with the release's "
-        f"{folder}/desc.json, or profiles (--profiles) with any profile source of these roles",
-    )  # fmt: skip
 
 
 def generate_predictions(
@@ -198,3 +189,74 @@ def generate_predictions(
                 len(failures), index, error,
             )  # fmt: skip
         return [log.answers.get(i) for i in range(len(rows))]
+
+
+class RowAnswers:
+    """Where the answers to a run's rows come from: the model, a baseline model, the release's RoleGPT answers or an
+    earlier run's folder. `read` comes first, before anything is sent or removed (a bad file, another run's folder or
+    a log of other rows stops the run there); `answer` then gives one answer per row (`None`: a failed generation).
+    `label` is the name of the answers in tables, when they know one."""
+
+    label: str | None = None
+    splits: tuple[str, ...] = ()  # the config's splits `read` needs besides the rows' own
+
+    def read(self, rows: list[dict], dataset) -> None:
+        raise NotImplementedError
+
+    def answer(self, rows: list[dict], profiles: Mapping, client=None) -> list[str | None]:
+        raise NotImplementedError
+
+
+class ReleaseAnswers(RowAnswers):
+    """The release's RoleGPT answers (the `rolegpt_baseline` split), matched to the rows: nothing is generated."""
+
+    splits = ("rolegpt_baseline",)
+
+    def read(self, rows, dataset) -> None:
+        self.answers = rolegpt_predictions(rows, dataset["rolegpt_baseline"])
+
+    def answer(self, rows, profiles, client=None) -> list[str]:
+        return self.answers
+
+
+class FolderAnswers(RowAnswers):
+    """The answers an earlier `rolellm evaluate` run wrote to `<folder>/generations.jsonl`; a row without one there
+    stops the run. Its label is that run's model (`read_predictions_folder`)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def read(self, rows, dataset) -> None:
+        self.answers, self.label = read_predictions_folder(self.folder, rows)
+
+    def answer(self, rows, profiles, client=None) -> list[str]:
+        return self.answers
+
+
+class ModelAnswers(RowAnswers):
+    """A model's answers, generated and logged in `config.output_dir` (`GenerationLog`, `generate_predictions`)."""
+
+    def __init__(self, config: EvaluateConfig):
+        self.config = config
+
+    def read(self, rows, dataset) -> None:
+        self.log = GenerationLog(self.config, rows)
+
+    def answer(self, rows, profiles, client=None) -> list[str | None]:
+        logger.info("%s answers into %s", self.config.client.model, self.config.output_dir)
+        return generate_predictions(rows, profiles, self.config, client=client, log=self.log)
+
+
+def model_answers(config: EvaluateConfig) -> RowAnswers:
+    """Who answers a run's rows: the release's RoleGPT answers for the model `rolegpt`, else the model."""
+    return ReleaseAnswers() if config.is_rolegpt_baseline else ModelAnswers(config)
+
+
+def baseline_answers(config: EvaluateConfig) -> RowAnswers | None:
+    """What the judge compares the answers with: a baseline model's answers (in `<output_dir>/baseline/`), the
+    release's RoleGPT answers or an earlier run's folder; `None` when no win rate is judged."""
+    if not config.judges_win_rate:
+        return None
+    if config.baseline_client is not None:
+        return ModelAnswers(config.baseline_config())
+    return ReleaseAnswers() if config.baseline.lower() == ROLEGPT else FolderAnswers(config.baseline)

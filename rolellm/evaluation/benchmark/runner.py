@@ -14,13 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
-from rolellm.evaluation.benchmark.answers import (
-    GenerationLog,
-    generate_predictions,
-    require_profiles,
-)
-from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
-from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
+from rolellm.evaluation.benchmark.answers import RowAnswers, baseline_answers, model_answers
+from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.evaluation.benchmark.scorers import NothingEvaluated, merge_scores, scorers_for
 from rolellm.roles.lookup import Profiles
 
@@ -37,24 +32,24 @@ class RunInputs:
     profiles: Profiles  # the roles' profiles (`profiles_for`); empty when neither a prompt nor a judge needs them
     raw_targets: dict | None  # the RAW references (`read_raw_targets`), `None` when the release's are unavailable
     compared: list[dict]  # the results of the runs in `compare_with`
-    rolegpt: list[str] | None  # the release's RoleGPT answers to `rows`, when the run scores or judges against them
-    baseline: list[str] | None  # the answers judged against when they are read (RoleGPT's, a run folder's)
-    baseline_label: str | None
+    answers: RowAnswers  # who answers the rows (`model_answers`), read already
+    baseline: RowAnswers | None  # what the judge compares with (`baseline_answers`), read already
 
 
 def read_inputs(config: EvaluateConfig) -> RunInputs:
     """Read every file a run needs before anything is sent: the rows, the RAW references, the runs compared with, the
-    model card, the profiles, and the baseline answers that are read rather than generated. A missing or malformed
-    one stops the run here, naming it, before any model is loaded or asked."""
+    model card, the profiles, and what the answers and the baseline's answers have so far (an earlier run's log, the
+    release's answers, a predictions folder). A missing or malformed one, or another run's folder, stops the run
+    here, naming it, before any model is loaded or asked."""
     from rolellm.data.builder import load_rolebench, select_rows
     from rolellm.data.layout import raw_targets_path
     from rolellm.data.readers import read_raw_targets
     from rolellm.evaluation.benchmark.report import load_model_card, read_compared_results
+    from rolellm.roles.release import require_release_profiles
     from rolellm.roles.resolve import profiles_for
 
-    reads_baseline = config.judges_win_rate and config.baseline_client is None
-    needs_rolegpt = config.is_rolegpt_baseline or (reads_baseline and config.baseline.lower() == ROLEGPT)
-    splits = [config.split, "rolegpt_baseline"] if needs_rolegpt else [config.split]
+    answerers = [answers for answers in (model_answers(config), baseline_answers(config)) if answers is not None]
+    splits = list(dict.fromkeys([config.split, *(split for answers in answerers for split in answers.splits)]))
     dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
     rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
     if not rows:
@@ -69,14 +64,10 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     if config.judge is not None or not config.is_rolegpt_baseline:  # the data's, --profiles, the checkpoint's
         model_dir = config.client.model if config.client.runs_weights else None
         found = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
-        profiles = require_profiles(found, rows)
-    rolegpt = rolegpt_predictions(rows, dataset["rolegpt_baseline"]) if needs_rolegpt else None
-    baseline, baseline_label = None, None
-    if reads_baseline and config.baseline.lower() == ROLEGPT:
-        baseline = rolegpt
-    elif reads_baseline:  # a row without an answer there stops the run
-        baseline, baseline_label = read_predictions_folder(config.baseline, rows)
-    return RunInputs(rows, lang, profiles, raw_targets, compared, rolegpt, baseline, baseline_label)
+        profiles = require_release_profiles(found, rows)
+    for answers in answerers:
+        answers.read(rows, dataset)
+    return RunInputs(rows, lang, profiles, raw_targets, compared, *answerers, *[None] * (2 - len(answerers)))
 
 
 def run_benchmark(config: EvaluateConfig, client=None) -> dict:
@@ -102,32 +93,23 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         then nothing in it is written or removed.
     """
     output_dir = Path(config.output_dir)
-    # the runs whose answers are generated into output_dir: this one's, and the baseline model's in its baseline/
-    baseline_config = config.baseline_config() if config.baseline_client is not None else None
-    generated = [run for run in (None if config.is_rolegpt_baseline else config, baseline_config) if run is not None]
     inputs = read_inputs(config)
-    # the answers saved so far are read once, now: another run's folder, or a log of other rows, stops the run
-    logs = {run.output_dir: GenerationLog(run, inputs.rows) for run in generated}
     for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
         (output_dir / name).unlink(missing_ok=True)
     rows, profiles, judge = inputs.rows, inputs.profiles, None
     if config.judge is not None:  # the judge is checked before any answer is generated, the baseline model's included
         judge = make_client(config.judge)
         check_endpoints(judge)
-    baseline, baseline_label = inputs.baseline, config.baseline_label or inputs.baseline_label
-    if config.judges_win_rate and baseline is None:  # a baseline model answers the same rows
-        logger.info("Baseline %s answers into %s", config.baseline_client.model, baseline_config.output_dir)
-        baseline = generate_predictions(rows, profiles, baseline_config, log=logs[baseline_config.output_dir])
-    if config.is_rolegpt_baseline:
-        predictions = inputs.rolegpt
-    else:
-        predictions = generate_predictions(rows, profiles, config, client=client, log=logs[config.output_dir])
-        if all(prediction is None for prediction in predictions):
-            raise NothingEvaluated(
-                f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged "
-                f"above and in {output_dir / 'generations.jsonl'}"
-            )
-    scorers = scorers_for(config, inputs.raw_targets, judge, (baseline, baseline_label), profiles)
+    baseline = None
+    if inputs.baseline is not None:
+        baseline = (inputs.baseline.answer(rows, profiles), config.baseline_label or inputs.baseline.label)
+    predictions = inputs.answers.answer(rows, profiles, client)
+    if all(prediction is None for prediction in predictions):
+        raise NothingEvaluated(
+            f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged above and "
+            f"in {output_dir / 'generations.jsonl'}"
+        )
+    scorers = scorers_for(config, inputs.raw_targets, judge, baseline, profiles)
     scores, files = merge_scores([scorer.score(rows, predictions) for scorer in scorers])
     answered = [len(p) for p in predictions if p is not None]
     scores["answer_length"] = {"chars": sum(answered) / len(answered) if answered else None, "answers": len(answered)}
