@@ -6,10 +6,10 @@ import shutil
 import pytest
 
 from rolellm.clients.config import ClientConfig
-from rolellm.data.builder import select_rows
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.evaluation.benchmark.answers import generate_predictions
 from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.roles.lookup import select_rows
 from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction
 from rolellm.roles.resolve import profiles_for
 from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages

@@ -39,7 +39,7 @@ from rolellm.data.preference import PREFERENCE_FEATURES, read_preference_rows
 from rolellm.data.readers import read_rolebench_columns
 from rolellm.data.release import CITATION, HOMEPAGE, LICENSE, TYPES
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.roles.lookup import Profiles, RoleNames
+from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import DataFormatError, RoleProfile
 from rolellm.roles.release import read_release_profiles
 from rolellm.roles.resolve import profiles_for
@@ -301,34 +301,6 @@ def load_rolebench(
         check_files(profiles_dir, profiles_config)
         dataset = add_profile_columns(dataset, profiles_for(data_dir=profiles_dir, lang=spec.lang))
     return dataset
-
-
-def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
-    """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
-
-    >>> rows = [{"role": "李白", "subset": "general", "question": "你好"}, {"role": "李白", "subset": "general",
-    ...          "question": "再见"}, {"role": "张飞", "subset": "general", "question": "你好"}]
-    >>> [row["question"] for row in select_rows(rows, max_samples_per_role=1)]
-    ['你好', '你好']
-
-    `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched by the rule of
-    `rolellm.roles.lookup` (`"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
-    """
-    known = RoleNames((row["role"] for row in dataset), where="the dataset")
-    found = {role: known.find(role) for role in roles or []}
-    unknown = sorted(role for role, name in found.items() if name is None)
-    if unknown:
-        raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(known)}")
-    wanted = set(found.values())
-    rows, seen = [], {}
-    for row in dataset:
-        if wanted and row["role"] not in wanted:
-            continue
-        key = (row["role"], row["subset"])
-        seen[key] = seen.get(key, 0) + 1
-        if max_samples_per_role is None or seen[key] <= max_samples_per_role:
-            rows.append(row)
-    return rows
 
 
 def load_rolebench_profiles(lang: str, data_dir: str | Path | None = None, **kwargs) -> dict[str, RoleProfile]:

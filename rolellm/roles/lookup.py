@@ -1,4 +1,5 @@
-"""Role names matched by one rule: `Profiles` (what `load_profiles` returns) and `RoleNames`.
+"""Role names matched by one rule: `Profiles` (what `load_profiles` returns), `RoleNames` and `select_rows` (the rows
+of some roles).
 
 The same role is spelled many ways: `Dr. Frank-N-Furter` in the release's rows and `Dr. Frank N Furter` in its
 profiles, `José` typed in decomposed Unicode (NFD) or composed (NFC), `Odessa` for the card `Odessa Flint`, the cue
@@ -218,3 +219,31 @@ def repeated_names(names: Iterable[str]) -> list[tuple[str, str]]:
 __all__ = [
     "AmbiguousRoleError", "Profiles", "RoleNames", "UnknownRoleError", "card_aliases", "repeated_names", "same_role",
 ]  # fmt: skip
+
+
+def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
+    """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
+
+    >>> rows = [{"role": "李白", "subset": "general", "question": "你好"}, {"role": "李白", "subset": "general",
+    ...          "question": "再见"}, {"role": "张飞", "subset": "general", "question": "你好"}]
+    >>> [row["question"] for row in select_rows(rows, max_samples_per_role=1)]
+    ['你好', '你好']
+
+    `dataset` is a `datasets.Dataset` or a list of row dicts. Roles are matched by this module's rule
+    (`"Dr. Frank N Furter"` selects the rows of `"Dr. Frank-N-Furter"`).
+    """
+    known = RoleNames((row["role"] for row in dataset), where="the dataset")
+    found = {role: known.find(role) for role in roles or []}
+    unknown = sorted(role for role, name in found.items() if name is None)
+    if unknown:
+        raise ValueError(f"roles={unknown} are not in the dataset; its roles are {sorted(known)}")
+    wanted = set(found.values())
+    rows, seen = [], {}
+    for row in dataset:
+        if wanted and row["role"] not in wanted:
+            continue
+        key = (row["role"], row["subset"])
+        seen[key] = seen.get(key, 0) + 1
+        if max_samples_per_role is None or seen[key] <= max_samples_per_role:
+            rows.append(row)
+    return rows

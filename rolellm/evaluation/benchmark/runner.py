@@ -13,7 +13,6 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.answers import RowAnswers, baseline_answers, model_answers
 from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.evaluation.benchmark.scorers import NothingEvaluated, merge_scores, scorers_for
@@ -41,10 +40,11 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     model card, the profiles, and what the answers and the baseline's answers have so far (an earlier run's log, the
     release's answers, a predictions folder). A missing or malformed one, or another run's folder, stops the run
     here, naming it, before any model is loaded or asked."""
-    from rolellm.data.builder import load_rolebench, select_rows
+    from rolellm.data.builder import load_rolebench
     from rolellm.data.layout import raw_targets_path
     from rolellm.data.readers import read_raw_targets
     from rolellm.evaluation.benchmark.report import load_model_card, read_compared_results
+    from rolellm.roles.lookup import select_rows
     from rolellm.roles.release import require_release_profiles
     from rolellm.roles.resolve import profiles_for
 
@@ -96,20 +96,16 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     inputs = read_inputs(config)
     for name in ("results.json", "scores.json", "results.md", "results.html"):  # an earlier run's: not this one's
         (output_dir / name).unlink(missing_ok=True)
-    rows, profiles, judge = inputs.rows, inputs.profiles, None
-    if config.judge is not None:  # the judge is checked before any answer is generated, the baseline model's included
-        judge = make_client(config.judge)
-        check_endpoints(judge)
-    baseline = None
-    if inputs.baseline is not None:
-        baseline = (inputs.baseline.answer(rows, profiles), config.baseline_label or inputs.baseline.label)
+    rows, profiles = inputs.rows, inputs.profiles
+    scorers = scorers_for(config, inputs.raw_targets, inputs.baseline, profiles)
+    for scorer in scorers:  # the judge is checked, and a baseline answers, before the model answers
+        scorer.prepare(rows)
     predictions = inputs.answers.answer(rows, profiles, client)
     if all(prediction is None for prediction in predictions):
         raise NothingEvaluated(
             f"all {len(rows)} generations failed, so nothing was scored or written; the errors are logged above and "
             f"in {output_dir / 'generations.jsonl'}"
         )
-    scorers = scorers_for(config, inputs.raw_targets, judge, baseline, profiles)
     scores, files = merge_scores([scorer.score(rows, predictions) for scorer in scorers])
     answered = [len(p) for p in predictions if p is not None]
     scores["answer_length"] = {"chars": sum(answered) / len(answered) if answered else None, "answers": len(answered)}

@@ -5,9 +5,10 @@
 - `RubricScorer`: the judge's 1-5 scores on the single-turn rubric dimensions (`judge_answers`).
 - `NotRequested`: a metric the run leaves out, with the reason `results.json` gives for it.
 
-`scorers_for` picks them from an `EvaluateConfig`; `run_benchmark` calls each one's `score(rows, predictions)` and
-merges what they return (`merge_scores`). A scorer that has nothing to score raises `NothingEvaluated`, so no result
-is written.
+`scorers_for` picks them from an `EvaluateConfig` once the run's inputs are read; `run_benchmark` calls each one's
+`prepare(rows)` before the model answers (the judge's endpoint is checked, a baseline model answers) and `score(rows,
+predictions)` after, and merges what they return (`merge_scores`). The judged scorers share one `Judge`. A scorer that
+has nothing to score raises `NothingEvaluated`, so no result is written.
 
 >>> rows = [{"role": "Po", "question": "Who are you?", "generated": ["I am Po."], "type": [], "subset": "general",
 ...          "lang": "en"}]
@@ -21,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rolellm.clients.config import ClientConfig, check_endpoints, make_client
+from rolellm.evaluation.benchmark.answers import RowAnswers
 from rolellm.evaluation.benchmark.config import EvaluateConfig
 from rolellm.evaluation.benchmark.scoring import score_predictions
 
@@ -40,8 +43,26 @@ class Scores:
     files: dict = field(default_factory=dict)  # file name in `output_dir` -> its JSON content (`scores.json`)
 
 
+class Judge:
+    """A run's judge, shared by its judged scorers: the client is made, and its endpoint checked, when a scorer first
+    asks for it (`client()`), so a dead judge stops the run before any answer is generated."""
+
+    def __init__(self, config: ClientConfig):
+        self.config = config
+        self._client = None
+
+    def client(self):
+        if self._client is None:
+            self._client = make_client(self.config)
+            check_endpoints(self._client)
+        return self._client
+
+
 class Scorer:
     """One kind of metric of a run's answers."""
+
+    def prepare(self, rows: list[dict]) -> None:
+        """What the scorer needs before the model answers `rows` (nothing, unless it says so)."""
 
     def score(self, rows: list[dict], predictions: list[str | None]) -> Scores:
         """Score `predictions` (one per row of `rows`; `None` is a failed generation) and say what to add to
@@ -72,35 +93,38 @@ class RougeScorer(Scorer):
         return Scores(scored["metrics"], scored["unavailable"], sections)
 
 
-@dataclass
 class WinRateScorer(Scorer):
-    """The paper's GPT-judge win rate against `baseline` (its answers to the same rows, `baseline_label` its name).
+    """The paper's GPT-judge win rate against a baseline's answers (`baseline`, named `baseline_label`).
 
-    Both orders are judged (`judge_win_rate`); judge answers are cached in `<output_dir>/judge_cache.sqlite`, so a
-    re-run sends nothing already judged. A failed generation is judged as an empty answer; a failed baseline
-    generation makes its sample `failed`. `judge` is the judge's chat client; `answers_file` is where the answers
-    are kept (named when nothing could be judged).
+    `prepare` checks the judge and has the baseline answer the rows (a baseline model generates into
+    `<output_dir>/baseline/`). Both orders are judged (`judge_win_rate`); judge answers are cached in
+    `<output_dir>/judge_cache.sqlite`, so a re-run sends nothing already judged. A failed generation is judged as an
+    empty answer; a failed baseline generation makes its sample `failed`. `answers_file` is where the answers are kept
+    (named when nothing could be judged).
     """
 
-    judge: object
-    baseline: list
-    baseline_label: str
-    profiles: Mapping
-    answers_file: Path
+    def __init__(self, judge: Judge, baseline: RowAnswers, baseline_label: str, profiles: Mapping, answers_file):
+        self.judge, self.baseline, self.baseline_label = judge, baseline, baseline_label
+        self.profiles, self.answers_file = profiles, Path(answers_file)
+
+    def prepare(self, rows) -> None:
+        self.judge.client()
+        self.baseline_answers = self.baseline.answer(rows, self.profiles)
 
     def score(self, rows, predictions) -> Scores:
         from rolellm.evaluation.judge.pairwise import judge_win_rate
         from rolellm.roles.card_prompts import role_description
 
+        judge = self.judge.client()
         descriptions = {row["role"]: role_description(self.profiles[row["role"]]) for row in rows}
         answers = ["" if p is None else p for p in predictions]
-        result = judge_win_rate(rows, answers, self.baseline, descriptions, self.judge, lang=rows[0]["lang"])
+        result = judge_win_rate(rows, answers, self.baseline_answers, descriptions, judge, lang=rows[0]["lang"])
         verdicts = result.to_dict()
         if verdicts["judged"] == 0:
             errors = list((verdicts.get("errors") or {}).values())
             raise NothingEvaluated(
                 f"no sample was judged against {self.baseline_label}: {verdicts['failed']} verdicts of "
-                f"{self.judge.model_name} failed{f' (e.g. {errors[0]})' if errors else ''}, so no result was "
+                f"{judge.model_name} failed{f' (e.g. {errors[0]})' if errors else ''}, so no result was "
                 f"written; the answers are kept in {self.answers_file}, and a re-run asks the judge again only "
                 "what failed"
             )
@@ -127,14 +151,18 @@ class RubricScorer(Scorer):
     """
 
     rubric: str
-    judge: object
+    judge: Judge
     profiles: Mapping
     answers_file: Path
+
+    def prepare(self, rows) -> None:
+        self.judge.client()
 
     def score(self, rows, predictions) -> Scores:
         from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS, judge_answers, summarize
 
-        scored = judge_answers(rows, predictions, self.profiles, [self.judge], SINGLE_TURN_DIMENSIONS)
+        judge = [self.judge.client()]
+        scored = judge_answers(rows, predictions, self.profiles, judge, SINGLE_TURN_DIMENSIONS)
         dimensions, items, names = scored["dimensions"], scored["items"], scored["judges"]
 
         def means(summary: dict, chosen: list[dict]) -> dict:
@@ -168,19 +196,20 @@ class RubricScorer(Scorer):
 
 
 def scorers_for(
-    config: EvaluateConfig, raw_targets: dict | None, judge, baseline: tuple[list, str] | None, profiles: Mapping
+    config: EvaluateConfig, raw_targets: dict | None, baseline: RowAnswers | None, profiles: Mapping
 ) -> list[Scorer]:
-    """The scorers of a run: ROUGE-L always; the win rate against `baseline` (its answers and its label) when the
-    judge compares with one; the rubric when `config.rubric` is set. `judge` is the judge's chat client (`None`
-    without `judge_model`)."""
+    """The scorers of a run: ROUGE-L always; the win rate against `baseline` (`baseline_answers`, read already) when
+    the judge compares with one; the rubric when `config.rubric` is set. The judged ones share one `Judge`."""
     answers_file = Path(config.output_dir) / "generations.jsonl"
+    judge = Judge(config.judge) if config.judge is not None else None
     scorers: list[Scorer] = [RougeScorer(raw_targets)]
     if judge is None:
         scorers.append(NotRequested("win_rate", "judge_model not set"))
     elif not config.judges_win_rate:
         scorers.append(NotRequested("win_rate", "baseline none"))
     else:
-        scorers.append(WinRateScorer(judge, *baseline, profiles, answers_file))
+        label = config.baseline_label or baseline.label
+        scorers.append(WinRateScorer(judge, baseline, label, profiles, answers_file))
     if config.rubric is None:
         scorers.append(NotRequested("rubric", "rubric not set"))
     else:
