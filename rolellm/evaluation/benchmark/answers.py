@@ -201,9 +201,12 @@ class RowAnswers:
     splits: tuple[str, ...] = ()  # the config's splits `read` needs besides the rows' own
 
     def read(self, rows: list[dict], dataset) -> None:
+        """Read what answers `rows` already (`dataset`: the loaded config, with the splits named in `splits`)."""
         raise NotImplementedError
 
     def answer(self, rows: list[dict], profiles: Mapping, client=None) -> list[str | None]:
+        """One answer per row of `rows`, prompted with `profiles` where a model answers; `client` is a chat client to
+        ask instead of the one the config describes (`run_benchmark(config, client)`)."""
         raise NotImplementedError
 
 

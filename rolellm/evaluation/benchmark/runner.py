@@ -48,8 +48,9 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     from rolellm.roles.release import require_release_profiles
     from rolellm.roles.resolve import profiles_for
 
-    answerers = [answers for answers in (model_answers(config), baseline_answers(config)) if answers is not None]
-    splits = list(dict.fromkeys([config.split, *(split for answers in answerers for split in answers.splits)]))
+    answers, baseline = model_answers(config), baseline_answers(config)
+    answerers = [each for each in (answers, baseline) if each is not None]
+    splits = list(dict.fromkeys([config.split, *(split for each in answerers for split in each.splits)]))
     dataset = load_rolebench(config.dataset_name, data_dir=config.data_dir, splits=splits)
     rows = select_rows(dataset[config.split], config.roles, config.max_samples_per_role)
     if not rows:
@@ -65,9 +66,9 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
         model_dir = config.client.model if config.client.runs_weights else None
         found = profiles_for(config.profiles, model_dir, config.data_dir, lang=lang, roles=config.roles)
         profiles = require_release_profiles(found, rows)
-    for answers in answerers:
-        answers.read(rows, dataset)
-    return RunInputs(rows, lang, profiles, raw_targets, compared, *answerers, *[None] * (2 - len(answerers)))
+    for each in answerers:
+        each.read(rows, dataset)
+    return RunInputs(rows, lang, profiles, raw_targets, compared, answers, baseline)
 
 
 def run_benchmark(config: EvaluateConfig, client=None) -> dict:
@@ -85,10 +86,11 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
         `config.rubric` is set; each answer's verdict is in `scores.json`) and `config`.
 
     Raises:
-        `NothingEvaluated`: every generation failed, every win-rate verdict, or every rubric verdict; `EndpointError`: an endpoint does not
-        answer (checked before anything is generated) or stops answering. Then no `results.json` is written, and
-        those of an earlier run in `output_dir` are removed first, so a folder never shows results this run did not
-        finish; the answers and the judge's verdicts so far are kept for the next run. `ValueError`: `output_dir`
+        `NothingEvaluated`: every generation failed, every win-rate verdict, or every rubric verdict;
+        `EndpointError`: an endpoint does not answer (checked before anything is generated) or stops answering. Then
+        no `results.json` is written, and those of an earlier run in `output_dir` are removed first, so a folder
+        never shows results this run did not finish; the answers and the judge's verdicts so far are kept for the
+        next run. `ValueError`: `output_dir`
         (or its `baseline/`) holds the generations of a run with other settings (`changed_settings`) or of other rows;
         then nothing in it is written or removed.
     """
