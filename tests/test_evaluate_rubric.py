@@ -6,6 +6,7 @@ import json
 import pytest
 from huggingface_hub import ModelCard
 
+from rolellm.clients.base import EndpointError
 from rolellm.clients.config import ClientConfig
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.evaluation.benchmark.scorers import NothingEvaluated
@@ -68,7 +69,7 @@ def config_for(tmp_path, data_dir, model_url, judge_url, **options) -> EvaluateC
         client=ClientConfig("served-model", base_url=model_url, progress=False), dataset_name="zh",
         data_dir=str(data_dir), roles=[ROLE], max_samples_per_role=2, output_dir=str(tmp_path / "run"),
         judge=ClientConfig("judge", base_url=judge_url, progress=False, max_retries=0), rubric="rubric",
-        baseline="none", **options,
+        **{"baseline": "none", **options},
     )  # fmt: skip
 
 
@@ -211,3 +212,51 @@ def test_the_rubric_needs_a_judge_and_a_judge_needs_something_to_judge():
             client=ClientConfig("m"), output_dir="o", judge=ClientConfig("j"), baseline="none",
             baseline_client=ClientConfig("b"), rubric="rubric",
         )  # fmt: skip
+
+
+def test_the_win_rate_and_the_rubric_share_one_judge_checked_before_anyone_answers(rolebench_slice_dir, tmp_path):
+    """One judge serves both judged scorers: one pre-flight check, one cache; a baseline model answers after that
+    check and before the model; a dead judge stops the run before the baseline or the model is asked anything."""
+    answered = []  # which server answered, in order
+
+    def ranking_or_rubric(body):
+        if "<conversation>" in body["messages"][1]["content"]:
+            return judge(body)
+        answered.append("judge")
+        shown = next(line for line in body["messages"][1]["content"].splitlines() if line.startswith('[{"model"'))
+        ranked = sorted(json.loads(shown), key=lambda answer: -len(answer["answer"]))
+        return str([{"model": a["model"], "reason": "longer", "rank": i} for i, a in enumerate(ranked, start=1)])
+
+    def answering(name, respond):
+        def answer(body):
+            answered.append(name)
+            return respond(body)
+
+        return answer
+
+    with (
+        ChatCompletionsServer(answering("model", model_responder(rolebench_slice_dir))) as model,
+        ChatCompletionsServer(answering("baseline", lambda body: "来也。")) as baseline,
+        ChatCompletionsServer(ranking_or_rubric) as judge_server,
+    ):
+        baseline_client = ClientConfig("baseline-model", base_url=baseline.base_url, progress=False)
+        dead = ChatCompletionsServer().start()
+        dead_url = dead.base_url
+        dead.close()
+        with pytest.raises(EndpointError, match="cannot reach"):
+            run_benchmark(
+                config_for(tmp_path / "dead", rolebench_slice_dir, model.base_url, dead_url,
+                           baseline_client=baseline_client, baseline="rolegpt")
+            )  # fmt: skip
+        assert answered == [] and not (tmp_path / "dead" / "run" / "results.json").exists()
+
+        config = config_for(
+            tmp_path, rolebench_slice_dir, model.base_url, judge_server.base_url, baseline_client=baseline_client,
+            baseline="rolegpt",
+        )  # fmt: skip
+        results = run_benchmark(config)
+        assert len(judge_server.model_listings) == 1  # one pre-flight for the two judged scorers
+    assert answered == ["baseline"] * 4 + ["model"] * 4 + ["judge"] * 8  # both orders of 4 rows judged
+    assert results["win_rate"]["baseline"] == "baseline-model" and results["win_rate"]["judged"] == 4
+    assert results["metrics"]["win_rate"] == 1.0 and results["rubric"]["asked"] == 4
+    assert "win_rate" not in results["unavailable"] and "rubric" not in results["unavailable"]
