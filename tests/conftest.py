@@ -12,6 +12,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+# One torch (OpenMP) thread per process, the test processes and the commands they start: `make test` runs a worker
+# more than the cores, and each worker's threads spinning while they wait for a core of the others cost four times the
+# CPU of the suite's tiny models on one thread (the same three files: 106 s of CPU with two threads, 26 s with one).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
