@@ -1,5 +1,6 @@
 """The test kit: offline environment, a locally trained tokenizer, a tiny Llama on disk, the real data folder."""
 
+import gc
 import os
 import re
 from pathlib import Path
@@ -30,6 +31,25 @@ def pytest_collection_modifyitems(items):
     finishing the last long test alone."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """The objects of the collection (the libraries, the test modules) move out of the garbage collector's sight:
+    each full collection walks every tracked object, some 700,000 once torch, transformers and TRL are imported, and
+    a test file that trains runs dozens of them (`Trainer.train` asks for one too)."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a test file's last test: its garbage collected, and what is left (the modules it imported lazily, the
+    session fixtures it built) frozen as above."""
+    yield
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
 
 
 def shares_module_fixtures(path: Path) -> bool:
