@@ -20,8 +20,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
+from rolellm.scripts.cli import lighten_imports  # noqa: E402
 from rolellm.testing import data as testing_data  # noqa: E402
-from rolellm.testing import models as testing
+from rolellm.testing import models as testing  # noqa: E402
+
+
+# the heavy libraries imported as in a `rolellm` command: the collector's walks over them during the collection cost
+# 6.2 s of CPU per test process, 0.3 s with it
+lighten_imports()
 
 
 @pytest.hookimpl(trylast=True)
