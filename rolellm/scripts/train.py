@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rolellm.scripts.cli import lighten_imports
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser, source_help_parser
 
 
@@ -395,6 +396,7 @@ def make_stage_parser(stage: str = "sft", subparsers: argparse._SubParsersAction
 def make_parser(subparsers: argparse._SubParsersAction | None = None):
     """The parser of `rolellm train` (`TrainParser`): it imports nothing heavy until it parses a command line. Added to
     `subparsers`, it is the recipe parser of the `sft` stage."""
+    lighten_imports()  # `python examples/train_rolellama.py` and `torchrun` start here, not in `rolellm`'s `main`
     if subparsers is not None:
         return make_stage_parser("sft", subparsers)
     return TrainParser(prog="rolellm train", description=DESCRIPTION, add_help=False)
