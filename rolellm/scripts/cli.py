@@ -56,22 +56,16 @@ def quiet_library_notices() -> None:
 
 # the libraries a command may import that build hundreds of thousands of objects when imported
 HEAVY_LIBRARIES = frozenset({"torch", "transformers", "peft", "trl", "datasets", "accelerate", "bitsandbytes"})
-# a library imported with another out of its sight: peft imports bitsandbytes whole, whose CPU kernels are wrapped in
-# `torch.compile` (which imports torch's compiler: 1.3 s of CPU); peft's LoRA layers and transformers' quantized
-# loading import it again when they need it
-IMPORTED_WITHOUT = {"peft": "bitsandbytes"}
 
 
 class HeavyImportFinder(importlib.abc.MetaPathFinder):
     """Imports each of `names`, and each of their modules imported later (`transformers` imports most of its own on
     first use), with what they import, with the garbage collector off, then freezes what they built (`gc.freeze`): a
     full collection during those imports walks all they built so far, 7 to 10 times in a command that trains or loads
-    a model (1 to 2 s of CPU). Each library of `without` is imported with the other out of sight (as if it were not
-    installed). It finds no module itself: the finders after it do."""
+    a model (1 to 2 s of CPU). It finds no module itself: the finders after it do, and the module is the same."""
 
-    def __init__(self, names=HEAVY_LIBRARIES, without=None):
+    def __init__(self, names=HEAVY_LIBRARIES):
         self.names = frozenset(names)
-        self.without = dict(IMPORTED_WITHOUT if without is None else without)
         self.depth = 0
 
     def find_spec(self, name, path=None, target=None):
@@ -90,10 +84,6 @@ class HeavyImportFinder(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             del loader.exec_module  # the loader's own method again
-            hidden = self.without.get(name)
-            hidden = hidden if hidden is not None and hidden not in sys.modules else None
-            if hidden:
-                sys.modules[hidden] = None  # `import hidden` raises ImportError
             collecting = gc.isenabled()
             gc.disable()
             self.depth += 1
@@ -101,8 +91,6 @@ class HeavyImportFinder(importlib.abc.MetaPathFinder):
                 run(module)
             finally:
                 self.depth -= 1
-                if hidden and sys.modules.get(hidden, 0) is None:
-                    del sys.modules[hidden]
                 if collecting:
                     gc.freeze()
                     gc.enable()
@@ -112,10 +100,9 @@ class HeavyImportFinder(importlib.abc.MetaPathFinder):
 
 
 def lighten_imports() -> None:
-    """Start a command without paying for what it does not use: a `HeavyImportFinder` first on `sys.meta_path`, once
-    per process (by `main`, and by `rolellm train`'s parser for `examples/train_rolellama.py` and `torchrun`). Only
-    `peft.helpers.KappaTuneSelector`, which rolellm does not use, keeps seeing no bitsandbytes (it dequantizes
-    quantized weights for an SVD)."""
+    """Start a command without the garbage collector's walks over the heavy libraries it imports: a
+    `HeavyImportFinder` first on `sys.meta_path`, once per process (by `main`, and by `rolellm train`'s parser for
+    `examples/train_rolellama.py` and `torchrun`)."""
     if not any(isinstance(finder, HeavyImportFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, HeavyImportFinder())
 
