@@ -8,9 +8,10 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= train,generation,eval,ui,harness,ray,dev
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# one pytest-xdist worker more than the cores this process may use: a worker waiting on a subprocess, a server or a
-# Ray start leaves its core to the others (2 cores: 318 s with 3 workers, 364 s with 2, 343 s with 4)
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)" 2>/dev/null || echo auto)
+# two pytest-xdist workers more than the cores this process may use: with one torch thread per test process
+# (tests/conftest.py), a worker waiting on a subprocess, a server or a Ray start leaves its core to the others
+# (2 cores: 225 s with 4 workers, 257-266 s with 3, 265 s with 5)
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 2)" 2>/dev/null || echo auto)
 
 .PHONY: install test demo quality style bench docs clean
 
@@ -24,6 +25,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
+	$(BIN)/python -m compileall -q rolellm tests examples >/dev/null  # once, not in each of the suite's processes
 	$(BIN)/python -m pytest -m "not gpu" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 demo: $(STAMP)
