@@ -159,7 +159,7 @@ def test_real_release_export_round_trips(rolebench_slice_dir, tmp_path):
 def test_an_exported_release_scores_the_papers_rolegpt_spe(rolebench_slice_dir, tmp_path):
     """Text stays as released through export and load: the RoleGPT SPE of a plain `load_dataset` copy is the
     ROUGE-L of the release files themselves (the paper's 0.3229 English, 0.2478 Chinese on the full release,
-    `test_full_release.py`; the Chinese test file is whole in the slice too)."""
+    `test_full_release.py`)."""
     from rolellm.evaluation.benchmark.baseline import rolegpt_predictions
     from rolellm.evaluation.benchmark.scoring import score_predictions
 
@@ -170,7 +170,8 @@ def test_an_exported_release_scores_the_papers_rolegpt_spe(rolebench_slice_dir, 
     }
     folder = export_rolebench(tmp_path / "hub", releases)
     english = round(rouge_l(*release_pairs(rolebench_slice_dir, ENGLISH_SPE)), 4)
-    for name, paper in zip(names, (english, 0.2478)):
+    chinese = round(rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/role_specific")), 4)
+    for name, paper in zip(names, (english, chinese)):
         release = releases[name]
         exported = datasets.load_dataset(str(folder), name, cache_dir=str(tmp_path / "cache2"))
         spe = []

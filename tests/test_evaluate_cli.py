@@ -27,7 +27,10 @@ def test_recipe_and_flags_give_the_api_result(rolebench_slice_dir, tmp_path, cap
             roles=["李白", "华妃"], output_dir=str(tmp_path / "api"),
         )
     )  # fmt: skip
-    assert saved["metrics"] == api["metrics"] and saved["counts"]["role_specific"] == 100
+    released = (rolebench_slice_dir / "rolebench-zh" / "role_specific" / "test.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in released.splitlines()]
+    chosen = sum(row["role"] in ("李白", "华妃") for row in rows)
+    assert saved["metrics"] == api["metrics"] and saved["counts"]["role_specific"] == chosen
     assert f"| RoleGPT | – | n/a | n/a | {api['metrics']['SPE']:.4f} |" in printed
     assert "RAW: unavailable (no general rows in this config)" in printed
 

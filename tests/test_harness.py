@@ -26,7 +26,8 @@ def test_documents_carry_the_role_system_instruction(rolebench_slice_dir, monkey
 
     monkeypatch.setenv("ROLEBENCH_RELEASE_DIR", str(rolebench_slice_dir))  # no data_dir metadata: the variable is used
     docs = load_docs("zh", "role_specific", version=1.0)["test"]
-    assert len(docs) == 239
+    released = rolebench_slice_dir / "rolebench-zh" / "role_specific" / "test.jsonl"
+    assert len(docs) == len(released.read_text(encoding="utf-8").splitlines())
     profile = load_rolebench_profiles("zh", data_dir=rolebench_slice_dir)[docs[0]["role"]]
     assert docs[0]["system"] == build_system_instruction(profile, lang="zh") and docs[0]["lang"] == "zh"
     with pytest.raises(FileNotFoundError, match="instructions-zh/instructions-general.jsonl does not exist"):

@@ -61,8 +61,7 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
         rouge_l(*release_pairs(rolebench_slice_dir, ENGLISH_SPE)), abs=1e-12
     )
     spe = rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/role_specific"))
-    assert chinese["metrics"]["SPE"] == pytest.approx(spe, abs=1e-12)
-    assert round(spe, 4) == 0.2478  # the slice keeps the whole Chinese role-specific test: the paper's Table 4 SPE
+    assert chinese["metrics"]["SPE"] == pytest.approx(spe, abs=1e-12)  # the paper's 0.2478: `test_full_release.py`
     assert chinese["metrics"]["CUS"] == pytest.approx(
         rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/general"))
     )
@@ -78,7 +77,9 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
     assert {k: v["n"] for k, v in english["per_type"].items()} == _type_counts(english_rows)
     assert len(english["per_role"]) == len({row["role"] for row in english_rows})
     assert {k: v["n"] for k, v in chinese["per_type"].items()} == _type_counts(specific_rows)
-    assert chinese["counts"]["general"] == len(general_rows) and chinese["counts"]["role_specific"] == 239
+    assert chinese["counts"]["general"] == len(general_rows) and chinese["counts"]["role_specific"] == len(
+        specific_rows
+    )
     assert (
         chinese["metrics"]["RAW"] is None and "instructions-general.jsonl not found" in chinese["unavailable"]["RAW"]
     )

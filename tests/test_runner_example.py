@@ -25,6 +25,7 @@ def test_example_writes_the_combined_report(rolebench_slice_dir, tmp_path, capsy
     assert [row.split(" | ")[:2] for row in rows] == [
         ["| RoleGPT", "–"], ["| tiny-llama", "system"], ["| tiny-llama", "few-shot-dialogue"]
     ]  # fmt: skip
-    # the full release: "| RoleGPT | – | 0.5707 | n/a | 0.2478 |"; the slice keeps the whole Chinese role-specific test
+    # the full release: "| RoleGPT | – | 0.5707 | n/a | 0.2478 |" (`test_full_release.py`); the slice's own figures here
     cus = rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/general"))
-    assert f"| RoleGPT | – | {cus:.4f} | n/a | 0.2478 |" in capsys.readouterr().out
+    spe = rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/role_specific"))
+    assert f"| RoleGPT | – | {cus:.4f} | n/a | {spe:.4f} |" in capsys.readouterr().out
