@@ -7,6 +7,7 @@ process, so `rolellm train` refuses both there (tested below) and their tests ar
 on CUDA. The reference is one process with the whole batch (`world size * per-device batch`), run in this process.
 """
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.examples import run_example
+from fixtures.prewarmed import prewarmed
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,11 +63,18 @@ def train_one_process(tmp_path, tiny_model_path, rolebench_slice_dir, variant, b
 
 
 def launch(launcher, env, tmp_path, tiny_model_path, rolebench_slice_dir, variant, cuda=False):
+    """`python LAUNCHER... examples/train_rolellama.py ARGS`; on the CPU the launcher and its ranks are forked from one
+    process that imported torch and TRL once (tests/fixtures/prewarmed.py), on CUDA they are new interpreters."""
     output_dir = tmp_path / f"launched-{variant}"
     args = script_args(output_dir, tiny_model_path, rolebench_slice_dir, PER_DEVICE_BATCH, variant, cuda)
-    command = [*launcher, str(ROOT / "examples" / "train_rolellama.py"), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **env}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    with contextlib.ExitStack() as stack:
+        python = sys.executable
+        if not cuda:
+            env = stack.enter_context(prewarmed(env, tmp_path / "bin"))
+            python = str(tmp_path / "bin" / "python")
+        command = [python, *launcher, str(ROOT / "examples" / "train_rolellama.py"), *args]
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout, output_dir
 
@@ -93,7 +102,7 @@ def test_single_process(tmp_path, tiny_model_path, rolebench_slice_dir, monkeypa
 def test_ddp_two_cpu_processes_train_as_one(variant, tmp_path, tiny_model_path, rolebench_slice_dir, monkeypatch):
     """DDP over gloo, 2 processes x 2 rows, against 1 process x 4 rows: the same loss at every step."""
     port = str(29517 + list(VARIANTS).index(variant))  # one port per test: pytest-xdist may run them at once
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
+    launcher = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
     stdout, launched_dir = launch(
         launcher, {"ACCELERATE_USE_CPU": "1"}, tmp_path, tiny_model_path, rolebench_slice_dir, variant
     )
@@ -150,7 +159,7 @@ def test_engines_on_cuda_train_as_one_process(engine, variant, tmp_path, tiny_mo
     processes = min(gpus, 2)
     port = 29520 + 2 * list(GPU_ENGINES).index(engine) + list(VARIANTS).index(variant)
     launcher = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
+        "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
         "--num_processes", str(processes), "--mixed_precision", "no", "--main_process_port", str(port),
     ]  # fmt: skip
     stdout, launched_dir = launch(

@@ -1,8 +1,13 @@
 """Prefix sharing inside `RoCITTrainer`: the same training as unpacked samples, in fewer tokens."""
 
+import json
+import os
+import subprocess
+
 import datasets
 import pytest
 import torch
+from fixtures.prewarmed import prewarmed
 
 from rolellm.roles.resolve import load_profiles
 from rolellm.training.config import RoCITConfig
@@ -140,16 +145,15 @@ def test_ddp_ranks_take_whole_rows_and_match_one_process(
     tmp_path, tiny_model_path, rolebench_slice_dir, chinese_rows, profiles
 ):
     """Two CPU processes, one packed row each per step, reach the parameters of one process taking both rows."""
-    import json
-    import subprocess
-    import sys
-
     (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
     (tmp_path / "rows.json").write_text(json.dumps(chinese_rows.to_list(), ensure_ascii=False))
     profiles_path = str(rolebench_slice_dir / "profiles-zh")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(tmp_path / "ddp.py"),
-               str(tiny_model_path), str(tmp_path / "rows.json"), profiles_path, str(tmp_path / "ddp")]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    # torchrun and its ranks fork from one process that imported torch and TRL once (tests/fixtures/prewarmed.py)
+    with prewarmed(dict(os.environ), tmp_path / "bin") as env:
+        command = [str(tmp_path / "bin" / "python"), "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                   str(tmp_path / "ddp.py"), str(tiny_model_path), str(tmp_path / "rows.json"), profiles_path,
+                   str(tmp_path / "ddp")]  # fmt: skip
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     ddp = torch.load(tmp_path / "ddp" / "params.pt")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+from fixtures.prewarmed import prewarmed
 
 from rolellm import ContextInstruct, ContextInstructConfig, OpenAIChatClient, ProfileDescriber, RoleGPT, RoleGPTConfig
 from rolellm.roles.profile import RoleProfile, Utterance
@@ -51,10 +52,17 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
 
 
+@pytest.fixture
+def user_env(tmp_path):
+    """`example_env()` with its `rolellm` and `python` forked from one process that imported the heavy libraries."""
+    with prewarmed(example_env(), tmp_path / "bin") as env:
+        yield env
+
+
 @pytest.mark.slow
-def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_path):
+def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_path, user_env):
     work = tmp_path / "work"
-    run = subprocess.run(["bash", str(EXAMPLE), str(work)], env=example_env(), capture_output=True, text=True)
+    run = subprocess.run(["bash", str(EXAMPLE), str(work)], env=user_env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert all(f"=== {i}/6" in run.stdout for i in range(7)) and "Traceback" not in run.stderr
     assert "using the offline stand-in" in run.stdout
@@ -106,9 +114,8 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
 
     # a fresh process loads the adapter (peft's auto-loading) and the merged model with `pipeline` and generates
     check = subprocess.run(
-        [sys.executable, "-c", LOAD_AND_GENERATE, str(adapter), str(merged)],
-        env=example_env(), capture_output=True, text=True,
-    )  # fmt: skip
+        ["python", "-c", LOAD_AND_GENERATE, str(adapter), str(merged)], env=user_env, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     loaded = [json.loads(line) for line in check.stdout.splitlines() if line.startswith("{")]
     assert [item["adapter"] for item in loaded] == [True, False]
@@ -117,9 +124,7 @@ def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_p
 
     # the preference continuation on the same folder (examples/preference_your_character.sh): the adapter's answers
     # and the references ranked by the stand-in judge in both orders, DPO from the adapter, evaluate, a chat turn
-    more = subprocess.run(
-        ["bash", str(PREFERENCE_EXAMPLE), str(work)], env=example_env(), capture_output=True, text=True
-    )
+    more = subprocess.run(["bash", str(PREFERENCE_EXAMPLE), str(work)], env=user_env, capture_output=True, text=True)
     assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
     assert all(f"=== {i}/4" in more.stdout for i in range(5)) and "Traceback" not in more.stderr
     pairs = [
