@@ -135,7 +135,7 @@ def test_every_checkpoint_holds_tokenizer_template_profiles_and_card(cli_lora, n
 
 def test_a_checkpoint_records_its_inference_settings_and_the_local_client_uses_them(cli_lora, caplog):
     from rolellm.clients.config import ClientConfig, make_client
-    from rolellm.clients.inference_settings import resolve_card_extras
+    from rolellm.clients.inference_settings import resolve_card_extras, resolve_keep_think
     from rolellm.scripts.chat import load_client
 
     recorded = json.loads((cli_lora / "rolellm_inference.json").read_text())
@@ -149,6 +149,12 @@ def test_a_checkpoint_records_its_inference_settings_and_the_local_client_uses_t
     assert overridden.keep_think is False
     [line] = [r.getMessage() for r in caplog.records if "overrides" in r.getMessage()]
     assert line == f"keep_think=False overrides the keep_think=True {cli_lora} was trained with"
+    caplog.clear()  # a template of another family than the trained one is logged too, once, by every backend
+    with caplog.at_level(logging.INFO, logger="rolellm.clients.config"):
+        make_client(ClientConfig(str(cli_lora), chat_template="{{ messages }}", device="cpu", progress=False))
+        assert resolve_keep_think(ClientConfig(str(cli_lora), chat_template="chatml", backend="vllm")) is True
+    [line] = [r.getMessage() for r in caplog.records if "overrides" in r.getMessage()]
+    assert line == f"chat_template=custom overrides the rolellm-chatml template {cli_lora} was trained with"
     # a chat with the checkpoint gets the conversation it was trained on; asking for a card's extras says so
     assert resolve_card_extras(ClientConfig(str(cli_lora))) is False
     assert resolve_card_extras(ClientConfig("gpt-4o-mini", base_url="http://127.0.0.1:9/v1")) is True

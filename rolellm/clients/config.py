@@ -142,8 +142,7 @@ class ClientConfig:
                        max_new_tokens=1, tensor_parallel_size=1)  # fmt: skip
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r} is not one of {list(BACKENDS)}")
+        check_backend(self.backend)
         check_rate_limit(self.backend, self.requests_per_minute)
         if self.backend in ("local", "vllm") and self.base_url is not None:
             where = "in-process" if self.backend == "local" else "on this node"
@@ -258,6 +257,7 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
 def backend_class(backend: str) -> type[ChatClient]:
     """The client class of a backend (`ClientConfig.backend`), imported when asked for: each class maps the config
     to its own arguments (`ChatClient.from_config`)."""
+    check_backend(backend)
     if backend == "openai":
         from rolellm.clients.openai_compatible import OpenAIChatClient
 
@@ -270,11 +270,15 @@ def backend_class(backend: str) -> type[ChatClient]:
         from rolellm.clients.vllm_backend import VLLMChatClient
 
         return VLLMChatClient
-    if backend == "ray":
-        from rolellm.clients.ray_backend import RayChatClient
+    from rolellm.clients.ray_backend import RayChatClient
 
-        return RayChatClient
-    raise ValueError(f"backend={backend!r} is not one of {list(BACKENDS)}")
+    return RayChatClient
+
+
+def check_backend(backend: str) -> None:
+    """A `ValueError` for a backend that is not one of `BACKENDS`."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {list(BACKENDS)}")
 
 
 def make_client(config: ClientConfig) -> ChatClient:

@@ -43,9 +43,18 @@ def read_inference_settings(model: str) -> dict:
 
 
 def resolve_keep_think(config, log: bool = True) -> bool:
-    """`config.keep_think`, else what the local checkpoint recorded, else `False`; with `log`, a setting that
-    overrides the recorded one is logged in one line."""
-    recorded = read_inference_settings(config.model).get("keep_think") if config.runs_weights else None
+    """`config.keep_think`, else what the local checkpoint recorded, else `False`. With `log`, what overrides the way
+    the checkpoint was trained is logged, one line each: a `keep_think` other than the recorded one, and a
+    `chat_template` of another family than its own (every backend that runs the weights resolves this once)."""
+    trained = read_inference_settings(config.model) if config.runs_weights else {}
+    family = trained.get("chat_template_family")
+    if log and config.chat_template is not None and family is not None:
+        chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"
+        if chosen != family:
+            logger.warning(
+                "chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model
+            )
+    recorded = trained.get("keep_think")
     if config.keep_think is None:
         return bool(recorded)
     if log and recorded is not None and recorded != config.keep_think:

@@ -15,7 +15,6 @@ re-asks and usage totals as `OpenAIChatClient`.
 
 import asyncio
 import hashlib
-import logging
 import os
 from typing import Any
 
@@ -26,8 +25,6 @@ from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_templat
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
 
-
-logger = logging.getLogger(__name__)
 
 # chat-completions parameter -> `generate()` keyword
 _PARAMS = {
@@ -98,24 +95,13 @@ class LocalChatClient(TokenPromptClient):
     @classmethod
     def from_config(cls, config) -> "LocalChatClient":
         """The client a `ClientConfig` describes: the model folder is checked before anything loads, `keep_think`
-        defaults to what the checkpoint recorded, a `chat_template` other than the one it was trained with is
-        logged, and the device defaults to the first GPU when there is one."""
+        defaults to what the checkpoint recorded (a `chat_template` other than the one it was trained with is logged:
+        `resolve_keep_think`), and the device defaults to the first GPU when there is one."""
         import torch
 
-        from rolellm.clients.inference_settings import (
-            ROLE_TEMPLATE_FAMILY,
-            read_inference_settings,
-            resolve_keep_think,
-        )
+        from rolellm.clients.inference_settings import resolve_keep_think
 
         check_model_source(config.model, "--model")
-        family = read_inference_settings(config.model).get("chat_template_family")
-        if config.chat_template is not None and family is not None:
-            chosen = ROLE_TEMPLATE_FAMILY if config.chat_template == "chatml" else "custom"
-            if chosen != family:
-                logger.warning(
-                    "chat_template=%s overrides the %s template %s was trained with", chosen, family, config.model
-                )
         device = config.device or ("cuda" if torch.cuda.is_available() else None)
         settings = {name: getattr(config, name) for name in cls.config_fields}
         return cls(config.model, keep_think=resolve_keep_think(config), device=device, **settings)
