@@ -48,8 +48,8 @@ def test_a_forked_command_has_its_own_arguments_folder_streams_and_exit_code(shi
     # an exception's traceback starts at the command's own frames, and the exit code is 1
     failed = subprocess.run([python, "-c", "raise ValueError('no')"], capture_output=True, text=True, env=env)
     assert failed.returncode == 1
-    assert failed.stderr.splitlines() == ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
-                                          "ValueError: no"]  # fmt: skip
+    traceback = ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>', "ValueError: no"]
+    assert failed.stderr.splitlines() == traceback
     # what a forked python starts with `sys.executable` is forked as well (torchrun's ranks)
     nested = (
         "import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', 'raise SystemExit(5)']).returncode)"
