@@ -1,7 +1,11 @@
 """The worked example, run as a user runs it: `bash examples/your_character.sh WORK` goes from a Character Card and a
 screenplay to a chatting model through `rolellm` commands only (against the offline stand-in LLM, on the tiny test
 model); every step exits 0 and leaves non-empty outputs, and a fresh Python process loads the adapter folder and the
-merged folder with `transformers.pipeline` and generates. The stand-in answers the generators' Chinese prompts too."""
+merged folder with `transformers.pipeline` and generates. The stand-in answers the generators' Chinese prompts too.
+
+Each `rolellm` and `python` process of the walkthrough forks from one process that imported torch, transformers,
+peft, TRL, datasets and accelerate once (`tests/fixtures/prewarmed.py`): the same commands and files, without paying
+those imports sixteen times."""
 
 import json
 import os
