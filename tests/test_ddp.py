@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.examples import run_example
-from fixtures.prewarmed import prewarmed
+from fixtures.prewarmed import TRAINING, prewarmed
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def launch(launcher, env, tmp_path, tiny_model_path, rolebench_slice_dir, varian
     with contextlib.ExitStack() as stack:
         python = sys.executable
         if not cuda:
-            env = stack.enter_context(prewarmed(env, tmp_path / "bin"))
+            env = stack.enter_context(prewarmed(env, tmp_path / "bin", TRAINING))
             python = str(tmp_path / "bin" / "python")
         command = [python, *launcher, str(ROOT / "examples" / "train_rolellama.py"), *args]
         result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

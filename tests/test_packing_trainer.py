@@ -7,7 +7,7 @@ import subprocess
 import datasets
 import pytest
 import torch
-from fixtures.prewarmed import prewarmed
+from fixtures.prewarmed import TRAINING, prewarmed
 
 from rolellm.roles.resolve import load_profiles
 from rolellm.training.config import RoCITConfig
@@ -149,7 +149,7 @@ def test_ddp_ranks_take_whole_rows_and_match_one_process(
     (tmp_path / "rows.json").write_text(json.dumps(chinese_rows.to_list(), ensure_ascii=False))
     profiles_path = str(rolebench_slice_dir / "profiles-zh")
     # torchrun and its ranks fork from one process that imported torch and TRL once (tests/fixtures/prewarmed.py)
-    with prewarmed(dict(os.environ), tmp_path / "bin") as env:
+    with prewarmed(dict(os.environ), tmp_path / "bin", TRAINING) as env:
         command = [str(tmp_path / "bin" / "python"), "-m", "torch.distributed.run", "--nproc_per_node", "2",
                    str(tmp_path / "ddp.py"), str(tiny_model_path), str(tmp_path / "rows.json"), profiles_path,
                    str(tmp_path / "ddp")]  # fmt: skip
