@@ -31,8 +31,8 @@ def evaluate_with_harness(model, data_dir, tasks, limit, max_new_tokens=32, chat
     client = ClientConfig(model, backend="local", chat_template=chat_template, max_new_tokens=max_new_tokens)
     lm = harness_model(client, batch_size=batch_size)
     output = lm_eval.simple_evaluate(
-        model=lm, tasks=tasks, task_manager=TaskManager(include_path=rolellm.lm_eval_tasks_dir(), include_defaults=False,
-                                                        metadata={"data_dir": str(data_dir)}),
+        model=lm, tasks=tasks, task_manager=TaskManager(include_path=rolellm.lm_eval_tasks_dir(),
+                                                        include_defaults=False, metadata={"data_dir": str(data_dir)}),
         limit=limit, log_samples=True, apply_chat_template=True, gen_kwargs=f"max_gen_toks={max_new_tokens}",
     )  # fmt: skip
     return lm, output

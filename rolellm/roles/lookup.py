@@ -216,11 +216,6 @@ def repeated_names(names: Iterable[str]) -> list[tuple[str, str]]:
     return repeated
 
 
-__all__ = [
-    "AmbiguousRoleError", "Profiles", "RoleNames", "UnknownRoleError", "card_aliases", "repeated_names", "same_role",
-]  # fmt: skip
-
-
 def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
     """The rows to answer, in dataset order: only `roles`, and at most `max_samples_per_role` per (role, subset).
 
@@ -247,3 +242,9 @@ def select_rows(dataset, roles=None, max_samples_per_role=None) -> list[dict]:
         if max_samples_per_role is None or seen[key] <= max_samples_per_role:
             rows.append(row)
     return rows
+
+
+__all__ = [
+    "AmbiguousRoleError", "Profiles", "RoleNames", "UnknownRoleError", "card_aliases", "repeated_names", "same_role",
+    "select_rows",
+]  # fmt: skip

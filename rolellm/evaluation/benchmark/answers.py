@@ -160,8 +160,8 @@ def generate_predictions(
 
     Rows already answered are not asked again (a finished run does not even load the model); before generating,
     the number of requests and an estimate of their tokens are logged; new answers are written every
-    `config.save_every` rows. `log` is the run's `GenerationLog` when it was read already (`ModelAnswers.read`, with the
-    run's other inputs, before anything is removed).
+    `config.save_every` rows. `log` is the run's `GenerationLog` when it was read already (`ModelAnswers.read`, with
+    the run's other inputs, before anything is removed).
     """
     failures = []
     with log if log is not None else GenerationLog(config, rows) as log:

@@ -51,8 +51,8 @@ def score_predictions(
             counts a trailing space after a final period as one more word).
         predictions (`list[str | None]`): one answer per row; `None` is a failed generation, scored as an empty
             answer and counted in `counts["failed"]`.
-        raw_targets (`dict[str, str]`, *optional*): `rolellm.data.readers.read_raw_targets(...)`; without it RAW is unavailable. General
-            rows whose question has no raw target are counted in `counts["RAW_missing"]`.
+        raw_targets (`dict[str, str]`, *optional*): `rolellm.data.readers.read_raw_targets(...)`; without it RAW is
+            unavailable. General rows whose question has no raw target are counted in `counts["RAW_missing"]`.
 
     Returns:
         `dict`: `metrics` (`CUS`, `RAW`, `SPE`, `avg`: floats, or `None` when unavailable), `avg_over`,
