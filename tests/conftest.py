@@ -17,6 +17,9 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 # more than the cores, and each worker's threads spinning while they wait for a core of the others cost four times the
 # CPU of the suite's tiny models on one thread (the same three files: 106 s of CPU with two threads, 26 s with one).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# GGUF models dequantized into the cache (the embedded SmolLM2: 20 s) are kept from one test run to the next, for every
+# worker alike: the sessions' own HF_HOME (`_isolated_hf_cache`) is a new temporary folder each time.
+os.environ.setdefault("ROLELLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "rolellm-tests"))
 
 import pytest  # noqa: E402
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.clients.base import ChatClient, check_base_url, check_rate_limit
+from rolellm.clients.gguf import is_gguf_source
 
 
 logger = logging.getLogger(__name__)
@@ -211,11 +212,11 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     """The `ClientConfig` of another endpoint of a run, from its `{prefix}_*` options (`endpoint_options`) and the
     run's main client `base`; `None` when no `{prefix}_model` is set.
 
-    One rule decides where the endpoint is: a `{prefix}_model` that is an existing folder runs locally; any other
-    name is asked at `{prefix}_base_url`, else at `base.base_url` when the main client is an endpoint, else at
-    `$OPENAI_BASE_URL` (else OpenAI). The other options are the prefixed ones when set, else `base`'s, except
-    `keep_think` (another model's own: from its checkpoint) and `cache_path` (`cache_path`: each endpoint keeps its
-    own cache file).
+    One rule decides where the endpoint is: a `{prefix}_model` that is an existing folder or a GGUF file
+    (`rolellm.clients.gguf.is_gguf_source`) runs locally; any other name is asked at `{prefix}_base_url`, else at
+    `base.base_url` when the main client is an endpoint, else at `$OPENAI_BASE_URL` (else OpenAI). The other options
+    are the prefixed ones when set, else `base`'s, except `keep_think` (another model's own: from its checkpoint) and
+    `cache_path` (`cache_path`: each endpoint keeps its own cache file).
 
     Args:
         base (`ClientConfig`): the run's main client.
@@ -246,7 +247,7 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     inherited = {f.name: getattr(base, f.name) for f in fields(ClientConfig) if f.init}
     settings = {**inherited, **{k: v for k, v in values.items() if v is not None and k in inherited}}
     settings.update(model=model, keep_think=None, cache_path=cache_path)
-    if Path(model).is_dir():
+    if Path(model).is_dir() or is_gguf_source(model):
         settings.update(backend="local", base_url=None)
     else:
         own_url = values.get("base_url")

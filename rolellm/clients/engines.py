@@ -78,15 +78,14 @@ def require_engine(name: str, flag: str | None = None):
         ) from None
 
 
-def engine_arguments(config, names) -> dict:
-    """The arguments of an engine backend (`VLLMChatClient`, `RayChatClient`) from a `ClientConfig`: the fields
-    `names` as they are, and what is decided beyond them. The engine is checked first (`require_engine`), then a model
-    whose weights are run must be there (`check_model_source`), and `keep_think` defaults to what the checkpoint
-    recorded (`resolve_keep_think`)."""
+def engine_arguments(config, names) -> tuple[str, dict]:
+    """The model and the arguments of an engine backend (`VLLMChatClient`, `RayChatClient`) from a `ClientConfig`: the
+    fields `names` as they are, and what is decided beyond them. The engine is checked first (`require_engine`), then
+    a model whose weights are run must be there (`check_model_source`: a GGUF file stands for its cached folder), and
+    `keep_think` defaults to what the checkpoint recorded (`resolve_keep_think`)."""
     from rolellm.clients.inference_settings import resolve_keep_think
     from rolellm.clients.loading import check_model_source
 
     require_engine(config.backend)
-    if config.runs_weights:
-        check_model_source(config.model, "--model")
-    return {"keep_think": resolve_keep_think(config), **{name: getattr(config, name) for name in names}}
+    model = check_model_source(config.model, "--model") if config.runs_weights else config.model
+    return model, {"keep_think": resolve_keep_think(config), **{name: getattr(config, name) for name in names}}

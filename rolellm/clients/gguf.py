@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -120,6 +121,27 @@ def check_gguf_header(gguf_file: Path, flag: str) -> None:
         raise GGUFError(f"{flag} {gguf_file}: not a GGUF file (it does not start with the GGUF magic bytes)")
 
 
+def first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def describe_unreadable(gguf_file: Path, error: BaseException, flag: str) -> str:
+    """Why transformers could not read a GGUF file, in one line: a file the `gguf` package cannot parse either is cut
+    short or damaged (transformers' own words for it are a failed `struct` unpack or reshape); a file it parses is one
+    transformers does not support (an architecture it has no mapping for, ...), in transformers' words."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(gguf_file)
+    except (ValueError, KeyError, IndexError, EOFError, struct.error):
+        size = gguf_file.stat().st_size
+        return (
+            f"{flag} {gguf_file}: the GGUF file is cut short or damaged (its {size:,} bytes end before the header "
+            "and tensors it declares): download or copy it again"
+        )
+    return f"{flag} {gguf_file}: transformers cannot read this GGUF file: {first_line(error)}"
+
+
 def dequantize_gguf(gguf_file: Path, folder: Path, sha256: str, flag: str = "--model_name_or_path") -> Path:
     """Read `gguf_file` with transformers' GGUF reader and save it as a safetensors model folder at `folder`, with
     its tokenizer (and the chat template the file carries) and `gguf_source.json`. The folder appears whole or not
@@ -140,9 +162,8 @@ def dequantize_gguf(gguf_file: Path, folder: Path, sha256: str, flag: str = "--m
         try:
             read = AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
             tokenizer = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
-        except (ValueError, KeyError, OSError, IndexError, EOFError) as error:
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise GGUFError(f"{flag} {gguf_file}: transformers cannot read this GGUF file: {reason}") from error
+        except (ValueError, KeyError, OSError, IndexError, EOFError, struct.error) as error:
+            raise GGUFError(describe_unreadable(gguf_file, error, flag)) from error
         config = read.config
         config.quantization_config = None
         del config.quantization_config

@@ -14,6 +14,7 @@ import os
 import warnings
 from pathlib import Path
 
+from rolellm.clients.gguf import is_gguf_source, resolve_model_name_or_path
 from rolellm.roles.profile import DataFormatError, read_json_object
 
 
@@ -27,12 +28,17 @@ def is_adapter_checkpoint(model_name_or_path: str | os.PathLike) -> bool:
 
 def check_model_source(
     model_name_or_path: str | os.PathLike | None, flag: str = "--model_name_or_path", need_base: bool = True
-) -> None:
+) -> str:
     """A model that names a local path must be there, checked before anything is loaded: a missing folder is a
     `FileNotFoundError` naming it (a Hub id, `org/name`, is left to the Hub); a folder must be a model folder
-    (`check_model_folder`).
+    (`check_model_folder`); a GGUF file, or a folder holding one, becomes its dequantized folder in the cache
+    (`rolellm.clients.gguf.resolve_model_name_or_path`).
+
+    Returns:
+        `str`: what to load: the GGUF's cached model folder, or `model_name_or_path` as given.
 
     >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")
+    'Qwen/Qwen2.5-0.5B-Instruct'
     >>> check_model_source("./no-such-model")
     Traceback (most recent call last):
     ...
@@ -40,17 +46,20 @@ def check_model_source(
     """
     if model_name_or_path is None:
         raise ValueError(f"{flag} is required: the model folder or Hub id to load")
+    if is_gguf_source(model_name_or_path):
+        return resolve_model_name_or_path(model_name_or_path, flag)
     name = str(model_name_or_path)
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise NotADirectoryError(f"{flag} {name} is a file: give the folder that holds the model")
+            raise NotADirectoryError(f"{flag} {name} is a file: give the folder that holds the model or a .gguf file")
         check_model_folder(path, flag, need_base)
-        return
+        return name
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:
         raise FileNotFoundError(
             f"{flag} {name}: no such folder (a local model folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct)"
         )
+    return name
 
 
 def check_model_folder(folder: str | os.PathLike, flag: str = "--model_name_or_path", need_base: bool = True) -> None:
@@ -110,7 +119,7 @@ def load_model_and_tokenizer(
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import find_adapter_config_file
 
-    check_model_source(model_name_or_path, "the model")
+    model_name_or_path = check_model_source(model_name_or_path, "the model")
     if dtype is not None:
         kwargs["dtype"] = dtype
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, **{k: v for k, v in kwargs.items() if k != "dtype"})

@@ -94,17 +94,18 @@ class LocalChatClient(TokenPromptClient):
 
     @classmethod
     def from_config(cls, config) -> "LocalChatClient":
-        """The client a `ClientConfig` describes: the model folder is checked before anything loads, `keep_think`
-        defaults to what the checkpoint recorded (a `chat_template` other than the one it was trained with is logged:
-        `resolve_keep_think`), and the device defaults to the first GPU when there is one."""
+        """The client a `ClientConfig` describes: the model folder is checked before anything loads (a GGUF file
+        stands for its cached folder: `check_model_source`), `keep_think` defaults to what the checkpoint recorded (a
+        `chat_template` other than the one it was trained with is logged: `resolve_keep_think`), and the device
+        defaults to the first GPU when there is one."""
         import torch
 
         from rolellm.clients.inference_settings import resolve_keep_think
 
-        check_model_source(config.model, "--model")
+        model = check_model_source(config.model, "--model")
         device = config.device or ("cuda" if torch.cuda.is_available() else None)
         settings = {name: getattr(config, name) for name in cls.config_fields}
-        return cls(config.model, keep_think=resolve_keep_think(config), device=device, **settings)
+        return cls(model, keep_think=resolve_keep_think(config), device=device, **settings)
 
     def __init__(
         self,

@@ -146,7 +146,8 @@ class VLLMChatClient(TokenPromptClient):
         """The client a `ClientConfig` describes (`engine_arguments`: the engine, the model folder, `keep_think`)."""
         from rolellm.clients.engines import engine_arguments
 
-        return cls(config.model, **engine_arguments(config, cls.config_fields))
+        model, arguments = engine_arguments(config, cls.config_fields)
+        return cls(model, **arguments)
 
     def __init__(
         self,

@@ -22,6 +22,7 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 
 from rolellm import __version__
+from rolellm.clients.gguf import read_gguf_source
 from rolellm.data.release import CITATION
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE
 from rolellm.encoding.encode import encode_chat
@@ -37,6 +38,19 @@ PACKING_KINDS = {
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SYSTEM_MARK, _USER_MARK = "SYSTEMTEXTMARK", "USERTEXTMARK"
+
+
+def describe_base_model(name_or_path: str | None) -> dict:
+    """How a card names the model a run started from (`build_model_card`'s `base_model` and `base_gguf`): a Hub id as
+    it is; a local folder by the GGUF file it was dequantized from when it was (its `gguf_source.json`: the file's
+    name and sha256), else not at all, since a path on the training machine tells a reader nothing.
+
+    >>> describe_base_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+    {'base_model': 'HuggingFaceTB/SmolLM2-135M-Instruct', 'base_gguf': None}
+    """
+    if not name_or_path or not Path(name_or_path).is_dir():
+        return {"base_model": name_or_path or None, "base_gguf": None}
+    return {"base_model": None, "base_gguf": read_gguf_source(name_or_path)}
 
 
 def describe_chat_template(tokenizer) -> dict:
@@ -100,6 +114,7 @@ def build_model_card(
     steps: int | None = None,
     example_system: str | None = None,
     stage: dict | None = None,
+    base_gguf: dict | None = None,
 ) -> ModelCard:
     """The `README.md` of a RoCIT model, rendered from `rolellm/prompts/model_card.md` with `huggingface_hub`.
 
@@ -124,6 +139,8 @@ def build_model_card(
         stage (`dict`, *optional*): a preference stage (`RoleDPOTrainer`, `RoleKTOTrainer`): its `name`, `unit`,
             `loss_type`, `beta`, `settings` and per split the rows kept and dropped (`RolePreferenceStats`); the
             card then describes that stage instead of RoCIT.
+        base_gguf (`dict`, *optional*): the GGUF file the local base model was dequantized from (`gguf_file`,
+            `sha256`; `describe_base_model`), named as the base.
 
     Returns:
         `huggingface_hub.ModelCard`: `str(card)` is the file; `card.data` the metadata; `card.push_to_hub(repo)`.
@@ -141,6 +158,7 @@ def build_model_card(
         template_path=str(TEMPLATE_PATH),
         model_name=model_name,
         base_model=base_model,
+        base_gguf=base_gguf,
         example_system=example_system,
         stage=stage,
         roles=role_stats.get("train", {}).get("roles", []),

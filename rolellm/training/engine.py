@@ -48,12 +48,12 @@ def check_output_dir(model_args, training_args) -> None:
 
 def prepare_start(model_args, training_args) -> None:
     """Before a stage loads its model: refuse a model source that does not exist and an engine this machine cannot
-    run, make a local folder's path absolute (an adapter records its base by that path, which must resolve later),
-    and hand `trl.ModelConfig`'s loading flags to the trainer (`training_args.model_init_kwargs`, where flags the
-    user set there win)."""
+    run, put a GGUF file's dequantized folder in its place (`check_model_source`), make a local folder's path absolute
+    (an adapter records its base by that path, which must resolve later), and hand `trl.ModelConfig`'s loading flags
+    to the trainer (`training_args.model_init_kwargs`, where flags the user set there win)."""
     from rolellm.clients.loading import check_model_source
 
-    check_model_source(model_args.model_name_or_path)
+    model_args.model_name_or_path = check_model_source(model_args.model_name_or_path)
     check_engine(training_args)
     check_output_dir(model_args, training_args)
     folder = Path(model_args.model_name_or_path).expanduser()

@@ -36,6 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rolellm import __version__
 from rolellm.clients.config import flag_field
+from rolellm.clients.gguf import read_gguf_source, resolve_model_name_or_path
 from rolellm.clients.inference_settings import SYSTEM_TEMPLATE_FILE, read_inference_settings
 from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.data.release import CITATION
@@ -170,7 +171,8 @@ class RoleGRPOTrainer(GRPOTrainer):
     """GRPO on role prompts: `trl.GRPOTrainer` with RoCIT's role system text, encoder and checkpoint files.
 
     Args:
-        model (`str` or `PreTrainedModel`): a RoCIT checkpoint folder (full model or adapter), a Hub id or a model.
+        model (`str` or `PreTrainedModel`): a RoCIT checkpoint folder (full model or adapter), a Hub id, a GGUF
+            file (its dequantized folder, `rolellm.clients.gguf`) or a model.
         reward_funcs (`Callable` or `list[Callable]`): TRL reward functions (`rolellm.rewards`); their weights and
             aggregation are `args.reward_weights` and `args.multi_objective_aggregation`.
         args (`RoleGRPOConfig`, *optional*): defaults to `RoleGRPOConfig("<model>-GRPO")`.
@@ -203,6 +205,7 @@ class RoleGRPOTrainer(GRPOTrainer):
         dataset_configs: dict[str, int] | None = None,
         **kwargs,
     ):
+        model = resolve_model_name_or_path(model, "model")  # a GGUF file: its dequantized folder
         model_id = str(model) if isinstance(model, (str, Path)) else model.config._name_or_path
         if args is None:
             args = RoleGRPOConfig(f"{Path(model_id).name}-GRPO")
@@ -420,6 +423,7 @@ class RoleGRPOTrainer(GRPOTrainer):
             model_name=model_name or Path(args.output_dir).name,
             start=start if base_model else Path(start).name,
             start_on_hub=base_model is not None,
+            start_gguf=read_gguf_source(start) if start else None,
             roles=self.role_stats.get("train", {}).get("roles", []),
             rows=self.role_stats.get("train", {}).get("rows", 0),
             profiles=list(trained_profiles(self.profiles, self.role_stats).values()),

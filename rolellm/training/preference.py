@@ -27,13 +27,14 @@ import datasets
 from accelerate.utils import is_peft_model
 from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
 
+from rolellm.clients.gguf import resolve_model_name_or_path
 from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.encoding.encode import encode_chat
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import read_system_template, to_role_messages
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import choose_attention_backend
-from rolellm.training.card import build_model_card, describe_chat_template
+from rolellm.training.card import build_model_card, describe_base_model, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
 from rolellm.training.config import RolePromptArguments
 from rolellm.training.grouped import prompts_computed_once
@@ -166,6 +167,7 @@ class _RolePreferenceMixin:
                  ref_model=None, dataset_name=None, peft_config=None, **kwargs):  # fmt: skip
         """Check the configuration, resolve the profiles and the system template, load the model (an adapter
         trainable) and its reference, and start TRL's trainer on them."""
+        model = resolve_model_name_or_path(model, "model")  # a GGUF file: its dequantized folder
         model_id = model if isinstance(model, str) else model.config._name_or_path
         args = args if args is not None else self._config_class(f"{Path(model_id).name}-{self._stage_name}")
         if not isinstance(args, self._config_class):
@@ -266,7 +268,6 @@ class _RolePreferenceMixin:
         """The model card of this run (`rolellm.training.card.build_model_card`) with the preference stage stated."""
         unwrapped = self.accelerator.unwrap_model(self.model)
         peft_config = unwrapped.peft_config["default"] if is_peft_model(unwrapped) else None
-        name = unwrapped.config._name_or_path
         args = self.args
         stage = {
             "name": self._stage_name,
@@ -291,7 +292,7 @@ class _RolePreferenceMixin:
         }
         return build_model_card(
             model_name=model_name or Path(args.output_dir).name,
-            base_model=None if not name or Path(name).is_dir() else name,
+            **describe_base_model(unwrapped.config._name_or_path),
             hub_model_id=args.hub_model_id,
             role_stats=self.role_stats,
             dataset_name=self.dataset_name,
@@ -311,7 +312,8 @@ class RoleDPOTrainer(_RolePreferenceMixin, DPOTrainer):
     injection-safe encoder (see the module docstring).
 
     Args:
-        model (`str` or `PreTrainedModel`): a RoCIT checkpoint or adapter folder, a Hub id, or a loaded model.
+        model (`str` or `PreTrainedModel`): a RoCIT checkpoint or adapter folder, a Hub id, a GGUF file (its
+            dequantized folder, `rolellm.clients.gguf`), or a loaded model.
         args (`RoleDPOConfig`, *optional*): defaults to `RoleDPOConfig("<model>-DPO")`.
         train_dataset (`datasets.Dataset`): rows with `role`, `question`, `chosen`, `rejected` (and `lang`), or
             TRL's own preference formats.

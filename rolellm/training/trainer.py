@@ -36,12 +36,13 @@ from trl import SFTTrainer, pack_dataset
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from trl.trainer.utils import FusedCausalLMOutput, create_model_from_path, pad
 
+from rolellm.clients.gguf import resolve_model_name_or_path
 from rolellm.encoding.chat_template import has_generation_markers, set_role_chat_template
 from rolellm.encoding.encode import encode_chat_turns
 from rolellm.roles.prompts import read_system_template
 from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import compute_prefix_shared_loss, log_subset_losses, resolve_prefix_sharing
-from rolellm.training.card import build_model_card, describe_chat_template
+from rolellm.training.card import build_model_card, describe_base_model, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
 from rolellm.training.config import RoCITConfig
 from rolellm.training.data import SUBSET_IDS, mix_subsets, rolebench_to_conversations
@@ -94,7 +95,8 @@ class RoCITTrainer(SFTTrainer):
     """Role-conditioned instruction tuning: `trl.SFTTrainer` on RoleBench rows with the paper's role system instruction.
 
     Args:
-        model (`str` or `PreTrainedModel`): the model or its name/path, as for `SFTTrainer`.
+        model (`str` or `PreTrainedModel`): the model or its name/path, as for `SFTTrainer`, or a GGUF file (or a
+            folder holding one), trained from its dequantized copy (`rolellm.clients.gguf`).
         args (`RoCITConfig`, *optional*): training configuration; defaults to `RoCITConfig("<model>-RoCIT")`.
         train_dataset (`datasets.Dataset`): RoleBench rows (`role`, `question`, `generated`, `subset`, `lang`: the
             output of `rolellm.load_rolebench` or a Hub copy) or ready `messages` samples.
@@ -143,6 +145,7 @@ class RoCITTrainer(SFTTrainer):
         dataset_configs: dict[str, int] | None = None,
         **kwargs,
     ):
+        model = resolve_model_name_or_path(model, "model")  # a GGUF file: its dequantized folder
         model_id = model if isinstance(model, str) else model.config._name_or_path
         if args is None:
             args = RoCITConfig(f"{Path(model_id).name}-RoCIT")
@@ -436,7 +439,7 @@ class RoCITTrainer(SFTTrainer):
             quantization = quantization.to_dict()
         return build_model_card(
             model_name=model_name or Path(self.args.output_dir).name,
-            base_model=self._base_model_id(),
+            **describe_base_model(self.accelerator.unwrap_model(self.model).config._name_or_path),
             hub_model_id=self.args.hub_model_id,
             role_stats=self.role_stats,
             dataset_name=dataset_name or self.dataset_name,
@@ -452,7 +455,3 @@ class RoCITTrainer(SFTTrainer):
             steps=self.state.global_step,
             example_system=self.example_system,
         )
-
-    def _base_model_id(self):
-        name = self.accelerator.unwrap_model(self.model).config._name_or_path
-        return None if not name or Path(name).is_dir() else name
