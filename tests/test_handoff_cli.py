@@ -134,6 +134,9 @@ def test_generate_train_evaluate_through_one_folder(tmp_path, tiny_model_path, c
     trained = capsys.readouterr().out
     assert f"Trained on {len(general['train']) + len(specific['train'])} samples" in trained
     assert "of 2 roles" in trained and (checkpoint / "model.safetensors").stat().st_size > 0
+    # the plan is said before training, and two steps are too few to teach anything
+    assert "rolellm train: 2 optimizer steps (" in trained and "max_steps=2)" in trained
+    assert "warning: only 2 optimizer steps, too few for the model to learn much" in trained
     code = main(["evaluate", "--model_name_or_path", str(checkpoint), "--dataset_name", "zh", "--data_dir", str(out),
                  "--max_new_tokens", "4", "--device", "cpu", "--output_dir", str(report)])  # fmt: skip
     assert code == 0

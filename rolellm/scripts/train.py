@@ -246,7 +246,7 @@ def train(script_args, training_args, model_args):
     """Train, save the model with its chat template and model card, print what was trained; returns the trainer."""
     from rolellm.clients.loading import is_adapter_checkpoint
     from rolellm.data.release import HUB_REPO_ID
-    from rolellm.training.engine import describe_engine
+    from rolellm.training.engine import announce_plan, describe_engine
     from rolellm.training.trainer import RoCITTrainer
 
     row_counts = {}
@@ -254,6 +254,7 @@ def train(script_args, training_args, model_args):
         RoCITTrainer, script_args, training_args, model_args, "sft", counts=row_counts,
         dataset_name=script_args.dataset_name or script_args.data_dir or HUB_REPO_ID, dataset_configs=row_counts,
     )  # fmt: skip
+    announce_plan(trainer)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)  # with its profiles, chat template and model card
     trainer.save_state()  # trainer_state.json: the logged losses at full precision, as transformers' examples do
@@ -280,6 +281,7 @@ def train(script_args, training_args, model_args):
 def train_preference(script_args, training_args, model_args):
     """`--stage dpo` / `kto`: train on the preference rows of the configs, from a RoCIT checkpoint or adapter; save
     the model with its role files and model card and print what was trained. Returns the trainer."""
+    from rolellm.training.engine import announce_plan
     from rolellm.training.preference import RoleDPOTrainer, RoleKTOTrainer
 
     trainer_class = RoleDPOTrainer if script_args.stage == "dpo" else RoleKTOTrainer
@@ -287,6 +289,7 @@ def train_preference(script_args, training_args, model_args):
         trainer_class, script_args, training_args, model_args, script_args.stage,
         dataset_name=script_args.dataset_name or script_args.data_dir,
     )  # fmt: skip
+    announce_plan(trainer)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     stats = trainer.preference_stats["train"]

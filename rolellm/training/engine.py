@@ -66,3 +66,49 @@ def prepare_start(model_args, training_args) -> None:
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
     }
+
+
+# Fewer optimizer steps than this and a run barely moves the model, whatever its learning rate: the warning's bound.
+TINY_RUN_STEPS = 10
+
+
+def planned_steps(trainer) -> tuple[int, int]:
+    """The optimizer steps `trainer.train()` will make, and the batches of one epoch on this process (the training
+    rows after packing, divided by the batch size)."""
+    import math
+
+    args = trainer.args
+    batches = len(trainer.get_train_dataloader())
+    if args.max_steps > 0:
+        return args.max_steps, batches
+    return max(1, batches // args.gradient_accumulation_steps) * math.ceil(args.num_train_epochs), batches
+
+
+def announce_plan(trainer, command: str = "rolellm train") -> int:
+    """Print how many optimizer steps the run will make and from what (rows, batch, accumulation, processes,
+    epochs), and warn when they are too few to teach the model anything (`TINY_RUN_STEPS`); returns the steps.
+
+    Small data packed into long rows makes few batches: 68 questions in 2,048-token packed rows and a batch of 8 is
+    one or two steps an epoch. The warning names the settings that give more steps.
+    """
+    args = trainer.args
+    steps, batches = planned_steps(trainer)
+    rows = len(trainer.train_dataset)
+    how = (
+        f"max_steps={args.max_steps}"
+        if args.max_steps > 0
+        else f"{batches} batches an epoch x {args.num_train_epochs:g} epochs / accumulation {args.gradient_accumulation_steps}"
+    )
+    trainer.accelerator.print(
+        f"{command}: {steps} optimizer steps ({rows} training rows, batch {args.per_device_train_batch_size} x "
+        f"{trainer.accelerator.num_processes} process(es); {how})"
+    )
+    if steps < TINY_RUN_STEPS:
+        max_length = getattr(args, "max_length", None)
+        shorter = f" or --max_length (now {max_length}: more, shorter packed rows)" if max_length else ""
+        trainer.accelerator.print(
+            f"{command}: warning: only {steps} optimizer steps, too few for the model to learn much: lower "
+            f"--per_device_train_batch_size or --gradient_accumulation_steps{shorter}, or raise --num_train_epochs "
+            "(small data on a small model: examples/recipes/smollm2-cpu.yaml)"
+        )
+    return steps
