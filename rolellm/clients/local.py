@@ -94,10 +94,10 @@ class LocalChatClient(TokenPromptClient):
 
     @classmethod
     def from_config(cls, config) -> "LocalChatClient":
-        """The client a `ClientConfig` describes: the model folder is checked before anything loads (a GGUF file
-        stands for its cached folder: `check_model_source`), `keep_think` defaults to what the checkpoint recorded (a
-        `chat_template` other than the one it was trained with is logged: `resolve_keep_think`), and the device
-        defaults to the first GPU when there is one."""
+        """The client a `ClientConfig` describes: the model folder is checked before anything loads (a GGUF file is
+        loaded from its cached folder, `check_model_source`, and keeps its own path as `model_name`), `keep_think`
+        defaults to what the checkpoint recorded (a `chat_template` other than the one it was trained with is logged:
+        `resolve_keep_think`), and the device defaults to the first GPU when there is one."""
         import torch
 
         from rolellm.clients.inference_settings import resolve_keep_think
@@ -105,7 +105,11 @@ class LocalChatClient(TokenPromptClient):
         model = check_model_source(config.model, "--model")
         device = config.device or ("cuda" if torch.cuda.is_available() else None)
         settings = {name: getattr(config, name) for name in cls.config_fields}
-        return cls(model, keep_think=resolve_keep_think(config), device=device, **settings)
+        client = cls(model, keep_think=resolve_keep_think(config), device=device, **settings)
+        # the name keys the answer cache and the run a resumed `rolellm dialogue` must match, and transcripts show it:
+        # the cache folder's path would change with ROLELLM_CACHE (or the machine) and name no file the user gave
+        client.model_name = str(config.model)
+        return client
 
     def __init__(
         self,
