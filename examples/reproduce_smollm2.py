@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -108,23 +109,29 @@ def english_descriptions(release: Path, roles: set[str]) -> dict[str, str]:
     return {role: found.get(role) or f"{role}, the character." for role in roles}
 
 
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Runner:
-    """Runs `rolellm` commands as steps: a step whose folder holds `.done` is skipped; the seconds each took are
-    kept in `timings.json`, so a resumed run still reports them."""
+    """Runs `rolellm` commands as steps: a step whose folder holds `.done` is skipped; the wall-clock and CPU
+    seconds each took are kept in `timings.json`, so a resumed run still reports them. CPU seconds do not depend on
+    what else the machine runs; wall time does."""
 
     def __init__(self, out: Path):
         self.timings_path = out / "timings.json"
         self.timings = json.loads(self.timings_path.read_text()) if self.timings_path.is_file() else {}
 
-    def step(self, name: str, folder: Path, args: list[str]) -> float:
+    def step(self, name: str, folder: Path, args: list[str]) -> dict:
         if (folder / DONE).is_file():
-            return self.timings.get(name, 0.0)
+            return self.timings.get(name, {})
         tqdm.write(f"[{name}] rolellm {' '.join(args)}")
-        start = time.monotonic()
+        start, cpu = time.monotonic(), children_cpu_seconds()
         result = subprocess.run([sys.executable, "-m", "rolellm", *args], check=False)
         if result.returncode != 0:
             raise SystemExit(f"reproduce: step {name} failed (exit {result.returncode}); run again to go on from it")
-        self.timings[name] = time.monotonic() - start
+        self.timings[name] = {"wall": time.monotonic() - start, "cpu": children_cpu_seconds() - cpu}
         self.timings_path.write_text(json.dumps(self.timings, indent=1))
         (folder / DONE).write_text("")
         return self.timings[name]
@@ -146,6 +153,7 @@ def train_steps(row: str, model: str, data: Path, out: Path, options) -> list[tu
         return [
             ("generate preferences", pairs, [
                 "generate", "preferences", "--model", str(lora), "--backend", "local", "--data_dir", str(data),
+                "--profiles", str(data),
                 "--dataset_configs", "en-instruction-role_specific" if data.name.endswith("en") else "zh-role_specific",
                 "--num_samples", "4", "--temperature", "1.0", "--max_tokens", str(options.max_new_tokens),
                 "--judge", "rouge_l", "--max_questions", str(options.dpo_questions), "--batch_size", "16",
@@ -174,7 +182,7 @@ def evaluate_args(model: str, label: str, lang: str, data: Path, folder: Path, m
     config = "en-instruction-role_specific" if lang == "en" else "zh-role_specific"
     return ["evaluate", "--model", model, "--model_label", label, "--dataset_name", config, "--data_dir", str(data),
             "--mode", mode, "--max_new_tokens", str(options.max_new_tokens), "--batch_size", "16",
-            "--baseline", "none", "--output_dir", str(folder), "--no_progress"]  # fmt: skip
+            "--output_dir", str(folder), "--no_progress"]  # fmt: skip
 
 
 def bootstrap(scores: list[float], samples: int = 1000, seed: int = 0) -> tuple[float, float]:
@@ -197,14 +205,28 @@ def score_row(folder: Path, data: Path, lang: str) -> dict:
             "questions": len(answers)}  # fmt: skip
 
 
+def add_time(spent: dict, step: dict) -> None:
+    """Add a step's seconds to a row's; a step timed before CPU time was kept (a number: wall seconds) has no CPU
+    figure, and the row's becomes None."""
+    step = step if isinstance(step, dict) else {"wall": step, "cpu": None}
+    spent["wall"] += step.get("wall", 0.0)
+    spent["cpu"] = None if spent["cpu"] is None or step.get("cpu") is None else spent["cpu"] + step["cpu"]
+
+
 def format_results(results: list[dict]) -> str:
-    lines = ["| lang | row | SPE (95% CI) | answer length | questions | wall time |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| lang | row | SPE (95% CI) | answer length | questions | wall time | CPU time |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         unit = "chars" if r["lang"] == "zh" else "words"
+        cpu = "n/a" if r["cpu"] is None else f"{r['cpu'] / 60:.1f} min"
         lines.append(
             f"| {r['lang']} | {r['row']} | {r['spe']:.4f} ({r['low']:.4f}-{r['high']:.4f}) | {r['length']:.0f} {unit} "
-            f"| {r['questions']} | {r['seconds'] / 60:.1f} min |"
+            f"| {r['questions']} | {r['wall'] / 60:.1f} min | {cpu} |"
         )
+    total = sum(r["wall"] for r in results)
+    lines.append(f"\nwall time of every step: {total / 60:.1f} min")
     return "\n".join(lines)
 
 
@@ -221,18 +243,18 @@ def main(options):
     plan = [(lang, row) for lang in folders for row in options.rows if lang == "en" or row in ZH_ROWS]
     for lang, row in tqdm(plan, desc="reproduce", unit="row"):
         data, work = folders[lang], out / lang
-        seconds, trained = 0.0, model
+        spent, trained = {"wall": 0.0, "cpu": 0.0}, model
         for name, folder, args in train_steps(row, model, data, work, options):
-            seconds += runner.step(f"{lang}/{row}/{name}", folder, args)
+            add_time(spent, runner.step(f"{lang}/{row}/{name}", folder, args))
             trained = str(folder)
         if row in ("rocit-dpo", "rocit-grpo"):  # built on rocit-lora's adapter: its time is counted there
             lora_steps = train_steps("rocit-lora", model, data, work, options)
             runner.step(f"{lang}/rocit-lora/train", lora_steps[0][1], lora_steps[0][2])
         folder = work / f"eval-{row}"
         mode = "few-shot" if row == "few-shot" else "system"
-        seconds += runner.step(f"{lang}/{row}/evaluate", folder, evaluate_args(trained, row, lang, data, folder, mode,
-                                                                               options))  # fmt: skip
-        results.append({"lang": lang, "row": row, "seconds": seconds, **score_row(folder, data, lang)})
+        add_time(spent, runner.step(f"{lang}/{row}/evaluate", folder, evaluate_args(trained, row, lang, data, folder,
+                                                                                     mode, options)))  # fmt: skip
+        results.append({"lang": lang, "row": row, **spent, **score_row(folder, data, lang)})
     table = format_results(results)
     (out / "table.md").write_text(table + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
