@@ -1,8 +1,10 @@
-"""What the training benchmarks share: an offline Hugging Face environment and the fixed Chinese RoleBench sample.
+"""What the training benchmarks share: an offline Hugging Face environment, the fixed Chinese RoleBench sample, and
+for the real model (the embedded SmolLM2-135M-Instruct) a fixed sample of English rows of the roles it is shown with.
 
 Importing this module sets the environment, so import it before `datasets`, `transformers` or `trl`.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -14,7 +16,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import datasets  # noqa: E402
 
 from rolellm.data.readers import read_rolebench_jsonl  # noqa: E402
+from rolellm.roles.profile import RoleProfile, parse_description  # noqa: E402
 from rolellm.testing.data import find_rolebench_data  # noqa: E402
+
+
+# the English roles whose release descriptions the repository bundles (those of `make demo`)
+ENGLISH_DESCRIPTIONS = Path(__file__).resolve().parents[1] / "examples" / "data" / "roles-eng.json"
+ENGLISH_ROWS = "rolebench/rolebench-eng/instruction-generalization/role_specific/test.jsonl"
 
 
 def require_rolebench_data() -> Path:
@@ -39,3 +47,32 @@ def load_sample(data_dir: Path, rows: int) -> tuple[datasets.Dataset, list[str]]
     corpus = sorted({text for record in records for text in [record["question"], *record["generated"]]})
     print(f"Chinese RoleBench train rows: {len(records)}; fixed sample of {len(dataset)} (seed 0)")
     return dataset, corpus
+
+
+def load_real_model():
+    """(folder, tokenizer) of the embedded real model, SmolLM2-135M-Instruct: its dequantized cached folder
+    (`rolellm.clients.gguf`) and its own tokenizer, with its own (ChatML) chat template."""
+    from transformers import AutoTokenizer
+
+    from rolellm.clients.gguf import embedded_model
+
+    path = embedded_model()
+    return path, AutoTokenizer.from_pretrained(path)
+
+
+def load_english_sample(data_dir: Path, rows: int) -> tuple[datasets.Dataset, dict[str, RoleProfile]]:
+    """A fixed sample (seed 0) of `rows` English RoleBench rows of the four roles with a bundled description (Jack
+    Sparrow, Sheldon Cooper, John Coffey, Dr. Frank-N-Furter: 50 questions each in the release's instruction-
+    generalization file, 25 in the repository's slice), and their profiles: what the real model trains on."""
+    descriptions = json.loads(ENGLISH_DESCRIPTIONS.read_text(encoding="utf-8"))
+    records = read_rolebench_jsonl(data_dir / ENGLISH_ROWS, "role_specific", "en")
+    records = [record for record in records if record["role"] in descriptions]
+    dataset = datasets.Dataset.from_list(records).shuffle(seed=0).select(range(min(rows, len(records))))
+    profiles = {}
+    for role, text in descriptions.items():
+        description, catchphrases, extra = parse_description(text, "en")
+        profiles[role] = RoleProfile(role, "en", description, catchphrases, extra=extra)
+    print(
+        f"English RoleBench rows of {len(descriptions)} roles: {len(records)}; fixed sample of {len(dataset)} (seed 0)"
+    )
+    return dataset, profiles
