@@ -136,3 +136,20 @@ def test_every_configured_end_token_stops_generation(model_and_tokenizer):
         model.generation_config.eos_token_id = tokenizer.eos_token_id
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert client.stop_ids == [*end_tokens, im_end]
+
+
+def test_a_loaded_model_s_output_layer_gets_a_contiguous_input(tiny_model_path):
+    """`generate` slices the last position for the output layer; a loaded model's layer sees it contiguous (a frozen
+    weight times a non-contiguous slice copies the weight once per row on a CPU), with the same logits."""
+    from rolellm.clients.loading import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(tiny_model_path)
+    head = model.get_output_embeddings()
+    seen = []
+    head.register_forward_hook(lambda module, args, output: seen.append(args[0].is_contiguous()))
+    hidden = torch.randn(3, 5, head.in_features)[:, -1:, :]
+    assert not hidden.is_contiguous()
+    with torch.no_grad():
+        logits = head(hidden)
+    assert seen == [True]
+    torch.testing.assert_close(logits, hidden @ head.weight.T, atol=1e-5, rtol=1e-5)

@@ -215,7 +215,7 @@ def dpo_trainer(tmp_path_factory):
     return build_dpo_trainer(tmp_path_factory, use_cpu=True)
 
 
-def build_dpo_trainer(tmp_path_factory, use_cpu):
+def build_dpo_trainer(tmp_path_factory, use_cpu, peft_config=None):
     from rolellm.encoding.chat_template import set_role_chat_template
     from rolellm.testing.models import build_tiny_llama, train_tiny_tokenizer
     from rolellm.training.preference import RoleDPOConfig, RoleDPOTrainer
@@ -236,7 +236,13 @@ def build_dpo_trainer(tmp_path_factory, use_cpu):
         report_to="none", save_strategy="no", disable_tqdm=True, activation_checkpointing=False, seed=0,
         loss_type=["sigmoid", "sft"], loss_weights=[1.0, 0.5],
     )  # fmt: skip
-    return RoleDPOTrainer(str(path), args=args, train_dataset=datasets.Dataset.from_list(rows), profiles=PROFILES)
+    return RoleDPOTrainer(
+        str(path),
+        args=args,
+        train_dataset=datasets.Dataset.from_list(rows),
+        profiles=PROFILES,
+        peft_config=peft_config,
+    )
 
 
 def dpo_loss_and_grads(trainer, inputs, prefix_sharing):
@@ -249,7 +255,7 @@ def dpo_loss_and_grads(trainer, inputs, prefix_sharing):
         trainer.model.zero_grad()
         metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()}
         with torch.no_grad():
-            ref = trainer.compute_ref_log_probs(trainer.ref_model, inputs)
+            ref = trainer.compute_ref_log_probs(trainer.ref_model or trainer.model, inputs)  # a LoRA run: no copy
         return loss.detach(), grads, metrics, ref
     finally:
         trainer.args.prefix_sharing = True
@@ -260,6 +266,35 @@ def test_dpo_pairs_share_the_prompt_with_trls_loss(dpo_trainer):
     row per pair, and the loss (sigmoid + SFT), its gradients, the logged metrics and the reference log-probs are
     those of TRL's padded rows."""
     check_dpo_equals_trls(dpo_trainer)
+
+
+def test_dpo_with_lora_shares_the_prompt_too(tmp_path_factory, monkeypatch):
+    """PEFT's forward passes its own keywords on as None (`inputs_embeds`, `return_dict`, ...): the pairs of a LoRA
+    run still go through the grouped forward, with TRL's loss and gradients."""
+    from peft import LoraConfig
+
+    from rolellm.training import grouped
+
+    packed = []
+    original = grouped.grouped_fused_forward
+
+    def counted(*args, **kwargs):
+        fields = original(*args, **kwargs)
+        packed.append(fields is not None)
+        return fields
+
+    monkeypatch.setattr(grouped, "grouped_fused_forward", counted)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, task_type="CAUSAL_LM")
+    trainer = build_dpo_trainer(tmp_path_factory, use_cpu=True, peft_config=lora)
+    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    expected_loss, expected_grads, _, _ = dpo_loss_and_grads(trainer, inputs, False)
+    assert not packed
+    loss, grads, _, _ = dpo_loss_and_grads(trainer, inputs, True)
+    assert packed and all(packed)  # the policy's forward and the reference's (the adapter switched off)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=0)
+    assert grads.keys() == expected_grads.keys() and all("lora_" in name for name in grads)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def check_dpo_equals_trls(trainer):

@@ -85,14 +85,11 @@ OUT_OF_CHARACTER = {
 def smollm2():
     """The embedded model, dequantized once into the tests' cache, loaded in bfloat16; each test trains a copy."""
     from rolellm.clients.gguf import embedded_model
+    from rolellm.clients.loading import contiguous_lm_head_input
 
     folder = embedded_model()
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
-    # `generate` gives the LM head only the last position's hidden state, a slice that is not contiguous. On a CPU,
-    # PyTorch multiplies such an input by a weight that needs no gradient (frozen under LoRA) as a batched matmul that
-    # first copies the weight once per row: 56 MB a row here, half of a GRPO step's time. A contiguous input takes the
-    # plain matmul, with the same result.
-    model.get_output_embeddings().register_forward_pre_hook(lambda module, args: (args[0].contiguous(),))
+    contiguous_lm_head_input(model)  # what every loaded model gets: `generate`'s slice, contiguous for a frozen head
     return folder, model
 
 

@@ -93,6 +93,17 @@ def check_adapter_base(adapter: str | os.PathLike) -> None:
     check_model_source(base, f"the base model of {adapter} ({ADAPTER_CONFIG}: base_model_name_or_path)")
 
 
+def contiguous_lm_head_input(model) -> None:
+    """Give `model`'s output layer a contiguous input. `generate` hands it the last position's hidden states, a
+    slice that is not contiguous; on a CPU, PyTorch multiplies such a slice by a weight that needs no gradient (a base
+    model frozen under LoRA) as a batched matmul that first copies the whole weight once per row: 5.6 times slower in
+    float32 and 150 times slower in bfloat16 for SmolLM2-135M's 49,152 x 576 head, every prompt. A contiguous
+    input takes the plain matmul, with the same result."""
+    head = model.get_output_embeddings()
+    if head is not None:
+        head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
+
+
 def load_model_and_tokenizer(
     model_name_or_path: str | os.PathLike, dtype: str | None = None, is_trainable: bool = False, **kwargs
 ):
@@ -144,4 +155,5 @@ def load_model_and_tokenizer(
             model.get_base_model().generation_config = GenerationConfig.from_pretrained(model_name_or_path)
     else:
         model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **kwargs)
+    contiguous_lm_head_input(model)
     return (model.train() if is_trainable else model.eval()), tokenizer

@@ -218,7 +218,9 @@ def _grouped_fused_forward(original, backend: AttentionBackend, pad_token_id: in
     def forward(
         *args, fused_lm_head=False, input_ids=None, attention_mask=None, labels=None, use_cache=None, **kwargs
     ):
-        plain = not args and not kwargs and labels is not None and input_ids is not None
+        # PEFT's forward passes its own keywords on as None (`inputs_embeds`, `output_attentions`, `return_dict`, ...)
+        given = {name: value for name, value in kwargs.items() if value is not None}
+        plain = not args and not given and labels is not None and input_ids is not None
         if fused_lm_head and plain and attention_mask is not None and attention_mask.dim() == 2:
             completion_mask = (labels != IGNORE_INDEX).long() * attention_mask
             fields = grouped_fused_forward(

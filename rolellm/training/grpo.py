@@ -38,7 +38,7 @@ from rolellm import __version__
 from rolellm.clients.config import flag_field
 from rolellm.clients.gguf import read_gguf_source, resolve_model_name_or_path
 from rolellm.clients.inference_settings import SYSTEM_TEMPLATE_FILE, read_inference_settings
-from rolellm.clients.loading import is_adapter_checkpoint, load_model_and_tokenizer
+from rolellm.clients.loading import contiguous_lm_head_input, is_adapter_checkpoint, load_model_and_tokenizer
 from rolellm.data.release import CITATION
 from rolellm.encoding.chat_template import set_role_chat_template
 from rolellm.encoding.encode import encode_chat
@@ -267,6 +267,7 @@ class RoleGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
             **kwargs,
         )
+        contiguous_lm_head_input(self.model)  # the completions are generated with a frozen base under LoRA
 
     # ----------------------------------------------------------------------------------------------- prompts
     def encode_prompt(self, prompt: list[dict]) -> list[int]:
