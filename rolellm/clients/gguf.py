@@ -110,7 +110,13 @@ def resolve_model_name_or_path(model_name_or_path, flag: str = "--model_name_or_
     sha256 = file_sha256(gguf_file)
     folder = gguf_cache_dir() / f"{gguf_file.stem}-{sha256[:16]}"
     if not (folder / SOURCE_FILE).is_file():  # written last: a folder without it is not finished
-        dequantize_gguf(gguf_file, folder, sha256, flag)
+        from filelock import FileLock
+
+        locks = folder.parent.parent / "locks"  # beside the models, which hold finished folders only
+        locks.mkdir(parents=True, exist_ok=True)
+        with FileLock(locks / f"gguf-{folder.name}.lock"):  # processes started together (ranks) convert it once
+            if not (folder / SOURCE_FILE).is_file():
+                dequantize_gguf(gguf_file, folder, sha256, flag)
     return str(folder)
 
 
