@@ -45,6 +45,7 @@ SLICE = ROOT / "tests" / "fixtures" / "rolebench-slice" / "rolebench"
 EN_TEST = Path("rolebench-eng/instruction-generalization/role_specific/test.jsonl")
 ZH_FILES = Path("rolebench-zh/role_specific")
 ROWS = ("base", "few-shot", "rocit-lora", "rocit-full", "rocit-dpo", "rocit-grpo")
+CONFIGS = {"en": "en-instruction-role_specific", "zh": "zh-role_specific"}  # the configs of the written folders
 ZH_ROWS = ("base", "rocit-lora")  # a 135M English-centred model: the Chinese rows show where it stands
 DONE = ".done"
 
@@ -140,8 +141,9 @@ class Runner:
 def train_steps(row: str, model: str, data: Path, out: Path, options) -> list[tuple[str, Path, list[str]]]:
     """The training steps of a row, as (step name, output folder, `rolellm` arguments); the row's model is the
     output folder of the last one (`model` when there is none)."""
-    lora = out / "rocit-lora"
-    rocit = ["train", "--config", str(RECIPE), "--model_name_or_path", model, "--data_dir", str(data)]
+    lora, lang = out / "rocit-lora", "zh" if data.name.endswith("zh") else "en"
+    rocit = ["train", "--config", str(RECIPE), "--model_name_or_path", model, "--data_dir", str(data),
+             "--dataset_configs", CONFIGS[lang], "--system_lang", lang]  # fmt: skip
     if row == "rocit-lora":
         return [("train", lora, [*rocit, "--output_dir", str(lora)])]
     if row == "rocit-full":
@@ -154,7 +156,7 @@ def train_steps(row: str, model: str, data: Path, out: Path, options) -> list[tu
             ("generate preferences", pairs, [
                 "generate", "preferences", "--model", str(lora), "--backend", "local", "--data_dir", str(data),
                 "--profiles", str(data),
-                "--dataset_configs", "en-instruction-role_specific" if data.name.endswith("en") else "zh-role_specific",
+                "--dataset_configs", CONFIGS[lang],
                 "--num_samples", "4", "--temperature", "1.0", "--max_tokens", str(options.max_new_tokens),
                 "--judge", "rouge_l", "--max_questions", str(options.dpo_questions), "--batch_size", "16",
                 "--output_dir", str(pairs), "--no_progress"]),
@@ -169,7 +171,7 @@ def train_steps(row: str, model: str, data: Path, out: Path, options) -> list[tu
         grpo = out / "rocit-grpo"
         return [("train grpo", grpo, [
             "train", "--stage", "grpo", "--model_name_or_path", str(lora), "--data_dir", str(data),
-            "--dataset_configs", "en-instruction-role_specific", "--rewards", "reference_rouge_l", "catchphrase",
+            "--dataset_configs", CONFIGS[lang], "--rewards", "reference_rouge_l", "catchphrase",
             "--reward_weights", "1.0", "0.25", "--num_generations", "4", "--per_device_train_batch_size", "8",
             "--max_completion_length", "64", "--temperature", "1.0", "--beta", "0.0", "--loss_type", "dapo",
             "--learning_rate", "5e-5", "--max_steps", str(options.grpo_steps), "--use_cpu", "true", "--bf16", "false",
@@ -179,8 +181,7 @@ def train_steps(row: str, model: str, data: Path, out: Path, options) -> list[tu
 
 
 def evaluate_args(model: str, label: str, lang: str, data: Path, folder: Path, mode: str, options) -> list[str]:
-    config = "en-instruction-role_specific" if lang == "en" else "zh-role_specific"
-    return ["evaluate", "--model", model, "--model_label", label, "--dataset_name", config, "--data_dir", str(data),
+    return ["evaluate", "--model", model, "--model_label", label, "--dataset_name", CONFIGS[lang], "--data_dir", str(data),
             "--mode", mode, "--max_new_tokens", str(options.max_new_tokens), "--batch_size", "16",
             "--output_dir", str(folder), "--no_progress"]  # fmt: skip
 
