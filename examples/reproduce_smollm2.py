@@ -270,7 +270,7 @@ def make_parser():
     parser.add_argument("--langs", type=lambda text: text.split(","), default=["en", "zh"])
     parser.add_argument("--num_roles", type=int, default=5, help="English roles, first in the file (0: all 95)")
     parser.add_argument("--held_out", type=int, default=10, help="held-out questions per English role")
-    parser.add_argument("--zh_train_per_role", type=int, default=12, help="Chinese train rows per role (0: all)")
+    parser.add_argument("--zh_train_per_role", type=int, default=6, help="Chinese train rows per role (0: all)")
     parser.add_argument("--zh_test_per_role", type=int, default=6, help="Chinese test rows per role (0: all)")
     parser.add_argument("--max_new_tokens", type=int, default=96)
     parser.add_argument("--full_learning_rate", type=float, default=5e-5)
