@@ -23,8 +23,6 @@ from rolellm.clients.gguf import (
     resolve_model_name_or_path,
 )
 from rolellm.clients.loading import load_model_and_tokenizer
-from rolellm.clients.local import LocalChatClient
-from rolellm.roles.prompts import build_chat_messages
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts import cli
 
@@ -83,18 +81,6 @@ def test_the_cached_folder_has_the_logits_of_transformers_gguf_reader(smollm2, s
     ids = torch.tensor([tokenizer("Skadoosh! Who is the Dragon Warrior?")["input_ids"]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, read(ids).logits)
-
-
-def test_rolellm_chat_answers_from_a_gguf_file(smollm2, smollm2_folder, tmp_path, capsys, monkeypatch):
-    write_release_profiles({"Po": PO}, tmp_path / "profiles")
-    monkeypatch.setattr(sys, "stdin", io.StringIO("Who are you?\n"))
-    argv = ["chat", "--model", str(smollm2), "--profiles", str(tmp_path / "profiles"), "--temperature", "0"]
-    code = cli.main([*argv, "--max_new_tokens", "12"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    client = LocalChatClient(smollm2_folder, max_new_tokens=12, progress=False)
-    [expected] = client.generate([build_chat_messages(PO, [{"role": "user", "content": "Who are you?"}])])
-    assert expected.text.strip() and out.splitlines() == [expected.text.strip()]
 
 
 def test_rocit_from_a_gguf_file_names_the_file_and_its_hash_as_the_base(smollm2, smollm2_folder, tmp_path):
