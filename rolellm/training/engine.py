@@ -73,15 +73,11 @@ TINY_RUN_STEPS = 10
 
 
 def planned_steps(trainer) -> tuple[int, int]:
-    """The optimizer steps `trainer.train()` will make, and the batches of one epoch on this process (the training
-    rows after packing, divided by the batch size)."""
-    import math
-
-    args = trainer.args
-    batches = len(trainer.get_train_dataloader())
-    if args.max_steps > 0:
-        return args.max_steps, batches
-    return max(1, batches // args.gradient_accumulation_steps) * math.ceil(args.num_train_epochs), batches
+    """The optimizer steps `trainer.train()` will make and the batches of one epoch on this process (the training
+    rows after packing, divided by the batch size), as `transformers.Trainer` computes them when training starts
+    (`set_initial_training_values`)."""
+    *_, batches, steps = trainer.set_initial_training_values(trainer.args, trainer.get_train_dataloader())
+    return steps, batches
 
 
 def announce_plan(trainer, command: str = "rolellm train") -> int:
