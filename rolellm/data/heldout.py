@@ -26,8 +26,16 @@ from rolellm.roles.profile import RoleProfile, Utterance, parse_description
 from rolellm.roles.release import write_release_profiles
 
 
-def _question_rank(row: dict, seed: int) -> str:
-    return hashlib.sha256(f"{seed}\x00{row['role']}\x00{row['question'].strip()}".encode()).hexdigest()
+def question_hash(role: str, question: str, seed: int = 0) -> float:
+    """A number in [0, 1) from a hash of `(seed, role, question)` alone (surrounding whitespace ignored): the one rule
+    that places a question on a side of a split, here by its rank among its role's questions, in
+    `rolellm.generation.job.stable_split` by a threshold.
+
+    >>> question_hash("李白", "你最喜欢哪首诗？") == question_hash("李白", " 你最喜欢哪首诗？")
+    True
+    """
+    key = "\0".join((str(seed), role.strip(), question.strip())).encode("utf-8")
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
 
 
 def split_role_questions(rows, held_out: int | float = 0.2, seed: int = 0) -> tuple[list[dict], list[dict]]:
@@ -54,7 +62,7 @@ def split_role_questions(rows, held_out: int | float = 0.2, seed: int = 0) -> tu
     for indices in by_role.values():
         count = held_out if isinstance(held_out, int) else max(1, round(held_out * len(indices)))
         count = min(count, len(indices) - 1)
-        chosen.update(sorted(indices, key=lambda index: _question_rank(rows[index], seed))[:count])
+        chosen.update(sorted(indices, key=lambda i: question_hash(rows[i]["role"], rows[i]["question"], seed))[:count])
     return (
         [row for index, row in enumerate(rows) if index not in chosen],
         [row for index, row in enumerate(rows) if index in chosen],

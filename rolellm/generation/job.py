@@ -10,7 +10,6 @@ An output folder is a RoleBench release of its own: every job adds its files to 
 """
 
 import dataclasses
-import hashlib
 import json
 import re
 import warnings
@@ -21,6 +20,7 @@ from pathlib import Path
 import datasets
 import jinja2
 
+from rolellm.data.heldout import question_hash
 from rolellm.data.schema import ROW_FEATURES
 from rolellm.roles.profile import DataFormatError, RoleProfile, parse_json_line, read_json_file, read_text
 from rolellm.roles.prompts import JINJA_ENV, load_prompt, looks_like_a_file_name
@@ -182,9 +182,7 @@ def stable_split(role: str, question: str, test_fraction: float, seed: int = 0) 
     >>> stable_split("李白", "你最喜欢哪首诗？", 1.0), stable_split("李白", "你最喜欢哪首诗？", 0.0)
     ('test', 'train')
     """
-    key = "\0".join((str(seed), role.strip(), question.strip())).encode("utf-8")
-    value = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
-    return "test" if value < test_fraction else "train"
+    return "test" if question_hash(role, question, seed) < test_fraction else "train"
 
 
 def check_test_fraction(test_fraction: float) -> None:
