@@ -4,9 +4,10 @@ Each row runs in its own process under a hard time limit (`ROWS`: name -> second
 runs out of memory prints `FAIL` with a one-line reason and the others still run. The rows:
 
 - `gpu tests`: `pytest -m gpu` (pass / fail / skip counts);
-- `packing`: bf16 RoCIT with prefix-shared packing (FlexAttention on CUDA) against TRL's best-fit packing, the same
-  packed rows per step, on a Qwen2-0.5B-shaped Llama with random weights built here from a config (no download):
-  tokens/s through the model, trained tokens/s, and an MFU estimate (6 x parameters x tokens/s / the GPU's peak);
+- `packing`: bf16 RoCIT with prefix-shared packing (FlexAttention on CUDA) against `trl.SFTTrainer` at its fastest
+  configuration that installs here (`PACKING_SETUPS`), on the same tokenized rows, on a Qwen2-0.5B-shaped Llama with
+  random weights built here from a config (no download): tokens/s through the model, trained tokens/s, and the MFU
+  of the useful FLOPs (`model_flops`);
 - `qlora`: RoCIT steps on the same model loaded in 4-bit NF4 (bitsandbytes) with LoRA;
 - `vllm`: `vllm.LLM` offline generation on the same model folder, when vllm is installed;
 - `two processes`: `accelerate launch` DDP on two GPUs, when there are two.
@@ -14,7 +15,7 @@ runs out of memory prints `FAIL` with a one-line reason and the others still run
 `--dry-run` runs the same code on the CPU with tiny sizes (a two-layer model, a few steps), so the script is tested
 where there is no GPU (`tests/test_gpu_check.py`). The table format is documented in docs/gpu-check.md.
 
-    python bench/gpu_check.py [--dry-run] [--rows packing,qlora] [--work DIR]
+    python bench/gpu_check.py [--dry-run] [--rows packing,qlora] [--packing rocit,trl-flex] [--work DIR]
 """
 
 import argparse
@@ -54,6 +55,7 @@ def run_row(name: str, args) -> list[dict]:
     limit = args.row_timeout or ROWS[name] * (DRY_RUN_SLOWER if args.dry_run else 1)
     command = [sys.executable, str(Path(__file__).resolve()), "--row", name, "--work", args.work]
     command += ["--dry-run"] if args.dry_run else []
+    command += ["--packing", args.packing]
     start = time.perf_counter()
     # a session of its own: on a timeout the whole group goes (pytest's, torchrun's and vLLM's workers too)
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
@@ -161,6 +163,34 @@ def build_model(work: str, dry_run: bool) -> Path:
     return folder
 
 
+# The packing row's setups. RoCIT packs a role's samples behind one copy of its system prompt (prefix-shared rows,
+# FlexAttention on CUDA). TRL's side is `trl.SFTTrainer` at its fastest documented configuration that installs without
+# a download or a source build: best-fit packing, which is padding-free (one flat row of samples told apart by
+# `position_ids`), TRL's chunked LM head (always on), Liger's kernels (RMSNorm, RoPE, SwiGLU), no activation
+# checkpointing. The attention TRL documents for padding-free rows, FlashAttention 2/3, installs only as a source build
+# (`flash-attn`) or from the Hub (`kernels-community/...`), so TRL runs on the faster of FlexAttention and SDPA, which
+# both read the sample boundaries from `position_ids`. Both sides see the same tokenized rows and the same row budget.
+PACKING_SETUPS = {
+    "rocit": {"trainer": "rocit", "rows": 16, "liger": True},
+    "rocit-compile": {"trainer": "rocit", "rows": 16, "liger": True, "compile": True},
+    "rocit-4": {"trainer": "rocit", "rows": 4},
+    "trl-flex": {"trainer": "trl", "rows": 16, "liger": True, "attention": "flex_attention"},
+    "trl-sdpa": {"trainer": "trl", "rows": 16, "liger": True, "attention": "sdpa"},
+    "trl-flex-compile": {"trainer": "trl", "rows": 16, "liger": True, "attention": "flex_attention", "compile": True},
+}
+DEFAULT_PACKING = "rocit,trl-flex-compile"  # the fastest of each side on an H200 (docs/gpu-check.md)
+
+
+def base_settings(output_dir, gpu: bool, dry_run: bool) -> dict:
+    return {
+        "output_dir": str(output_dir), "use_cpu": not gpu, "bf16": gpu, "activation_checkpointing": False,
+        "per_device_train_batch_size": 2 if dry_run else 4, "max_length": 512 if dry_run else 2048,
+        "max_steps": 3 if dry_run else 12, "learning_rate": 1e-4, "logging_steps": 1, "save_strategy": "no",
+        "report_to": "none", "disable_tqdm": True, "seed": 0,
+        "model_init_kwargs": {"dtype": "bfloat16" if gpu else "float32"},
+    }  # fmt: skip
+
+
 def rocit_trainer(model_dir, output_dir, gpu: bool, dry_run: bool, **overrides):
     from rolellm.data.builder import load_rolebench, load_rolebench_profiles
     from rolellm.training.config import RoCITConfig
@@ -168,21 +198,50 @@ def rocit_trainer(model_dir, output_dir, gpu: bool, dry_run: bool, **overrides):
 
     rows = load_rolebench("zh", data_dir=SLICE, splits=["train"])["train"]
     rows = rows.shuffle(seed=0).select(range(48)) if dry_run else rows  # general and role-specific rows
-    settings = {
-        "output_dir": str(output_dir), "use_cpu": not gpu, "bf16": gpu, "activation_checkpointing": False,
-        "reference": "all", "per_device_train_batch_size": 2 if dry_run else 4,
-        "max_length": 512 if dry_run else 2048, "max_steps": 3 if dry_run else 12, "learning_rate": 1e-4,
-        "logging_steps": 1, "save_strategy": "no", "report_to": "none", "disable_tqdm": True, "seed": 0,
-        "model_init_kwargs": {"dtype": "bfloat16" if gpu else "float32"},
-    }  # fmt: skip
+    settings = {**base_settings(output_dir, gpu, dry_run), "reference": "all"}
     settings.update(overrides.pop("config", {}))
     args = RoCITConfig(**settings)
     profiles = load_rolebench_profiles("zh", data_dir=SLICE)
     return RoCITTrainer(str(model_dir), args=args, train_dataset=rows, profiles=profiles, **overrides)
 
 
+def role_token_rows(model_dir, work, gpu: bool, dry_run: bool):
+    """RoCIT's tokenized samples, one a row (its system prompt, question, answer; `labels` -100 outside the answer):
+    the rows TRL's side trains on, so both sides see the same tokens and train the same ones."""
+    trainer = rocit_trainer(model_dir, Path(work) / "tokens-out", gpu, dry_run,
+                            config={"prefix_sharing": False, "packing": False})  # fmt: skip
+    rows = trainer.train_dataset.select_columns(["input_ids", "labels"])
+    free_trainer(trainer)
+    return rows, trainer.processing_class
+
+
+def packing_trainer(name: str, model_dir, work, gpu: bool, dry_run: bool):
+    """The trainer of one setup of `PACKING_SETUPS`, and what it used (Liger and compile need Triton, FlexAttention's
+    backward a GPU: a dry run on a CPU leaves them out, and says so for Liger)."""
+    setup = PACKING_SETUPS[name]
+    triton = gpu and importlib.util.find_spec("triton") is not None
+    liger = setup.get("liger", False) and triton and importlib.util.find_spec("liger_kernel") is not None
+    compiled = setup.get("compile", False) and triton
+    notes = [f"Liger {'on' if liger else 'off'}" + ("" if liger or not setup.get("liger") else " (not installed)")]
+    notes += ["torch.compile"] if compiled else []
+    config = {"per_device_train_batch_size": 2 if dry_run else setup["rows"], "use_liger_kernel": liger,
+              "torch_compile": compiled}  # fmt: skip
+    output_dir = Path(work) / f"packing-{name}"
+    if setup["trainer"] == "rocit":
+        return rocit_trainer(model_dir, output_dir, gpu, dry_run, config=config), notes
+    from trl import SFTConfig, SFTTrainer
+
+    rows, tokenizer = role_token_rows(model_dir, work, gpu, dry_run)
+    settings = {**base_settings(output_dir, gpu, dry_run), **config, "packing": True, "packing_strategy": "bfd"}
+    attention = setup["attention"] if gpu else "sdpa"  # FlexAttention has no backward on a CPU
+    settings["model_init_kwargs"] = {**settings["model_init_kwargs"], "attn_implementation": attention}
+    trainer = SFTTrainer(str(model_dir), args=SFTConfig(**settings), train_dataset=rows, processing_class=tokenizer)
+    return trainer, notes
+
+
 class BatchCounter:
-    """Wraps a data collator and counts, per batch, the tokens through the model and the trained tokens."""
+    """Wraps a data collator and counts, per batch, the tokens through the model, the trained tokens and the
+    (query, key) pairs the attention computes (causal, within a sample, plus its shared prefix)."""
 
     def __init__(self, collator):
         self.collator, self.batches = collator, []
@@ -191,12 +250,50 @@ class BatchCounter:
         batch = self.collator(examples)
         if "segment_ids" in batch:  # prefix-shared rows: padding has segment -1
             real = int((batch["segment_ids"] >= 0).sum())
-        elif "attention_mask" in batch:
-            real = int(batch["attention_mask"].sum())
-        else:  # padding-free rows
+            pairs = prefix_shared_pairs(batch["segment_ids"], batch["prefix_segment_ids"])
+        elif "position_ids" in batch:  # padding-free rows: positions restart at 0 with each sample
             real = batch["input_ids"].numel()
-        self.batches.append((real, int((batch["labels"][:, 1:] != -100).sum())))
+            pairs = int((batch["position_ids"] + 1).sum())
+        else:  # padded rows
+            mask = batch["attention_mask"]
+            real, pairs = int(mask.sum()), int((mask.cumsum(-1) * mask).sum())
+        self.batches.append((real, int((batch["labels"][:, 1:] != -100).sum()), pairs))
         return batch
+
+
+def prefix_shared_pairs(segment_ids, prefix_segment_ids) -> int:
+    """Attended (query, key) pairs in prefix-shared rows: each token sees the earlier tokens of its own segment and,
+    when its segment has a shared prefix, the whole prefix."""
+    import torch
+
+    pairs = 0
+    for segments, prefixes in zip(segment_ids.tolist(), prefix_segment_ids.tolist(), strict=True):
+        ids, counts = torch.unique_consecutive(torch.tensor(segments), return_counts=True)
+        length = {}
+        for segment, count in zip(ids.tolist(), counts.tolist(), strict=True):
+            length[segment] = length.get(segment, 0) + count
+        start = 0
+        for segment, count in zip(ids.tolist(), counts.tolist(), strict=True):
+            if segment >= 0:
+                prefix = prefixes[start]
+                pairs += count * (count + 1) // 2 + (
+                    count * length.get(prefix, 0) if prefix not in (-1, segment) else 0
+                )
+            start += count
+    return pairs
+
+
+def model_flops(model, real: int, trained: int, pairs: int) -> float:
+    """Training FLOPs of the useful work: 6 x the non-embedding parameters per token through the model, 6 x width x
+    vocabulary per trained token (the output layer, needed only where there is a loss), and 12 x layers x attention
+    width per attended (query, key) pair (scores and weighted values, forward and backward)."""
+    config = model.config
+    width, vocab = config.hidden_size, config.vocab_size
+    head_dim = getattr(config, "head_dim", None) or width // config.num_attention_heads
+    embedding = width * vocab * (1 if config.tie_word_embeddings else 2)
+    body = sum(p.numel() for p in model.parameters()) - embedding
+    attention = 12 * config.num_hidden_layers * config.num_attention_heads * head_dim
+    return 6 * body * real + 6 * width * vocab * trained + attention * pairs
 
 
 def timed_train(trainer, warmup: int, gpu: bool) -> tuple[float, list[float]]:
@@ -239,44 +336,58 @@ def peak_flops() -> float | None:
 
 
 def row_packing(args):
-    """RoCIT prefix-shared packing against TRL's packing: the same packed rows of `max_length` per step."""
+    """RoCIT prefix-shared packing against TRL's fastest packing (`PACKING_SETUPS`): the same rows, the same number
+    of rows per step; tokens per second, trained tokens per second, MFU (`model_flops` / time / the GPU's peak)."""
     import math
 
     gpu = on_gpu(args.dry_run)
     if not gpu and not args.dry_run:
         return report("packing", "SKIP", "no CUDA GPU (run with --dry-run on a CPU)")
+    names = [name.strip() for name in args.packing.split(",")]
+    unknown = sorted(set(names) - set(PACKING_SETUPS))
+    if unknown:
+        return report("packing", "FAIL", f"unknown setups {unknown}; the setups: {', '.join(PACKING_SETUPS)}")
     model_dir = build_model(args.work, args.dry_run)
-    warmup = 1 if args.dry_run else 2  # FlexAttention compiles during the first steps
-    setups = [("RoCIT prefix-shared", {}), ("TRL packing", {"config": {"prefix_sharing": False, "packing": True}})]
+    warmup = 1 if args.dry_run else 2  # FlexAttention (and torch.compile) compile during the first steps
     rates = {}
-    for label, overrides in setups:
-        trainer = rocit_trainer(model_dir, Path(args.work) / "packing-out", gpu, args.dry_run, **overrides)
-        counter = BatchCounter(trainer.data_collator)
-        trainer.data_collator = counter
-        seconds, losses = timed_train(trainer, warmup, gpu)
+    for name in names:
+        try:
+            trainer, notes = packing_trainer(name, model_dir, args.work, gpu, args.dry_run)
+            counter = BatchCounter(trainer.data_collator)
+            trainer.data_collator = counter
+            seconds, losses = timed_train(trainer, warmup, gpu)
+        except Exception as error:  # one setup failing (a kernel that does not build) leaves the others to run
+            report(f"packing: {name}", "FAIL", f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+            continue
         steps = trainer.state.global_step
-        real, trained = (sum(b[i] for b in counter.batches[warmup:steps]) for i in (0, 1))
+        real, trained, pairs = (sum(b[i] for b in counter.batches[warmup:steps]) for i in range(3))
         if not all(math.isfinite(loss) for loss in losses):
-            report(f"packing: {label}", "FAIL", f"loss not finite: {losses}")
+            report(f"packing: {name}", "FAIL", f"loss not finite: {losses}")
             continue
         model = trainer.accelerator.unwrap_model(trainer.model)
-        parameters = sum(p.numel() for p in model.parameters())
+        model = getattr(model, "_orig_mod", model)  # a compiled model's own module
         peak = peak_flops() if gpu else None
-        mfu = f"MFU {6 * parameters * real / seconds / peak:.1%}" if peak else "MFU n/a (no known peak)"
+        flops = model_flops(model, real, trained, pairs)
+        mfu = f"MFU {flops / seconds / peak:.1%}" if peak else "MFU n/a (no known peak)"
+        parameters = sum(p.numel() for p in model.parameters())
         backend = model.config._attn_implementation
-        rates[label] = trained / seconds
+        rates[name] = trained / seconds
         del model
         free_trainer(trainer)
         report(
-            f"packing: {label} ({backend})",
+            f"packing: {name} ({backend})",
             "PASS",
-            f"{real / seconds:,.0f} tok/s, {trained / seconds:,.0f} trained tok/s, {mfu}; {steps - warmup} timed "
-            f"steps of {trainer.args.per_device_train_batch_size} rows x {trainer.args.max_length}, "
-            f"{parameters / 1e6:,.1f}M params, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
+            f"{real / seconds:,.0f} tok/s, {trained / seconds:,.0f} trained tok/s, {mfu}; {', '.join(notes)}; "
+            f"{steps - warmup} timed steps of {trainer.args.per_device_train_batch_size} rows x "
+            f"{trainer.args.max_length}, {parameters / 1e6:,.1f}M params, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
         )
-    if len(rates) == 2:
-        ratio = rates["RoCIT prefix-shared"] / rates["TRL packing"]
-        report("packing: ratio", "PASS", f"prefix-shared / TRL packing, trained tokens per second: {ratio:.2f}x")
+    ours = [name for name in rates if PACKING_SETUPS[name]["trainer"] == "rocit"]
+    theirs = [name for name in rates if PACKING_SETUPS[name]["trainer"] == "trl"]
+    if ours and theirs:
+        best_ours, best_theirs = max(ours, key=rates.get), max(theirs, key=rates.get)
+        ratio = rates[best_ours] / rates[best_theirs]
+        report("packing: ratio", "PASS", f"{best_ours} / {best_theirs} (TRL's fastest here), trained tokens per "
+               f"second: {ratio:.2f}x")  # fmt: skip
 
 
 def row_qlora(args):
@@ -378,6 +489,12 @@ def make_parser():
     parser.add_argument("--rows", help=f"comma-separated rows to run (default: all): {', '.join(ROWS)}")
     parser.add_argument("--work", help="a folder for the model and outputs (default: a temporary one)")
     parser.add_argument("--row-timeout", type=float, help="one time limit for every row, in seconds")
+    parser.add_argument(
+        "--packing",
+        default=DEFAULT_PACKING,
+        help=f"the packing row's setups, comma-separated (default: {DEFAULT_PACKING}); the setups: "
+        f"{', '.join(PACKING_SETUPS)}",
+    )
     parser.add_argument("--row", help=argparse.SUPPRESS)  # the child process of one row
     return parser
 

@@ -55,11 +55,41 @@ def test_packing_and_qlora_rows_on_the_cpu(gpu_check, tmp_path, capsys, monkeypa
     gpu_check.row_qlora(args)
     rows = {row["row"]: row for row in rows_printed(capsys.readouterr().out)}
     assert list(rows) == [
-        "packing: RoCIT prefix-shared (sdpa)", "packing: TRL packing (sdpa)", "packing: ratio", "qlora",
+        "packing: rocit (sdpa)", "packing: trl-flex-compile (sdpa)", "packing: ratio", "qlora",
     ]  # fmt: skip
     assert all(row["status"] == "PASS" for row in rows.values()), rows
-    for label in ("RoCIT prefix-shared (sdpa)", "TRL packing (sdpa)"):
+    for label in ("rocit (sdpa)", "trl-flex-compile (sdpa)"):
         result = rows[f"packing: {label}"]["result"]
-        assert "tok/s" in result and "MFU n/a (no known peak); 2 timed steps of 2 rows x 512" in result
-    assert rows["packing: ratio"]["result"].startswith("prefix-shared / TRL packing, trained tokens per second: ")
+        assert "tok/s" in result and "MFU n/a (no known peak); Liger off" in result
+        assert "2 timed steps of 2 rows x 512" in result
+    assert rows["packing: ratio"]["result"].startswith(
+        "rocit / trl-flex-compile (TRL's fastest here), trained tokens per second: "
+    )
     assert rows["qlora"]["result"].startswith("14 4-bit NF4 layers + LoRA r=16")  # 7 linear layers x 2 blocks
+
+
+def test_attended_pairs_and_useful_flops_count_what_the_mask_allows(gpu_check):
+    """The MFU's attention term counts the (query, key) pairs the prefix-shared mask allows, and the padding-free
+    count equals it for the same samples without a shared prefix; the FLOPs add the three terms of the formula."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    # a shared prompt (segment 0) and two samples behind it, then a sample on its own and padding
+    segments = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, -1, -1]])
+    prefixes = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, -1, -1]])
+    q, kv = torch.meshgrid(torch.arange(13), torch.arange(13), indexing="ij")
+    seg, pre = segments[0], prefixes[0]
+    allowed = (kv <= q) & ((seg[q] == seg[kv]) | (pre[q] == seg[kv])) & (seg[q] >= 0)
+    assert gpu_check.prefix_shared_pairs(segments, prefixes) == int(allowed.sum()) == 6 + (3 + 2 * 3) + (10 + 4 * 3) + 3
+
+    collated = {"input_ids": torch.zeros(1, 9, dtype=torch.long), "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]]),
+                "labels": torch.zeros(1, 9, dtype=torch.long)}  # fmt: skip
+    counter = gpu_check.BatchCounter(lambda examples: collated)
+    counter([])
+    assert counter.batches == [(9, 8, 6 + 3 + 10)]
+
+    config = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=100, tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    body = sum(p.numel() for p in model.parameters()) - 16 * 100
+    assert gpu_check.model_flops(model, 10, 4, 30) == 6 * body * 10 + 6 * 16 * 100 * 4 + 12 * 2 * 16 * 30
