@@ -63,7 +63,7 @@ def test_packing_and_qlora_rows_on_the_cpu(gpu_check, tmp_path, capsys, monkeypa
         assert "tok/s" in result and "MFU n/a (no known peak); Liger off" in result
         assert "2 timed steps of 2 rows x 512" in result
     assert rows["packing: ratio"]["result"].startswith(
-        "rocit / trl-flex-compile (TRL's fastest here), trained tokens per second: "
+        "rocit / trl-flex-compile (TRL's fastest here), 16 rows a step, trained tokens per second: "
     )
     assert rows["qlora"]["result"].startswith("14 4-bit NF4 layers + LoRA r=16")  # 7 linear layers x 2 blocks
 
@@ -80,7 +80,9 @@ def test_attended_pairs_and_useful_flops_count_what_the_mask_allows(gpu_check):
     q, kv = torch.meshgrid(torch.arange(13), torch.arange(13), indexing="ij")
     seg, pre = segments[0], prefixes[0]
     allowed = (kv <= q) & ((seg[q] == seg[kv]) | (pre[q] == seg[kv])) & (seg[q] >= 0)
-    assert gpu_check.prefix_shared_pairs(segments, prefixes) == int(allowed.sum()) == 6 + (3 + 2 * 3) + (10 + 4 * 3) + 3
+    assert (
+        gpu_check.prefix_shared_pairs(segments, prefixes) == int(allowed.sum()) == 6 + (3 + 2 * 3) + (10 + 4 * 3) + 3
+    )
 
     collated = {"input_ids": torch.zeros(1, 9, dtype=torch.long), "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]]),
                 "labels": torch.zeros(1, 9, dtype=torch.long)}  # fmt: skip
