@@ -289,7 +289,9 @@ def test_rolellm_train_stage_grpo_runs_the_recipe_and_a_judge(tiny_model_path, t
     assert (tmp_path / "judged" / "judge_cache.sqlite").is_file()
 
 
-def test_rolellm_train_stage_grpo_on_conversations_with_the_simulated_user(tiny_model_path, tmp_path, one_thread):
+def test_rolellm_train_stage_grpo_on_conversations_with_the_simulated_user(
+    tiny_model_path, tmp_path, one_thread, capsys
+):
     from rolellm.scripts import cli
 
     scenarios = tmp_path / "scenarios.yaml"
@@ -306,6 +308,9 @@ def test_rolellm_train_stage_grpo_on_conversations_with_the_simulated_user(tiny_
         assert cli.main(["train", "--stage", "grpo", *flags]) == 0
         simulated = [r for r in server.requests if r["body"]["messages"][0]["role"] == "system"]
     assert len(simulated) == 2  # one user line for each of the two conversations of the step
+    out = capsys.readouterr().out
+    assert "rolellm train: 1 optimizer steps (" in out and "max_steps=1)" in out  # the plan, before training
+    assert "warning: only 1 optimizer steps" in out
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "whole conversations with a simulated user" in card and str(scenarios) in card
 

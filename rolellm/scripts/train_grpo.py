@@ -99,7 +99,7 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
     from trl import get_peft_config
 
     from rolellm.data.release import HUB_REPO_ID
-    from rolellm.training.engine import prepare_start
+    from rolellm.training.engine import announce_plan, prepare_start
     from rolellm.training.grpo import RoleGRPOTrainer
 
     default_configs, load_rows, load_profiles_for = data_functions
@@ -143,6 +143,7 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
         dataset_configs=row_counts,
         rollout_func=rollout,
     )
+    announce_plan(trainer)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     logged = [log["reward"] for log in trainer.state.log_history if "reward" in log]
