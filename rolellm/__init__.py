@@ -11,6 +11,7 @@ does not pull in torch, transformers or trl until a name that needs them is touc
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 
 __version__ = "0.1.0"
@@ -132,6 +133,95 @@ _EXPORTS = {
     "reward_settings": "rolellm.rewards.combine",
     "SimulatedUserRollout": "rolellm.rewards.rollout",
 }
+
+
+if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/test_package.py keeps both in step)
+    from rolellm.clients.base import ChatRequest, ChatResult, EndpointError
+    from rolellm.clients.chat_session import ChatSession, stream_answer
+    from rolellm.clients.config import ClientConfig, make_client
+    from rolellm.clients.gguf import embedded_model, embedded_model_file
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.clients.openai_compatible import OpenAIChatClient
+    from rolellm.clients.ray_backend import RayChatClient
+    from rolellm.clients.vllm_backend import VLLMChatClient
+    from rolellm.data.builder import RoleBench, load_rolebench, load_rolebench_profiles
+    from rolellm.data.heldout import split_role_questions, write_split_release
+    from rolellm.data.hub import export_rolebench, push_rolebench
+    from rolellm.data.preference import read_preference_rows, read_sillytavern_chat, write_preference_rows
+    from rolellm.data.readers import read_rolebench_jsonl
+    from rolellm.encoding.chat_template import set_role_chat_template
+    from rolellm.encoding.check import TemplateReport, check_chat_template
+    from rolellm.encoding.encode import encode_chat, encode_chat_turns
+    from rolellm.evaluation.benchmark.config import EvaluateConfig
+    from rolellm.evaluation.benchmark.report import update_model_card, write_report
+    from rolellm.evaluation.benchmark.rouge import rouge_l, rouge_l_scores
+    from rolellm.evaluation.benchmark.runner import run_benchmark
+    from rolellm.evaluation.benchmark.scoring import score_predictions
+    from rolellm.evaluation.coser.report import write_coser_report
+    from rolellm.evaluation.coser.run import CoserConfig, run_coser
+    from rolellm.evaluation.coser.scoring import rescore_coser_results
+    from rolellm.evaluation.coser.testset import read_coser_test_set
+    from rolellm.evaluation.judge.length_control import length_controlled_win_rate
+    from rolellm.evaluation.judge.pairwise import WinRateResult, judge_win_rate
+    from rolellm.evaluation.multiturn.agreement import compare_with_humans, read_human_labels
+    from rolellm.evaluation.multiturn.dialogue import (
+        Scenario,
+        generate_scenarios,
+        read_scenarios,
+        read_transcripts,
+        run_dialogues,
+        scenarios_from_card,
+    )
+    from rolellm.evaluation.multiturn.report import write_dialogue_report
+    from rolellm.evaluation.multiturn.rubric import judge_answers, judge_transcripts, parse_rubric
+    from rolellm.evaluation.multiturn.run import DialogueConfig, run_dialogue_eval
+    from rolellm.evaluation.preference import PreferenceConfig, PreferenceGenerator
+    from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig
+    from rolellm.generation.filters import clean_answer
+    from rolellm.generation.profile_description import ProfileDescriber, ProfileDescriptionConfig
+    from rolellm.generation.rolegpt import RoleGPT, RoleGPTConfig
+    from rolellm.lm_eval_tasks.folder import lm_eval_tasks_dir
+    from rolellm.rewards.combine import per_role_normalized, reward_settings
+    from rolellm.rewards.flaws import make_coser_flaw_reward
+    from rolellm.rewards.judge import RubricJudgeReward
+    from rolellm.rewards.reference import reference_rouge_l
+    from rolellm.rewards.rollout import SimulatedUserRollout
+    from rolellm.rewards.style import CatchphraseReward, LanguageReward, LengthPenalty
+    from rolellm.roles.character_card import (
+        card_from_profile,
+        profile_from_card,
+        read_character_card,
+        write_character_card,
+    )
+    from rolellm.roles.lookup import Profiles
+    from rolellm.roles.profile import RoleProfile, Utterance, split_catchphrases
+    from rolellm.roles.prompts import (
+        build_chat_messages,
+        build_role_messages,
+        build_system_instruction,
+        role_greeting,
+        to_role_messages,
+    )
+    from rolellm.roles.release import (
+        read_profile_jsonl,
+        read_release_profiles,
+        read_screenplay_folder,
+        write_release_profiles,
+        write_screenplay_folder,
+    )
+    from rolellm.roles.resolve import ProfileSourceError, load_profiles, profiles_for, select_roles
+    from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
+    from rolellm.roles.screenplay import parse_screenplay, read_screenplay, write_screenplay
+    from rolellm.training.config import RoCITConfig, RolePromptArguments
+    from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
+    from rolellm.training.preference import (
+        RoleDPOConfig,
+        RoleDPOTrainer,
+        RoleKTOConfig,
+        RoleKTOTrainer,
+        encode_preference,
+    )
+    from rolellm.training.trainer import RoCITTrainer
 
 __all__ = ["__version__", *_EXPORTS]
 

@@ -189,3 +189,13 @@ def test_subcommand_recipes_are_strict(tmp_path):
     recipe.write_text("checkpoint: runs/ckpt\noutput_dir: out\n")  # a positional argument set by the recipe
     args = export.make_parser().parse_args(["--config", str(recipe), "--merge"])
     assert (args.checkpoint, args.output_dir, args.merge) == ("runs/ckpt", "out", True)
+
+
+def test_type_checkers_see_every_export_from_its_module():
+    """The `if TYPE_CHECKING:` imports of `rolellm/__init__.py` (what type checkers and IDEs read) are `_EXPORTS`."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+    )
+    imported = {alias.name: node.module for node in block.body for alias in node.names}
+    assert imported == rolellm._EXPORTS
