@@ -329,6 +329,39 @@ def test_rolellm_train_stage_grpo_fails_fast_in_a_line(tiny_model_path, tmp_path
     assert "127.0.0.1:9" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3
     assert cli.main([*base[:-1], "--reward_weights", "1", "2"]) == 2
     assert "--reward_weights has 2 values for 1 --rewards" in capsys.readouterr().err
+    for wrong, message in [
+        (
+            "rouge",
+            "--rewards: unknown reward 'rouge': one of catchphrase, language, length_penalty, reference_rouge_l",
+        ),
+        ("no_such_package.brevity", "--rewards: reward 'no_such_package.brevity': cannot import no_such_package"),
+        ("rolellm.rewards.registry.REWARDS", "rolellm.rewards.registry.REWARDS is a dict, not a function"),
+        ("rolellm.rewards.registry.no_such_reward", "rolellm.rewards.registry has no no_such_reward"),
+    ]:
+        assert cli.main([*base[:-2], wrong]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
+def test_rolellm_train_stage_grpo_takes_a_reward_by_its_dotted_path(tiny_model_path, tmp_path, capsys, monkeypatch):
+    """`--rewards package.module.function` trains with the user's own reward function, beside a registered one."""
+    from rolellm.scripts import cli
+
+    calls = tmp_path / "calls.txt"
+    (tmp_path / "my_rewards.py").write_text(
+        "def brevity(prompts, completions, **columns):\n"
+        f"    with open({str(calls)!r}, 'a') as log:\n"
+        "        log.write(f'{len(completions)}\\n')\n"
+        "    return [-float(len(str(c))) for c in completions]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    flags = ["--model_name_or_path", str(tiny_model_path), "--data_dir", DEMO, "--dataset_configs", "en-instruction",
+             "--rewards", "reference_rouge_l", "my_rewards.brevity", "--max_steps", "1", "--max_completion_length", "8",
+             "--num_generations", "2", "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "out"),
+             "--use_cpu", "--bf16", "false", "--activation_checkpointing", "false", "--report_to", "none"]  # fmt: skip
+    assert cli.main(["train", "--stage", "grpo", *flags]) == 0
+    assert "rewards reference_rouge_l, brevity" in capsys.readouterr().out
+    assert calls.read_text().split() == ["4"]  # one call for the step's 4 completions
 
 
 def corpus_folders() -> list:

@@ -26,7 +26,6 @@ from rolellm.clients.config import ClientConfig, check_endpoints, derive_client,
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
-REWARDS = ("reference_rouge_l", "rubric_judge", "catchphrase", "language", "length_penalty")
 JudgeOptions = endpoint_options("judge", model_help="Rubric judge model (reward 'rubric_judge'): a folder or an "
                                 "endpoint model name.")  # fmt: skip
 UserOptions = endpoint_options("user", model_help="User simulator of --scenarios: a folder or an endpoint model name.")
@@ -40,7 +39,8 @@ class GRPOScriptArguments:
         stage (`str`, *optional*, defaults to `"grpo"`): the training stage (`rolellm train --stage grpo`).
         rewards (`list[str]`, *optional*, defaults to `["reference_rouge_l"]`): the reward functions, in the order of
             `--reward_weights`: `reference_rouge_l`, `rubric_judge` (needs `--judge_model`), `catchphrase`,
-            `language`, `length_penalty` (`rolellm.rewards`).
+            `language`, `length_penalty` (`rolellm.rewards.registry`), or a dotted path to a reward function in
+            TRL's form (`package.module.function`).
         per_role_normalize (`bool`, *optional*, defaults to `False`): z-score every reward per role
             (`rolellm.rewards.combine.per_role_normalized`).
         max_answer_words (`int`, *optional*, defaults to 120): the words `length_penalty` allows.
@@ -53,7 +53,10 @@ class GRPOScriptArguments:
     stage: Literal["grpo"] = field(default="grpo", metadata={"help": "The training stage."})
     rewards: list[str] = field(
         default_factory=lambda: ["reference_rouge_l"],
-        metadata={"help": "Reward functions, in the order of --reward_weights.", "choices": REWARDS},
+        metadata={
+            "help": "Reward functions, in the order of --reward_weights: reference_rouge_l, rubric_judge, "
+            "catchphrase, language, length_penalty, or package.module.function."
+        },
     )
     per_role_normalize: bool = field(default=False, metadata={"help": "Z-score every reward per role."})
     max_answer_words: int = field(default=120, metadata={"help": "Words length_penalty allows."})
@@ -67,27 +70,23 @@ class GRPOScriptArguments:
 
 
 def build_rewards(script_args, judge, profiles, training_args) -> list:
-    """The reward functions `--rewards` names, per-role normalised when asked; `judge` is the judge's client."""
+    """The reward functions `--rewards` names (`rolellm.rewards.registry`), per-role normalised when asked; `judge`
+    is the judge's client."""
     from rolellm.rewards.combine import per_role_normalized
-    from rolellm.rewards.judge import RubricJudgeReward
-    from rolellm.rewards.reference import reference_rouge_l
-    from rolellm.rewards.style import CatchphraseReward, LanguageReward, LengthPenalty
+    from rolellm.rewards.registry import REWARDS, RewardContext, build_reward
 
     if not script_args.rewards:
-        raise ValueError(f"--rewards is empty: name at least one of {list(REWARDS)}")
+        raise ValueError(f"--rewards is empty: name at least one of {sorted(REWARDS)}")
     if training_args.reward_weights is not None and len(training_args.reward_weights) != len(script_args.rewards):
         raise ValueError(
             f"--reward_weights has {len(training_args.reward_weights)} values for {len(script_args.rewards)} "
             f"--rewards {script_args.rewards}: give one weight per reward"
         )
-    made = {
-        "reference_rouge_l": lambda: reference_rouge_l,
-        "rubric_judge": lambda: RubricJudgeReward(judge, profiles, max_failure_share=script_args.judge_max_failure_share),
-        "catchphrase": lambda: CatchphraseReward(profiles),
-        "language": lambda: LanguageReward(profiles),
-        "length_penalty": lambda: LengthPenalty(script_args.max_answer_words),
-    }  # fmt: skip
-    rewards = [made[name]() for name in script_args.rewards]
+    context = RewardContext(profiles, judge, script_args.max_answer_words, script_args.judge_max_failure_share)
+    try:
+        rewards = [build_reward(name, context) for name in script_args.rewards]
+    except ValueError as error:
+        raise ValueError(f"--rewards: {error}") from None
     return [per_role_normalized(r) for r in rewards] if script_args.per_role_normalize else rewards
 
 
@@ -99,6 +98,7 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
     from trl import get_peft_config
 
     from rolellm.data.release import HUB_REPO_ID
+    from rolellm.rewards.registry import needs_judge
     from rolellm.training.engine import announce_plan, prepare_start
     from rolellm.training.grpo import RoleGRPOTrainer
 
@@ -111,8 +111,9 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
     judge = make_client(judge_config) if judge_config is not None else None
     user_config = derive_client(base, "user", user_options, cache_path=str(output / "user_cache.sqlite"))
     user = make_client(user_config) if user_config is not None else None
-    if "rubric_judge" in script_args.rewards and judge is None:
-        raise ValueError("--rewards rubric_judge needs --judge_model, the judge that scores the answers")
+    needing = [name for name in script_args.rewards if needs_judge(name)]
+    if needing and judge is None:
+        raise ValueError(f"--rewards {needing[0]} needs --judge_model, the judge that scores the answers")
     if script_args.scenarios is not None and user is None:
         raise ValueError("--scenarios needs --user_model, the simulated user")
     check_endpoints(*(client for client in (judge, user) if client is not None))  # before any model is loaded
