@@ -15,7 +15,8 @@ python examples/train_rolellama.py --config examples/recipes/tiny-cpu.yaml --mod
 ```
 """
 
-from rolellm.scripts.train import RoleBenchArguments, main, make_parser, train
+from rolellm.data.selection import RoleBenchArguments
+from rolellm.scripts.train import main, make_parser, train
 
 
 __all__ = ["RoleBenchArguments", "main", "make_parser", "train"]

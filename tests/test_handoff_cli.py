@@ -235,7 +235,7 @@ def test_a_broken_file_in_the_folder_stops_the_run_before_any_row_is_written(tmp
 def test_train_without_dataset_configs_takes_the_folder_s_configs_and_says_which(tmp_path, capsys):
     from argparse import Namespace
 
-    from rolellm.scripts.train import default_configs
+    from rolellm.data.selection import default_configs
 
     for rel in (
         "rolebench-zh/general/train.jsonl",

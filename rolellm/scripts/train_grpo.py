@@ -11,8 +11,8 @@ rolellm train --stage grpo --model_name_or_path runs/rolellama --scenarios scena
     --rewards rubric_judge --judge_model gpt-4o --max_completion_length 512 --output_dir runs/rolellama-grpo
 ```
 
-The rows, profiles and flags of the data are those of `rolellm train` (`RoleBenchArguments` and its functions, which
-`rolellm.scripts.train` hands over, so this module does not import it back); every field of
+The rows, profiles and flags of the data are those of every stage of `rolellm train` (`rolellm.data.selection`); every
+field of
 `trl.GRPOConfig` is a flag (`--num_generations`, `--beta`, `--loss_type`, `--reward_weights`, ...). The judge and the
 user simulator are endpoints derived as `rolellm dialogue` derives them (`--judge_model`, `--judge_base_url`, ...; a
 model that is a folder runs locally), each with its answer cache in `output_dir`.
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from rolellm.clients.config import ClientConfig, check_endpoints, derive_client, endpoint_options, make_client
+from rolellm.data.selection import RoleBenchArguments, default_configs, load_profiles_for, load_rows
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -90,11 +91,10 @@ def build_rewards(script_args, judge, profiles, training_args) -> list:
     return [per_role_normalized(r) for r in rewards] if script_args.per_role_normalize else rewards
 
 
-def train(data_args, script_args, judge_options, user_options, training_args, model_args, data_functions):
+def train(data_args, script_args, judge_options, user_options, training_args, model_args):
     """Train with GRPO, save the model with its role files and model card, print what was trained.
 
-    `data_functions` are `rolellm train`'s `(default_configs, load_rows, load_profiles_for)`: the rows and profiles
-    of `--stage grpo` are found as for every stage."""
+    The rows and profiles of `--stage grpo` are found as for every stage (`rolellm.data.selection`)."""
     from trl import get_peft_config
 
     from rolellm.data.release import HUB_REPO_ID
@@ -102,7 +102,6 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
     from rolellm.training.engine import announce_plan, prepare_start
     from rolellm.training.grpo import RoleGRPOTrainer
 
-    default_configs, load_rows, load_profiles_for = data_functions
     prepare_start(model_args, training_args)
     model = model_args.model_name_or_path
     base = ClientConfig(model, progress=False)
@@ -159,22 +158,22 @@ def train(data_args, script_args, judge_options, user_options, training_args, mo
     return trainer
 
 
-def dataclass_types(data_arguments) -> tuple:
+def dataclass_types() -> tuple:
     from trl import ModelConfig
 
     from rolellm.training.grpo import RoleGRPOConfig
 
-    return (data_arguments, GRPOScriptArguments, JudgeOptions, UserOptions, RoleGRPOConfig, ModelConfig)
+    return (RoleBenchArguments, GRPOScriptArguments, JudgeOptions, UserOptions, RoleGRPOConfig, ModelConfig)
 
 
-def main(args, data_arguments, data_functions):
-    """The `rolellm train --stage grpo` entry point, called by `rolellm.scripts.train.main` with its data
-    dataclass (`RoleBenchArguments`) and data functions; `args` is the namespace of `make_parser(...).parse_args()`."""
-    train(*dataclasses_from(args, dataclass_types(data_arguments)), data_functions)
+def main(args):
+    """The `rolellm train --stage grpo` entry point, called by `rolellm.scripts.train.main`; `args` is the namespace
+    of `make_parser().parse_args()`."""
+    train(*dataclasses_from(args, dataclass_types()))
 
 
-def make_parser(data_arguments, subparsers=None):
-    """The recipe parser over (`data_arguments`, `GRPOScriptArguments`, the judge's and the user simulator's
+def make_parser(subparsers=None):
+    """The recipe parser over (`RoleBenchArguments`, `GRPOScriptArguments`, the judge's and the user simulator's
     endpoint options, `RoleGRPOConfig`, `trl.ModelConfig`)."""
     description = "Train with GRPO from a RoCIT checkpoint or adapter, with role-play rewards."
-    return make_command_parser("train", dataclass_types(data_arguments), description, subparsers)
+    return make_command_parser("train", dataclass_types(), description, subparsers)
