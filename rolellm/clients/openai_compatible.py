@@ -31,7 +31,17 @@ import time
 from dataclasses import replace
 from typing import Literal
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage, as_request, check_base_url
+from rolellm.clients.base import (
+    DEFAULT_API_KEY_ENV,
+    ChatClient,
+    ChatRequest,
+    ChatResult,
+    EndpointError,
+    Usage,
+    as_request,
+    check_base_url,
+    read_api_key,
+)
 from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
 
 
@@ -64,9 +74,11 @@ class OpenAIChatClient(ChatClient):
         model (`str`): the model name the endpoint serves (`"gpt-4"`, a vLLM model id, ...).
         base_url (`str`, *optional*): the endpoint, e.g. `"http://localhost:8000/v1"`; defaults to
             `$OPENAI_BASE_URL`, else OpenAI.
-        api_key (`str`, *optional*): defaults to `$OPENAI_API_KEY`. With a `base_url` and no key, the placeholder
-            `"EMPTY"` is sent (local servers need none). Kept only on this object: never written to the cache,
-            logs or outputs, and not shown by `repr`.
+        api_key (`str`, *optional*): defaults to the value of `api_key_env`. With a `base_url` and no key, the
+            placeholder `"EMPTY"` is sent (local servers need none). Kept only on this object: never written to the
+            cache, logs or outputs, and not shown by `repr`.
+        api_key_env (`str`, *optional*): the environment variable holding the key, which must be set
+            (`ClientConfig.api_key_env`); `""` sends no key; defaults to `OPENAI_API_KEY` when that is set.
 
         > Parameters that control throughput
 
@@ -92,8 +104,8 @@ class OpenAIChatClient(ChatClient):
             request) or `openai.DefaultAsyncHttpxClient`.
     """
 
-    config_fields = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
-                     "progress")  # fmt: skip
+    config_fields = ("base_url", "api_key_env", "max_concurrency", "requests_per_minute", "timeout", "max_retries",
+                     "cache_path", "progress")  # fmt: skip
 
     def __init__(
         self,
@@ -101,6 +113,7 @@ class OpenAIChatClient(ChatClient):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
+        api_key_env: str | None = None,
         max_concurrency: int = 16,
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
@@ -125,10 +138,25 @@ class OpenAIChatClient(ChatClient):
         self.base_url = check_base_url(base_url) or check_base_url(
             os.environ.get("OPENAI_BASE_URL"), "OPENAI_BASE_URL"
         )
-        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if self.base_url else None)
+        self.api_key_env = api_key_env  # a name, never the key: it may be shown
+        # where the key comes from, in words, for the message of a refused key
+        if api_key:
+            self._key_source = "the key sent is the one passed as api_key"
+        else:
+            api_key = read_api_key(api_key_env)
+            self._key_source = (
+                f"the key sent is ${api_key_env or DEFAULT_API_KEY_ENV}" if api_key else
+                "no key was sent: name the variable holding this endpoint's key with its api_key_env option"
+            )  # fmt: skip
+        self._api_key = api_key or ("EMPTY" if self.base_url else None)
+        if self._api_key is None and api_key_env == "":
+            raise ValueError(
+                f"No API key for OpenAI (model {model!r}, no base_url): api_key_env is empty, as for an endpoint on "
+                "another host than the run's main one; name the variable holding its key with its api_key_env option"
+            )
         if self._api_key is None:
             raise ValueError(
-                "No API key: set the OPENAI_API_KEY environment variable or pass api_key=...; for a local "
+                f"No API key: set the {DEFAULT_API_KEY_ENV} environment variable or pass api_key=...; for a local "
                 "OpenAI-compatible server that needs no key, pass its base_url (e.g. 'http://localhost:8000/v1')."
             )
         self.max_concurrency = max_concurrency
@@ -191,6 +219,8 @@ class OpenAIChatClient(ChatClient):
                     message = server_message(error)
                     if error.status_code in STOP_STATUSES:
                         suffix = f" (the endpoint lists: {', '.join(listed)})" if listed else ""
+                        if error.status_code in (401, 403):
+                            suffix += f" ({self._key_source})"
                         raise EndpointError(
                             f"{where} refused the request for model {self.model!r}: HTTP {error.status_code} "
                             f"{message}{suffix}"

@@ -75,8 +75,10 @@ class RayChatClient(ChatClient):
     Args:
         model (`str`): the endpoint's model name (with `base_url`), else a model folder or Hub id every vLLM worker
             can read (a shared path or the Hub).
-        base_url (`str`, *optional*): an OpenAI-compatible endpoint: requests go through `HttpRequestProcessorConfig`
-            (key: `OPENAI_API_KEY`); without it, through `vLLMEngineProcessorConfig`.
+        base_url (`str`, *optional*): an OpenAI-compatible endpoint: requests go through `HttpRequestProcessorConfig`;
+            without it, through `vLLMEngineProcessorConfig`.
+        api_key_env (`str`, *optional*): the environment variable holding the endpoint's key, as `OpenAIChatClient`'s
+            (defaults to `OPENAI_API_KEY` when that is set).
 
         > Parameters of the HTTP fan-out
 
@@ -107,8 +109,9 @@ class RayChatClient(ChatClient):
             *optional*, defaults to `True`): as every client.
     """
 
-    config_fields = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "batch_size",
-                     "tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")  # fmt: skip
+    config_fields = ("base_url", "api_key_env", "max_concurrency", "requests_per_minute", "timeout", "max_retries",
+                     "batch_size", "tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path",
+                     "progress")  # fmt: skip
 
     @classmethod
     def from_config(cls, config) -> "RayChatClient":
@@ -123,6 +126,7 @@ class RayChatClient(ChatClient):
         model: str,
         base_url: str | None = None,
         *,
+        api_key_env: str | None = None,
         max_concurrency: int = 16,
         requests_per_minute: int | None = None,
         timeout: float = 120.0,
@@ -148,8 +152,9 @@ class RayChatClient(ChatClient):
         if self.base_url is not None:
             # the pre-flight and the key are the endpoint client's own
             self.endpoint = OpenAIChatClient(
-                model, base_url, max_retries=max_retries, timeout=timeout, max_concurrency=1, progress=False
-            )
+                model, base_url, api_key_env=api_key_env, max_retries=max_retries, timeout=timeout, max_concurrency=1,
+                progress=False,
+            )  # fmt: skip
             self.settings = {
                 **http_fan_out(max_concurrency),
                 "batch_size": batch_size,
