@@ -266,26 +266,12 @@ class OpenAIChatClient(ChatClient):
     async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
         """The async form of `generate` (same arguments): await it inside your own event loop. A `json_schema` is
         not sent (endpoints differ in how they take one): `parse` checks the answers."""
-        import openai
-
         requests = [as_request(r) for r in requests]
         limiter = None
         if self.requests_per_minute or self.tokens_per_minute:
             limiter = RateLimiter(self.requests_per_minute, self.tokens_per_minute)
         bar = self._progress(len(requests), desc)
-        # Fresh AsyncOpenAI clients per run: their connection pools belong to this run's event loop.
-        async with contextlib.AsyncExitStack() as stack:
-            pools = []
-            for _ in range(-(-self.max_concurrency // CONNECTIONS_PER_POOL)):
-                api = openai.AsyncOpenAI(
-                    api_key=self._api_key,
-                    base_url=self.base_url,
-                    max_retries=0,
-                    timeout=self.timeout,
-                    http_client=self._http_client(),
-                )
-                pools.append(await stack.enter_async_context(api))
-            slots = Slots(pools, self.max_concurrency)
+        async with self.open_slots() as slots:
             tasks = [asyncio.ensure_future(self._answer(slots, r, parse, limiter, bar, remind)) for r in requests]
             try:
                 results = await asyncio.gather(*tasks)
@@ -298,13 +284,32 @@ class OpenAIChatClient(ChatClient):
         self._report(bar, desc)
         return list(results)
 
+    @contextlib.asynccontextmanager
+    async def open_slots(self):
+        """`Slots` of `max_concurrency` requests in flight over fresh `AsyncOpenAI` clients, whose connection pools
+        belong to the running event loop; `complete` sends through them."""
+        import openai
+
+        async with contextlib.AsyncExitStack() as stack:
+            pools = []
+            for _ in range(-(-self.max_concurrency // CONNECTIONS_PER_POOL)):
+                api = openai.AsyncOpenAI(
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    max_retries=0,
+                    timeout=self.timeout,
+                    http_client=self._http_client(),
+                )
+                pools.append(await stack.enter_async_context(api))
+            yield Slots(pools, self.max_concurrency)
+
     async def _answer(self, slots, request, parse, limiter, bar, remind) -> ChatResult:
         asked = request
         for attempt in range(self.max_parse_attempts):
             hit = self._cached(request, attempt)
             if hit is None:
                 try:
-                    text, usage = await self._complete(slots, asked, limiter)
+                    text, usage = await self.complete(slots, asked, limiter)
                 except RequestFailed as error:
                     self.usage.failures += 1
                     self._forget(request, attempt - 1)
@@ -320,8 +325,9 @@ class OpenAIChatClient(ChatClient):
         self._update(bar)
         return result
 
-    async def _complete(self, slots, request, limiter) -> tuple[str, dict]:
-        """One answer, retried on transient failures; raises `RequestFailed` when it cannot be had."""
+    async def complete(self, slots, request, limiter=None) -> tuple[str, dict]:
+        """One answer, retried on transient failures; raises `RequestFailed` when it cannot be had, and
+        `EndpointError` when the endpoint refuses the run (then `slots` send nothing more)."""
         import httpx2
         import openai
 
