@@ -83,7 +83,8 @@ def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path
 
 @pytest.mark.slow
 def test_an_endpoint_refusing_mid_run_stops_the_job_and_keeps_the_answers(ray_address, tmp_path):
-    """A refusal (HTTP 401: every request would get it) stops every task; what came back before is in the cache."""
+    """A refusal (HTTP 401: every request would get it) stops the job: the refused task sends nothing more, the other
+    task is ended, and what came back before is in the cache."""
     from rolellm.clients.ray_backend import RayChatClient
 
     def responder(body):
@@ -95,13 +96,15 @@ def test_an_endpoint_refusing_mid_run_stops_the_job_and_keeps_the_answers(ray_ad
     requests = [ChatRequest([{"role": "user", "content": f"question {i}"}]) for i in range(40)]
     cache = tmp_path / "cache.sqlite"
     with ChatCompletionsServer(responder, latency=0.05) as server:
-        client = RayChatClient("test-model", server.base_url, max_concurrency=4, cache_path=cache, progress=False)
+        # two tasks of 10 requests in flight: the odd questions' task is refused in its first ten
+        client = RayChatClient("test-model", server.base_url, max_concurrency=20, cache_path=cache, progress=False)
         with pytest.raises(EndpointError, match=r"the Ray job stopped after \d+ of 40 answers \(http://127.0.0.1:\d+/v1 "
                            r"refused the request for model 'test-model': HTTP 401 key revoked\); the answers are "
                            r"cached, a re-run sends only the rest"):  # fmt: skip
             client.generate(requests)
-        sent = len(server.requests)
-    assert cached_rows(cache) == client.usage.requests < 40 and sent < 40  # the rest was never sent
+        sent = {r["body"]["messages"][-1]["content"] for r in server.requests}
+    assert cached_rows(cache) == client.usage.requests < 40
+    assert not sent & {f"question {i}" for i in range(21, 40, 2)}  # the refused task's rest was never sent
 
 
 @pytest.mark.slow
