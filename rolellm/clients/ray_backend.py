@@ -1,4 +1,5 @@
-"""`RayChatClient`: the chat-client interface on Ray Data's LLM processors (`ray.data.llm.build_processor`).
+"""`RayChatClient`: the chat-client interface on a Ray cluster, for vLLM engines (Ray Data's LLM processors,
+`ray.data.llm.build_processor`) or an endpoint (Ray tasks).
 
 Two ways to spread a run over a Ray cluster, chosen by `base_url`:
 
