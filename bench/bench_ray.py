@@ -1,12 +1,13 @@
-"""`rolellm generate` through Ray Data's HTTP processor (`--backend ray`) against the built-in client, same settings.
+"""`rolellm generate` through Ray (`--backend ray` with `--base_url`) against the built-in client, same settings.
 
 What it compares, on the same local chat-completions server (`rolellm.testing.ChatCompletionsServer`, in its own
 process as a remote server would be, every answer delayed by 100 ms):
 
 - `rolellm generate rolegpt` with the built-in asyncio client (`OpenAIChatClient`), `--max_concurrency 16`;
-- the same command with `--backend ray --batch_size 4` (`RayChatClient`: `HttpRequestProcessorConfig` on one Ray worker
-  of 16 requests in flight) on a local Ray cluster: the first job after `ray.init` (a fresh cluster: its worker
-  processes start cold) and a later job on the running cluster (a driver joining a running `ray start` cluster).
+- the same command with `--backend ray` (`RayChatClient`: one Ray task of 16 requests in flight, the built-in client
+  inside it, each answer streamed back) on a local Ray cluster: the first job after `ray.init` (a fresh cluster: its
+  worker processes start cold) and a later job on the running cluster (a driver joining a running `ray start`
+  cluster).
 
 Each run sends 360 requests (RoleGPT: 2 roles x 30 instructions x 6 samples) into a fresh folder and cache. The
 setups run in turns (built-in, `ray.init`, first Ray job, later Ray job, `ray.shutdown`), `REPEATS` times; printed
@@ -17,12 +18,13 @@ server's arrival times and the cache's write times (`created`, written as each a
   starting its workers), and to its first answer in the cache;
 - throughput including start-up: requests / the command's seconds;
 - throughput excluding start-up: requests / seconds from the first request at the server to the last answer in the
-  cache (for Ray this still holds the wait for the last Ray task's answers to reach the driver);
+  cache;
 - peak in flight: the most requests the server held at once (100 ms windows): both sides run 16;
 - CPU seconds: of this process and every process it started but the server (for Ray: the cluster's, its workers'
   and its actors', sampled every 0.1 s, so a process that ends between two samples misses its last 0.1 s).
 
-Run: `python bench/bench_ray.py` (about two minutes); it needs `rolellm[ray]` and the RoleBench data.
+Run: `python bench/bench_ray.py [REPEATS]` (about a minute and a half for the default 3); it needs `rolellm[ray]` and
+the RoleBench data.
 """
 
 import multiprocessing
@@ -45,7 +47,6 @@ LATENCY = 0.1
 CONCURRENCY = 16
 INSTRUCTIONS = 30  # per role; x 2 roles x 6 samples = 360 requests
 REQUESTS = 2 * INSTRUCTIONS * 6
-RAY_BATCH_SIZE = 4  # requests per Ray Data batch: 4 batches per Ray task, blocks of 16 requests
 REPEATS = 3
 RECIPE = Path(__file__).resolve().parents[1] / "examples" / "recipes" / "generate_rolegpt.yaml"
 
@@ -138,13 +139,14 @@ def main():
     if data_dir is None:
         raise SystemExit("RoleBench data not found: set ROLEBENCH_DATA_DIR or place it at ../shared/data")
     os.environ.setdefault("OPENAI_API_KEY", "bench")
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else REPEATS
     import ray
 
     parent, child = multiprocessing.Pipe()
     server = multiprocessing.Process(target=serve, args=(child,), daemon=True)
     server.start()
     base_url = parent.recv()
-    ray_flags = ("--backend", "ray", "--batch_size", str(RAY_BATCH_SIZE))
+    ray_flags = ("--backend", "ray")
     labels = (
         "built-in client (OpenAIChatClient)",
         "--backend ray, first job after ray.init",
@@ -154,7 +156,7 @@ def main():
     inits = []
     try:
         with tempfile.TemporaryDirectory() as folder:
-            for r in range(REPEATS):  # in turns: every setup sees the same machine load
+            for r in range(repeats):  # in turns: every setup sees the same machine load
                 out = Path(folder) / str(r)
                 runs[labels[0]].append(generate(base_url, data_dir, out / "builtin", parent, server.pid))
                 start = time.monotonic()
@@ -175,7 +177,7 @@ def main():
 
     print(
         f"\n{REQUESTS} requests, {LATENCY * 1000:.0f} ms per answer, --max_concurrency {CONCURRENCY}, "
-        f"{os.cpu_count()} CPUs; {REPEATS} runs of each setup in turns; seconds as min / median, rates and ratios "
+        f"{os.cpu_count()} CPUs; {repeats} runs of each setup in turns; seconds as min / median, rates and ratios "
         "from the medians"
     )
     print(

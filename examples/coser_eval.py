@@ -2,11 +2,14 @@
 
 Offline by default: a local chat-completions test server plays the actor, the Environment, the next-speaker
 predictor and the judge with canned answers (the scores mean nothing; the files and the flow are real). With
-`--base_url` every agent is a model at that endpoint (a vLLM server), with `--judge_base_url` the judge elsewhere:
+`--base_url` every agent is a model at that endpoint (a vLLM server), with `--judge_base_url` the judge elsewhere,
+with its own key (`--judge_api_key_env`: the environment variable holding it; the other agents get
+`OPENAI_API_KEY` when it is set):
 
     python examples/coser_eval.py --test_file tests/fixtures/coser/test_set.json --output_dir runs/coser-demo
-    python examples/coser_eval.py --test_file CoSER/data/test/example_test_set.json --base_url http://localhost:8000/v1 \
-        --actor_model actor --judge_model gpt-4o-2024-08-06 --judge_base_url https://api.openai.com/v1
+    OPENAI_JUDGE_KEY=sk-... python examples/coser_eval.py --test_file CoSER/data/test/example_test_set.json \
+        --base_url http://localhost:8000/v1 --actor_model actor --judge_model gpt-4o-2024-08-06 \
+        --judge_base_url https://api.openai.com/v1 --judge_api_key_env OPENAI_JUDGE_KEY
 
 It then re-scores the results file it wrote (`rescore_coser_results`), as `rolellm coser rescore` does.
 """
@@ -51,6 +54,7 @@ def main():
     parser.add_argument("--nsp_model", default="nsp")
     parser.add_argument("--judge_model", default="judge")
     parser.add_argument("--judge_base_url", default=None)
+    parser.add_argument("--judge_api_key_env", default=None, help="The variable holding the judge's key.")
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args()
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="coser-")
@@ -62,7 +66,8 @@ def main():
             test_file=args.test_file, output_dir=output_dir, limit=args.limit,
             client=ClientConfig(args.actor_model, max_new_tokens=512, **endpoint),
             env=ClientConfig(args.env_model, **endpoint), nsp=ClientConfig(args.nsp_model, **endpoint),
-            judge=ClientConfig(args.judge_model, **{**endpoint, "base_url": args.judge_base_url or base_url}),
+            judge=ClientConfig(args.judge_model, **{**endpoint, "base_url": args.judge_base_url or base_url},
+                               api_key_env=args.judge_api_key_env),
         )  # fmt: skip
         result = run_coser(config)
 

@@ -53,15 +53,19 @@ def test_every_command_describes_its_clients_with_the_one_config(tmp_path):
     ))  # fmt: skip
     assert evaluate_config.client.backend == "local" and evaluate_config.client.max_new_tokens == 256
     assert evaluate_config.judge == ClientConfig(
-        "judge", base_url="http://j/v1", max_concurrency=2, cache_path=str(tmp_path / "judge_cache.sqlite")
-    )
+        "judge", base_url="http://j/v1", max_concurrency=2, cache_path=str(tmp_path / "judge_cache.sqlite"),
+        api_key_env="",  # not OpenAI's host, where OPENAI_API_KEY goes when the model runs in-process
+    )  # fmt: skip
     dialogue_config = dialogue.dialogue_config(dialogue.make_parser().parse_args(
         ["--profiles", "p", "--model", "m", "--base_url", "http://m/v1", "--user_model", "u", "--judge_model", "a",
          "b", "--judge_base_url", "http://j/v1", "--output_dir", str(tmp_path)]
     ))  # fmt: skip
     cache = str(tmp_path / "cache.sqlite")
     assert dialogue_config.user == ClientConfig("u", base_url="http://m/v1", cache_path=cache)  # the model's endpoint
-    assert dialogue_config.judges == [ClientConfig(n, base_url="http://j/v1", cache_path=cache) for n in "ab"]
+    # the judges' host is not the model's: they get no key of its
+    assert dialogue_config.judges == [
+        ClientConfig(n, base_url="http://j/v1", api_key_env="", cache_path=cache) for n in "ab"
+    ]
 
 
 def test_a_derived_endpoint_inherits_from_the_main_client_by_one_rule(tiny_model_path, monkeypatch):

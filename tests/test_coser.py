@@ -38,6 +38,7 @@ from rolellm.testing.server import ChatCompletionsServer
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "coser"
+ACTOR_KEY, JUDGE_KEY = "sk-actor-host-only", "sk-judge-host-only"
 TEST_SET = FIXTURES / "test_set.json"
 HAMLET, PRIDE = "Hamlet-3-0", "Pride and Prejudice-7-1"
 # what the judge finds on each dimension: severities (None: a flaw without one, which counts 1)
@@ -224,14 +225,30 @@ def test_rescore_reproduces_a_hand_written_results_file_in_the_originals_format(
 # --- a run ---------------------------------------------------------------------------------------------------------------
 
 
-def test_a_run_plays_judges_scores_and_resumes_without_asking_again(tmp_path, capsys):
+def test_a_run_plays_judges_scores_and_resumes_without_asking_again(tmp_path, capsys, monkeypatch):
+    """The actor, Environment and next-speaker on one server, the judge on another: each gets only its own key (the
+    main endpoint's `OPENAI_API_KEY`, the judge's `--judge_api_key_env`), and neither key is printed or written."""
     out = tmp_path / "run"
-    with ChatCompletionsServer(responder) as server:
-        assert run_cli(run_argv(server.base_url, out)) == 0
-        first = len(server.requests)
+    monkeypatch.setenv("OPENAI_API_KEY", ACTOR_KEY)
+    monkeypatch.setenv("COSER_JUDGE_KEY", JUDGE_KEY)
+    with (
+        ChatCompletionsServer(responder, api_key=ACTOR_KEY) as server,
+        ChatCompletionsServer(responder, api_key=JUDGE_KEY) as judge,
+    ):
+        argv = run_argv(server.base_url, out, "--judge_base_url", judge.base_url, "--judge_api_key_env",
+                        "COSER_JUDGE_KEY")  # fmt: skip
+        assert run_cli(argv) == 0
+        first = len(server.requests) + len(judge.requests)
         bodies = [r["body"] for r in server.requests]
-        assert run_cli(run_argv(server.base_url, out)) == 0  # again: everything from the log and the cache
-        assert len(server.requests) == first
+        assert run_cli(argv) == 0  # again: everything from the log and the cache
+        assert len(server.requests) + len(judge.requests) == first
+        assert server.authorizations() == {f"Bearer {ACTOR_KEY}": len(server.requests) + len(server.model_listings)}
+        assert judge.authorizations() == {f"Bearer {JUDGE_KEY}": len(judge.requests) + len(judge.model_listings)}
+        assert {r["body"]["model"] for r in judge.requests} == {"judge"} and len(judge.requests) == 2 * 4
+    printed = capsys.readouterr()
+    for written in [printed.out, printed.err, *(p.read_bytes().decode("utf-8", "replace") for p in out.rglob("*")
+                                                if p.is_file())]:  # fmt: skip
+        assert ACTOR_KEY not in written and JUDGE_KEY not in written
     results = json.loads((out / "results.json").read_text())
     assert set(results) >= {"scores", "cases", "run"} and list(results["cases"]) == [HAMLET, PRIDE]
     hamlet, pride = results["cases"][HAMLET], results["cases"][PRIDE]

@@ -374,7 +374,7 @@ def test_the_hub_refuses_or_fails(status, name, hub, inputs, tmp_path, capsys, m
 
 DERIVED_URLS = [
     (f"https://me:{API_KEY}@h/v1", "holds credentials (user:password@h): give the URL without them and put the key in "
-     "OPENAI_API_KEY"),
+     "OPENAI_API_KEY (or the variable api_key_env names)"),
     ("ftp://h/v1", "is not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1"),
 ]  # fmt: skip
 

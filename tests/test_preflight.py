@@ -61,7 +61,7 @@ def test_generate_runs_after_a_passing_preflight(generate_job, tmp_path, monkeyp
 @pytest.mark.parametrize(
     ("server_kwargs", "key", "expected"),
     [
-        ({"api_key": KEY}, "sk-wrong", "HTTP 401 Incorrect API key provided"),
+        ({"api_key": KEY}, "sk-wrong", "HTTP 401 Incorrect API key provided (the key sent is $OPENAI_API_KEY)"),
         ({"models": ["gpt-4o"]}, KEY, "HTTP 404 The model `test-model` does not exist (the endpoint lists: gpt-4o)"),
     ],
     ids=["401", "unknown-model"],

@@ -43,7 +43,9 @@ def rolegpt_answer(body):
 
 
 @pytest.mark.slow
-def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path):
+def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path, monkeypatch):
+    """Cached requests are never submitted, a request failing past its retries and an answer that never parses are
+    counted failures, and the Ray tasks send the key of the variable `api_key_env` names."""
     from rolellm.clients.ray_backend import RayChatClient
 
     def responder(body):
@@ -58,42 +60,51 @@ def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path
         ChatRequest([{"role": "user", "content": f"question {i}"}], params={"max_tokens": 8}) for i in range(8)
     ]
     cache = tmp_path / "cache.sqlite"
-    with ChatCompletionsServer(responder) as server:
+    monkeypatch.setenv("RAY_TEST_KEY", "sk-ray-test")
+    with ChatCompletionsServer(responder, api_key="sk-ray-test") as server:
         # two answers are in the cache already (the default backend's, the same keys)
-        OpenAIChatClient("test-model", server.base_url, cache_path=cache, progress=False).generate(requests[:2])
+        OpenAIChatClient("test-model", server.base_url, api_key_env="RAY_TEST_KEY", cache_path=cache,
+                         progress=False).generate(requests[:2])  # fmt: skip
         before = len(server.requests)
-        client = RayChatClient("test-model", server.base_url, max_concurrency=4, cache_path=cache, progress=False)
+        client = RayChatClient("test-model", server.base_url, api_key_env="RAY_TEST_KEY", max_concurrency=4,
+                               max_retries=1, cache_path=cache, progress=False)  # fmt: skip
         results = client.generate(requests, parse=int)
         sent = [r["body"]["messages"][-1]["content"] for r in server.requests[before:]]
+        assert server.authorizations() == {"Bearer sk-ray-test": len(server.requests) + len(server.model_listings)}
 
     assert [r.parsed for r in results] == [10, 10, 10, None, None, 10, 10, 10]
     assert sorted(set(sent)) == [f"question {i}" for i in range(2, 8)]  # the cached two were never submitted
     assert sent.count("question 4") == 3  # an unparseable answer is asked again, up to max_parse_attempts
-    assert "cannot answer question 3" in results[3].error
+    assert sent.count("question 3") == 2  # a 500 is retried (max_retries=1), then the request fails
+    assert results[3].error == "gave up after 2 tries; last: HTTP 500: cannot answer question 3"
     assert results[4].error.startswith("unparseable answer after 3 attempts")
     assert (client.usage.cached, client.usage.failures) == (2, 2)
 
 
 @pytest.mark.slow
-def test_a_request_failing_past_its_retries_stops_the_job_and_keeps_the_answers(ray_address, tmp_path):
+def test_an_endpoint_refusing_mid_run_stops_the_job_and_keeps_the_answers(ray_address, tmp_path):
+    """A refusal (HTTP 401: every request would get it) stops the job: the refused task sends nothing more, the other
+    task is ended, and what came back before is in the cache."""
     from rolellm.clients.ray_backend import RayChatClient
 
     def responder(body):
         question = body["messages"][-1]["content"]
-        return Fault("server_error", status=503) if question == "question 5" else question.upper()
+        return (
+            Fault("server_error", status=401, message="key revoked") if question == "question 5" else question.upper()
+        )
 
-    requests = [ChatRequest([{"role": "user", "content": f"question {i}"}]) for i in range(6)]
+    requests = [ChatRequest([{"role": "user", "content": f"question {i}"}]) for i in range(40)]
     cache = tmp_path / "cache.sqlite"
-    with ChatCompletionsServer(responder) as server:
-        client = RayChatClient("test-model", server.base_url, max_retries=1, batch_size=1, max_concurrency=4,
-                               cache_path=cache, progress=False)  # fmt: skip
-        with pytest.raises(
-            EndpointError, match=r"the Ray job stopped after \d of 6 answers .*a re-run sends only the rest"
-        ):
+    with ChatCompletionsServer(responder, latency=0.05) as server:
+        # two tasks of 10 requests in flight: the odd questions' task is refused in its first ten
+        client = RayChatClient("test-model", server.base_url, max_concurrency=20, cache_path=cache, progress=False)
+        with pytest.raises(EndpointError, match=r"the Ray job stopped after \d+ of 40 answers \(http://127.0.0.1:\d+/v1 "
+                           r"refused the request for model 'test-model': HTTP 401 key revoked\); the answers are "
+                           r"cached, a re-run sends only the rest"):  # fmt: skip
             client.generate(requests)
-    # a 503 is retried (Ray's `max_retries`), then the job stops; what came back before is in the cache
-    assert [r["body"]["messages"][-1]["content"] for r in server.requests].count("question 5") == 2
-    assert cached_rows(cache) == client.usage.requests < 6
+        sent = {r["body"]["messages"][-1]["content"] for r in server.requests}
+    assert cached_rows(cache) == client.usage.requests < 40
+    assert not sent & {f"question {i}" for i in range(21, 40, 2)}  # the refused task's rest was never sent
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ The backends are `OpenAIChatClient` (`rolellm.clients.openai_compatible`), `Loca
 import asyncio
 import concurrent.futures
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -37,6 +38,8 @@ REASK_REMINDER = "Your answer could not be used ({error}). Answer again, exactly
 
 
 _SECRET_PARAMETER = re.compile(r"key|token|secret|password|passwd|auth|signature|sig$", re.IGNORECASE)
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"  # the main endpoint's key, and that of every endpoint on its host
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_rate_limit(backend: str | None, requests_per_minute: int | None) -> None:
@@ -60,14 +63,14 @@ def check_base_url(url: str | None, where: str = "base_url") -> str | None:
     """An endpoint URL that carries no secret, or a `ValueError` naming where it came from and never the secret.
 
     A key in the URL (`https://user:password@host/v1`, `?api_key=...`) would reach logs, progress lines, run files
-    and model cards; the key belongs in `OPENAI_API_KEY`.
+    and model cards; the key belongs in an environment variable (`OPENAI_API_KEY`, or the one `api_key_env` names).
 
     >>> check_base_url("http://localhost:8000/v1")
     'http://localhost:8000/v1'
     >>> check_base_url("https://me:hunter2@llm.example.com/v1", "--judge_base_url")
     Traceback (most recent call last):
     ...
-    ValueError: --judge_base_url holds credentials (user:password@llm.example.com): give the URL without them and put the key in OPENAI_API_KEY
+    ValueError: --judge_base_url holds credentials (user:password@llm.example.com): give the URL without them and put the key in OPENAI_API_KEY (or the variable api_key_env names)
     >>> check_base_url("localhost:8000/v1")
     Traceback (most recent call last):
     ...
@@ -83,7 +86,7 @@ def check_base_url(url: str | None, where: str = "base_url") -> str | None:
     if userinfo:
         raise ValueError(
             f"{where} holds credentials (user:password@{parts.hostname}): give the URL without them and put the key "
-            "in OPENAI_API_KEY"
+            f"in {_KEY_HOME}"
         )
     secrets = sorted(
         {name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAMETER.search(name)}
@@ -91,11 +94,51 @@ def check_base_url(url: str | None, where: str = "base_url") -> str | None:
     if secrets:
         raise ValueError(
             f"{where} holds a secret in its query ({', '.join(secrets)}): give the URL without it and put the key in "
-            "OPENAI_API_KEY"
+            f"{_KEY_HOME}"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:  # named without its text: it may hold a key
         raise ValueError(f"{where} is not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1")
     return url
+
+
+_KEY_HOME = f"{DEFAULT_API_KEY_ENV} (or the variable api_key_env names)"
+
+
+def check_api_key_env(name: str | None, where: str = "api_key_env") -> None:
+    """A `ValueError` for an `api_key_env` that names no environment variable set here, naming the variable (a value
+    that is not a variable's name, perhaps a key itself, is not repeated). `None` (the default key) and `""` (no key)
+    pass.
+
+    >>> check_api_key_env("PATH")
+    >>> check_api_key_env("ROLELLM_NO_SUCH_KEY", "--judge_api_key_env")
+    Traceback (most recent call last):
+    ...
+    ValueError: --judge_api_key_env names the environment variable ROLELLM_NO_SUCH_KEY, which is not set: export ROLELLM_NO_SUCH_KEY=<that endpoint's key>
+    >>> check_api_key_env("sk-proj-0123")
+    Traceback (most recent call last):
+    ...
+    ValueError: api_key_env takes the name of an environment variable holding the key (e.g. JUDGE_API_KEY), never the key itself
+    """
+    if not name:
+        return
+    if not _ENV_NAME.fullmatch(name):
+        raise ValueError(
+            f"{where} takes the name of an environment variable holding the key (e.g. JUDGE_API_KEY), never the key "
+            "itself"
+        )
+    if name not in os.environ:
+        raise ValueError(
+            f"{where} names the environment variable {name}, which is not set: export {name}=<that endpoint's key>"
+        )
+
+
+def read_api_key(name: str | None, where: str = "api_key_env") -> str | None:
+    """The API key in the environment variable `name` (`check_api_key_env`); `None` reads `OPENAI_API_KEY` when it
+    is set, and `""` is no key (`None`)."""
+    if name is None:
+        return os.environ.get(DEFAULT_API_KEY_ENV) or None
+    check_api_key_env(name, where)
+    return os.environ[name] if name else None
 
 
 class EndpointError(RuntimeError):

@@ -14,11 +14,13 @@ prefixed flags of `endpoint_options`.
 """
 
 import logging
+import os
 from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from rolellm.clients.base import ChatClient, check_base_url, check_rate_limit
+from rolellm.clients.base import ChatClient, check_api_key_env, check_base_url, check_rate_limit
 from rolellm.clients.gguf import is_gguf_source
 
 
@@ -26,8 +28,11 @@ logger = logging.getLogger(__name__)
 
 
 BACKENDS = ("openai", "local", "vllm", "ray")  # `ClientConfig.backend`; each one's class: `backend_class`
+OPENAI_URL = "https://api.openai.com/v1"  # where an OpenAI client goes without base_url or $OPENAI_BASE_URL
+DEFAULT_PORTS = {"http": 80, "https": 443}
 # the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
-ENDPOINT_FIELDS = ("model", "base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries")
+ENDPOINT_FIELDS = ("model", "base_url", "api_key_env", "max_concurrency", "requests_per_minute", "timeout",
+                   "max_retries")  # fmt: skip
 
 
 def flag_field(help: str):
@@ -51,9 +56,10 @@ class ClientConfig:
     """Which model answers, where, and how hard to push it: the one client description of every command that talks
     to a model (`rolellm generate`, `evaluate`, `dialogue`, `chat`), whose flags are these fields.
 
-    API keys are never part of the config (it ends up in logs and run files): an endpoint's key is read from
-    `OPENAI_API_KEY`. The other endpoints of a run (a judge, a baseline, a user simulator) are derived from this
-    one with `endpoint_options` and `derive_client`.
+    API keys are never part of the config (it ends up in logs and run files): an endpoint's key is read from the
+    environment variable `api_key_env` names, by default `OPENAI_API_KEY`. The other endpoints of a run (a judge, a
+    baseline, a user simulator) are derived from this one with `endpoint_options` and `derive_client`, each with its
+    own key: a key goes only to the host it was given for.
 
     > Parameters that control the model
 
@@ -67,6 +73,9 @@ class ClientConfig:
             itself or `$OPENAI_BASE_URL`, needs `backend="openai"`). See `docs/scale.md`.
         base_url (`str`, *optional*): the endpoint (`http://localhost:8000/v1`); defaults to `$OPENAI_BASE_URL`,
             else OpenAI.
+        api_key_env (`str`, *optional*): the environment variable holding the endpoint's API key (`MY_LLM_KEY`),
+            which must be set; `""` sends no key. Defaults to `OPENAI_API_KEY` when that is set (else no key); an
+            endpoint derived from this one (`derive_client`) inherits it only on the same host.
 
     > Parameters that control endpoints
 
@@ -114,7 +123,14 @@ class ClientConfig:
             "or the base_url endpoint); default: openai with base_url, else local."
         },
     )
-    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint (key: OPENAI_API_KEY)."})
+    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint."})
+    api_key_env: str | None = field(
+        default=None,
+        metadata={
+            "help": "Environment variable holding the endpoint's API key (default: the main endpoint's, "
+            "OPENAI_API_KEY, and only on its host; '' sends none)."
+        },
+    )
     max_concurrency: int = field(default=16, metadata={"help": "Endpoints: requests in flight at once."})
     requests_per_minute: int | None = field(default=None, metadata={"help": "Endpoints: request rate limit."})
     timeout: float = field(default=120.0, metadata={"help": "Endpoints: seconds before a request is retried."})
@@ -139,6 +155,7 @@ class ClientConfig:
 
     def __post_init__(self):
         check_base_url(self.base_url)
+        check_api_key_env(self.api_key_env)
         check_minimums(self, max_concurrency=1, requests_per_minute=1, timeout=0.001, max_retries=0, batch_size=1,
                        max_new_tokens=1, tensor_parallel_size=1)  # fmt: skip
         if self.backend is None:
@@ -215,8 +232,10 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     One rule decides where the endpoint is: a `{prefix}_model` that is an existing folder or a GGUF file
     (`rolellm.clients.gguf.is_gguf_source`) runs locally; any other name is asked at `{prefix}_base_url`, else at
     `base.base_url` when the main client is an endpoint, else at `$OPENAI_BASE_URL` (else OpenAI). The other options
-    are the prefixed ones when set, else `base`'s, except `keep_think` (another model's own: from its checkpoint) and
-    `cache_path` (`cache_path`: each endpoint keeps its own cache file).
+    are the prefixed ones when set, else `base`'s, except `keep_think` (another model's own: from its checkpoint),
+    `cache_path` (`cache_path`: each endpoint keeps its own cache file) and `api_key_env`: a key goes only to the host
+    it was given for, so without `{prefix}_api_key_env` the endpoint gets the main endpoint's key when it is on the
+    same host (scheme, host and port: `same_host`), else none (`""`).
 
     Args:
         base (`ClientConfig`): the run's main client.
@@ -233,11 +252,14 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     True
     >>> derive_client(main, "baseline", {"baseline_model": None}) is None
     True
+    >>> judge.api_key_env, derive_client(main, "judge", {"judge_model": "j", "judge_base_url": "http://a/v1"}).api_key_env
+    (None, '')
     """
     values = {
         k.removeprefix(f"{prefix}_"): v for k, v in (values if isinstance(values, dict) else vars(values)).items()
     }
     check_base_url(values.get("base_url"), f"--{prefix}_base_url")
+    check_api_key_env(values.get("api_key_env"), f"--{prefix}_api_key_env")
     model = model if model is not None else values.get("model")
     if model is None:
         given = [f"--{prefix}_{name}" for name, value in values.items() if value is not None]
@@ -248,11 +270,33 @@ def derive_client(base: ClientConfig, prefix: str, values, model: str | None = N
     settings = {**inherited, **{k: v for k, v in values.items() if v is not None and k in inherited}}
     settings.update(model=model, keep_think=None, cache_path=cache_path)
     if Path(model).is_dir() or is_gguf_source(model):
-        settings.update(backend="local", base_url=None)
+        settings.update(backend="local", base_url=None, api_key_env=None)
     else:
         own_url = values.get("base_url")
         settings.update(backend="openai", base_url=own_url or (base.base_url if base.backend == "openai" else None))
+        if values.get("api_key_env") is None:
+            settings["api_key_env"] = base.api_key_env if same_host(settings["base_url"], base.base_url) else ""
     return ClientConfig(**settings)
+
+
+def same_host(url: str | None, other: str | None) -> bool:
+    """Whether two endpoint URLs are on one host: the same scheme, host name and port (two servers on one machine are
+    two hosts). `None` is where an OpenAI client goes without one: `$OPENAI_BASE_URL`, else OpenAI.
+
+    >>> same_host("http://localhost:8000/v1", "http://localhost:8000/other/v1"), same_host(None, "https://api.openai.com/v1")
+    (True, True)
+    >>> same_host("http://localhost:8000/v1", "http://localhost:8001/v1")
+    False
+    """
+    places = []
+    for where in (url, other):
+        parts = urlsplit(where or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL)
+        try:
+            port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+        except ValueError:  # out of range: no server is there, as the pre-flight says
+            port = parts.netloc
+        places.append((parts.scheme, (parts.hostname or "").lower(), port))
+    return places[0] == places[1]
 
 
 def backend_class(backend: str) -> type[ChatClient]:

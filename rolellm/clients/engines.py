@@ -30,8 +30,9 @@ class Engine:
 
 
 # The ranges are the ones the code is written against: vLLM 0.12 removed the `guided_*` sampling parameters for
-# `StructuredOutputsParams`; Ray 2.60 is the release whose `ray.data.llm.build_processor`, `vLLMEngineProcessorConfig`
-# and `HttpRequestProcessorConfig` the Ray backend was tested with (`build_llm_processor` is gone). The same ranges
+# `StructuredOutputsParams`; Ray 2.60 is the release whose `ray.data.llm.build_processor` and
+# `vLLMEngineProcessorConfig` (and streaming generator tasks, for the HTTP mode) the Ray backend was tested with
+# (`build_llm_processor` is gone). The same ranges
 # are the extras' pins in setup.cfg (`tests/test_engines.py` checks they agree).
 ENGINES = {
     "vllm": Engine("vllm", "vllm", "vllm", SpecifierSet(">=0.12,<1"), "structured outputs (StructuredOutputsParams)"),
@@ -51,12 +52,14 @@ def engine_version(name: str) -> Version | None:
         return None
 
 
-def require_engine(name: str, flag: str | None = None):
+def require_engine(name: str, flag: str | None = None, module: str | None = None):
     """Import engine `name` (`"vllm"` or `"ray"`) after checking its version; the imported module.
 
     Args:
         name (`str`): a key of `ENGINES`.
         flag (`str`, *optional*): what asked for it, for the message; defaults to `--backend {name}`.
+        module (`str`, *optional*): the module to import; defaults to the engine's (`ENGINES[name].module`). Ray's
+            HTTP mode needs only `ray` itself, not Ray Data's LLM processors (1.5 s more to import).
 
     Raises:
         `EngineUnavailable`: the engine is not installed, or its version is outside `ENGINES[name].versions`; the
@@ -71,7 +74,7 @@ def require_engine(name: str, flag: str | None = None):
     if version not in engine.versions:
         raise EngineUnavailable(f"{flag} needs {wanted}; {engine.distribution} {version} is installed")
     try:
-        return importlib.import_module(engine.module)
+        return importlib.import_module(module or engine.module)
     except ImportError as error:  # installed but broken (a missing CUDA library, a wheel for another platform)
         raise EngineUnavailable(
             f"{flag}: {engine.distribution} {version} is installed but fails to import: {error}"
@@ -80,12 +83,13 @@ def require_engine(name: str, flag: str | None = None):
 
 def engine_arguments(config, names) -> tuple[str, dict]:
     """The model and the arguments of an engine backend (`VLLMChatClient`, `RayChatClient`) from a `ClientConfig`: the
-    fields `names` as they are, and what is decided beyond them. The engine is checked first (`require_engine`), then
-    a model whose weights are run must be there (`check_model_source`: a GGUF file stands for its cached folder), and
-    `keep_think` defaults to what the checkpoint recorded (`resolve_keep_think`)."""
+    fields `names` as they are, and what is decided beyond them. For a model whose weights are run, the engine is
+    checked first (`require_engine`), then the model must be there (`check_model_source`: a GGUF file stands for its
+    cached folder), and `keep_think` defaults to what the checkpoint recorded (`resolve_keep_think`)."""
     from rolellm.clients.inference_settings import resolve_keep_think
     from rolellm.clients.loading import check_model_source
 
-    require_engine(config.backend)
+    if config.runs_weights:  # an endpoint's client (Ray's HTTP mode) checks what it needs itself
+        require_engine(config.backend)
     model = check_model_source(config.model, "--model") if config.runs_weights else config.model
     return model, {"keep_think": resolve_keep_think(config), **{name: getattr(config, name) for name in names}}

@@ -31,7 +31,17 @@ import time
 from dataclasses import replace
 from typing import Literal
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, EndpointError, Usage, as_request, check_base_url
+from rolellm.clients.base import (
+    DEFAULT_API_KEY_ENV,
+    ChatClient,
+    ChatRequest,
+    ChatResult,
+    EndpointError,
+    Usage,
+    as_request,
+    check_base_url,
+    read_api_key,
+)
 from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
 
 
@@ -64,9 +74,11 @@ class OpenAIChatClient(ChatClient):
         model (`str`): the model name the endpoint serves (`"gpt-4"`, a vLLM model id, ...).
         base_url (`str`, *optional*): the endpoint, e.g. `"http://localhost:8000/v1"`; defaults to
             `$OPENAI_BASE_URL`, else OpenAI.
-        api_key (`str`, *optional*): defaults to `$OPENAI_API_KEY`. With a `base_url` and no key, the placeholder
-            `"EMPTY"` is sent (local servers need none). Kept only on this object: never written to the cache,
-            logs or outputs, and not shown by `repr`.
+        api_key (`str`, *optional*): defaults to the value of `api_key_env`. With a `base_url` and no key, the
+            placeholder `"EMPTY"` is sent (local servers need none). Kept only on this object: never written to the
+            cache, logs or outputs, and not shown by `repr`.
+        api_key_env (`str`, *optional*): the environment variable holding the key, which must be set
+            (`ClientConfig.api_key_env`); `""` sends no key; defaults to `OPENAI_API_KEY` when that is set.
 
         > Parameters that control throughput
 
@@ -92,8 +104,8 @@ class OpenAIChatClient(ChatClient):
             request) or `openai.DefaultAsyncHttpxClient`.
     """
 
-    config_fields = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "cache_path",
-                     "progress")  # fmt: skip
+    config_fields = ("base_url", "api_key_env", "max_concurrency", "requests_per_minute", "timeout", "max_retries",
+                     "cache_path", "progress")  # fmt: skip
 
     def __init__(
         self,
@@ -101,6 +113,7 @@ class OpenAIChatClient(ChatClient):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
+        api_key_env: str | None = None,
         max_concurrency: int = 16,
         requests_per_minute: int | None = None,
         tokens_per_minute: int | None = None,
@@ -125,10 +138,25 @@ class OpenAIChatClient(ChatClient):
         self.base_url = check_base_url(base_url) or check_base_url(
             os.environ.get("OPENAI_BASE_URL"), "OPENAI_BASE_URL"
         )
-        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if self.base_url else None)
+        self.api_key_env = api_key_env  # a name, never the key: it may be shown
+        # where the key comes from, in words, for the message of a refused key
+        if api_key:
+            self._key_source = "the key sent is the one passed as api_key"
+        else:
+            api_key = read_api_key(api_key_env)
+            self._key_source = (
+                f"the key sent is ${api_key_env or DEFAULT_API_KEY_ENV}" if api_key else
+                "no key was sent: name the variable holding this endpoint's key with its api_key_env option"
+            )  # fmt: skip
+        self._api_key = api_key or ("EMPTY" if self.base_url else None)
+        if self._api_key is None and api_key_env == "":
+            raise ValueError(
+                f"No API key for OpenAI (model {model!r}, no base_url): api_key_env is empty, as for an endpoint on "
+                "another host than the run's main one; name the variable holding its key with its api_key_env option"
+            )
         if self._api_key is None:
             raise ValueError(
-                "No API key: set the OPENAI_API_KEY environment variable or pass api_key=...; for a local "
+                f"No API key: set the {DEFAULT_API_KEY_ENV} environment variable or pass api_key=...; for a local "
                 "OpenAI-compatible server that needs no key, pass its base_url (e.g. 'http://localhost:8000/v1')."
             )
         self.max_concurrency = max_concurrency
@@ -191,6 +219,8 @@ class OpenAIChatClient(ChatClient):
                     message = server_message(error)
                     if error.status_code in STOP_STATUSES:
                         suffix = f" (the endpoint lists: {', '.join(listed)})" if listed else ""
+                        if error.status_code in (401, 403):
+                            suffix += f" ({self._key_source})"
                         raise EndpointError(
                             f"{where} refused the request for model {self.model!r}: HTTP {error.status_code} "
                             f"{message}{suffix}"
@@ -236,26 +266,12 @@ class OpenAIChatClient(ChatClient):
     async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
         """The async form of `generate` (same arguments): await it inside your own event loop. A `json_schema` is
         not sent (endpoints differ in how they take one): `parse` checks the answers."""
-        import openai
-
         requests = [as_request(r) for r in requests]
         limiter = None
         if self.requests_per_minute or self.tokens_per_minute:
             limiter = RateLimiter(self.requests_per_minute, self.tokens_per_minute)
         bar = self._progress(len(requests), desc)
-        # Fresh AsyncOpenAI clients per run: their connection pools belong to this run's event loop.
-        async with contextlib.AsyncExitStack() as stack:
-            pools = []
-            for _ in range(-(-self.max_concurrency // CONNECTIONS_PER_POOL)):
-                api = openai.AsyncOpenAI(
-                    api_key=self._api_key,
-                    base_url=self.base_url,
-                    max_retries=0,
-                    timeout=self.timeout,
-                    http_client=self._http_client(),
-                )
-                pools.append(await stack.enter_async_context(api))
-            slots = Slots(pools, self.max_concurrency)
+        async with self.open_slots() as slots:
             tasks = [asyncio.ensure_future(self._answer(slots, r, parse, limiter, bar, remind)) for r in requests]
             try:
                 results = await asyncio.gather(*tasks)
@@ -268,13 +284,32 @@ class OpenAIChatClient(ChatClient):
         self._report(bar, desc)
         return list(results)
 
+    @contextlib.asynccontextmanager
+    async def open_slots(self):
+        """`Slots` of `max_concurrency` requests in flight over fresh `AsyncOpenAI` clients, whose connection pools
+        belong to the running event loop; `complete` sends through them."""
+        import openai
+
+        async with contextlib.AsyncExitStack() as stack:
+            pools = []
+            for _ in range(-(-self.max_concurrency // CONNECTIONS_PER_POOL)):
+                api = openai.AsyncOpenAI(
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    max_retries=0,
+                    timeout=self.timeout,
+                    http_client=self._http_client(),
+                )
+                pools.append(await stack.enter_async_context(api))
+            yield Slots(pools, self.max_concurrency)
+
     async def _answer(self, slots, request, parse, limiter, bar, remind) -> ChatResult:
         asked = request
         for attempt in range(self.max_parse_attempts):
             hit = self._cached(request, attempt)
             if hit is None:
                 try:
-                    text, usage = await self._complete(slots, asked, limiter)
+                    text, usage = await self.complete(slots, asked, limiter)
                 except RequestFailed as error:
                     self.usage.failures += 1
                     self._forget(request, attempt - 1)
@@ -290,8 +325,9 @@ class OpenAIChatClient(ChatClient):
         self._update(bar)
         return result
 
-    async def _complete(self, slots, request, limiter) -> tuple[str, dict]:
-        """One answer, retried on transient failures; raises `RequestFailed` when it cannot be had."""
+    async def complete(self, slots, request, limiter=None) -> tuple[str, dict]:
+        """One answer, retried on transient failures; raises `RequestFailed` when it cannot be had, and
+        `EndpointError` when the endpoint refuses the run (then `slots` send nothing more)."""
         import httpx2
         import openai
 

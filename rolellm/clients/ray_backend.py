@@ -1,12 +1,15 @@
-"""`RayChatClient`: the chat-client interface on Ray Data's LLM processors (`ray.data.llm.build_processor`).
+"""`RayChatClient`: the chat-client interface on a Ray cluster, for vLLM engines (Ray Data's LLM processors,
+`ray.data.llm.build_processor`) or an endpoint (Ray tasks).
 
 Two ways to spread a run over a Ray cluster, chosen by `base_url`:
 
 - without it, `vLLMEngineProcessorConfig`: vLLM engines on the cluster's GPUs (`concurrency` engines of
   `tensor_parallel_size` GPUs each), fed token ids from the same encoder as `LocalChatClient` and `VLLMChatClient`
   (Ray's own chat-template and tokenize stages are off), JSON answers through structured outputs;
-- with it, `HttpRequestProcessorConfig`: the requests fanned out to an OpenAI-compatible endpoint (a load balancer in
-  front of many servers, or one server) by Ray workers, `max_concurrency` requests in flight.
+- with it, the requests fanned out to an OpenAI-compatible endpoint (a load balancer in front of many servers, or one
+  server) by Ray tasks, each the built-in client (`OpenAIChatClient`) on its share of the requests, `max_concurrency`
+  requests in flight in all, every answer streamed back to the driver as it comes (`docs/scale.md` says why these are
+  Ray tasks and not Ray Data's `HttpRequestProcessorConfig`).
 
 Either way the requests are the job's own (`ChatRequest`), cached requests are never submitted, and every answer is
 written to the cache the moment it streams back to the driver: a run killed at any point resumes with what is
@@ -23,7 +26,6 @@ results = client.generate(requests, parse=...)  # the `ChatClient` interface; te
 """
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -37,36 +39,28 @@ from rolellm.clients.base import (
     check_base_url,
     check_rate_limit,
 )
-from rolellm.clients.openai_compatible import MalformedResponse, OpenAIChatClient, read_completion
+from rolellm.clients.openai_compatible import MalformedResponse, OpenAIChatClient
 
 
 logger = logging.getLogger(__name__)
 
-# How Ray Data's HTTP stage keeps requests in flight: it sends the requests of one batch one after the other, and one
-# actor task runs up to `BATCHES_PER_TASK` batches of its block at once (Ray Data's
-# `DEFAULT_ASYNC_BATCH_UDF_MAX_CONCURRENCY`), so a block of that many batches holds that many requests in flight; a
-# worker (an actor, one Python process) runs up to `TASKS_PER_WORKER` tasks at once (`max_concurrent_calls_per_actor`).
-# `max_concurrency` requests in flight take `max_concurrency / 16` workers: on a small machine every worker process costs
-# seconds of start-up, on a cluster a worker is cheap either way.
-BATCHES_PER_TASK = 4
-TASKS_PER_WORKER = 4
-HTTP_WORKER_CPUS = 0.25  # an HTTP worker waits on the network: a quarter CPU each, so that a laptop holds several
-# Ray Data hands each output block of the HTTP workers to a Ray task that unwraps its rows (the processor's
-# postprocess): one at a time per worker. More start more Python processes than a small machine keeps (Ray keeps about
-# one idle worker process per CPU and starts the others anew, a second of CPU each); on a 2-core machine one postprocess
-# task per worker saves a job about 2 s of CPU and serves more requests per second than two.
-POSTPROCESS_TASKS_PER_WORKER = 1
+# How `max_concurrency` requests in flight spread over a cluster: Ray tasks of up to `REQUESTS_PER_TASK` requests in
+# flight each, every task the built-in client (`OpenAIChatClient`: its connection pools, retries and back-off) on its
+# share of the job, streaming each answer back as it comes. A task waits on the network: a quarter CPU each, so that a
+# laptop holds several.
+REQUESTS_PER_TASK = 16
+HTTP_TASK_CPUS = 0.25
 
 
-def http_fan_out(max_concurrency: int) -> dict:
-    """`{"workers", "tasks_per_worker", "batches_per_task"}`: the HTTP workers of `max_concurrency` requests in flight.
+def http_shares(max_concurrency: int, requests: int) -> list[int]:
+    """The requests in flight of each Ray task of a job of `requests` requests: `max_concurrency` over
+    `ceil(max_concurrency / REQUESTS_PER_TASK)` tasks (no more tasks than requests), as evenly as it goes.
 
-    Their product is the requests in flight: at most `max_concurrency`, a multiple of `BATCHES_PER_TASK` above it, and
-    as many workers of `TASKS_PER_WORKER` tasks as that takes, all with the same number of tasks (so 20 gives 16)."""
-    batches = min(BATCHES_PER_TASK, max_concurrency)
-    tasks = max_concurrency // batches  # actor tasks in flight over all workers
-    workers = math.ceil(tasks / TASKS_PER_WORKER)
-    return {"workers": workers, "tasks_per_worker": tasks // workers, "batches_per_task": batches}
+    >>> http_shares(16, 360), http_shares(40, 360), http_shares(40, 2)
+    ([16], [14, 13, 13], [20, 20])
+    """
+    tasks = max(1, min(requests, math.ceil(max_concurrency / REQUESTS_PER_TASK)))
+    return [max_concurrency // tasks + (i < max_concurrency % tasks) for i in range(tasks)]
 
 
 class RayChatClient(ChatClient):
@@ -75,23 +69,24 @@ class RayChatClient(ChatClient):
     Args:
         model (`str`): the endpoint's model name (with `base_url`), else a model folder or Hub id every vLLM worker
             can read (a shared path or the Hub).
-        base_url (`str`, *optional*): an OpenAI-compatible endpoint: requests go through `HttpRequestProcessorConfig`
-            (key: `OPENAI_API_KEY`); without it, through `vLLMEngineProcessorConfig`.
+        base_url (`str`, *optional*): an OpenAI-compatible endpoint: requests go out from Ray tasks (`http_shares`);
+            without it, through `vLLMEngineProcessorConfig`.
+        api_key_env (`str`, *optional*): the environment variable holding the endpoint's key, as `OpenAIChatClient`'s
+            (defaults to `OPENAI_API_KEY` when that is set).
 
         > Parameters of the HTTP fan-out
 
-        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once, at most: Ray workers of up
-            to 16 requests each (`http_fan_out`: above 4 a multiple of 4, so 20 gives 16).
-        requests_per_minute (`int`, *optional*): not available here: Ray's HTTP stage applies its `qps` to each
-            batch while it queues the requests, so a limit would not hold. A value is refused; use the built-in client
+        max_concurrency (`int`, *optional*, defaults to 16): requests in flight at once: Ray tasks of up to 16
+            requests each (`http_shares`).
+        requests_per_minute (`int`, *optional*): not available here: the requests go out from tasks on many
+            machines, and no limit is kept over all of them. A value is refused; use the built-in client
             (`backend="openai"`) against a rate-limited endpoint.
         timeout (`float`, *optional*, defaults to 120.0): seconds before a request is abandoned (then retried).
-        max_retries (`int`, *optional*, defaults to 6): Ray's retries of a request after a 429, 408 or 502-504.
+        max_retries (`int`, *optional*, defaults to 6): retries of a request, as `OpenAIChatClient`'s; a request
+            that fails past them is a failure (`ChatResult.error`), and an endpoint that refuses the run (a 401, an
+            unknown model) or cannot be reached stops the job.
 
-        batch_size (`int`, *optional*, defaults to 8): requests per Ray Data batch: prompts handed to an engine at once,
-            or requests an HTTP worker sends one after the other (4 batches at once per Ray task; a job too small to
-            fill every task with 4 batches gets smaller ones). The answers of a Ray task reach the driver (and the
-            cache) together when it ends, and every task costs Ray scheduling time.
+        batch_size (`int`, *optional*, defaults to 8): engines: prompts per Ray Data batch, handed to an engine at once.
 
         > Parameters of the vLLM engines
 
@@ -107,8 +102,9 @@ class RayChatClient(ChatClient):
             *optional*, defaults to `True`): as every client.
     """
 
-    config_fields = ("base_url", "max_concurrency", "requests_per_minute", "timeout", "max_retries", "batch_size",
-                     "tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path", "progress")  # fmt: skip
+    config_fields = ("base_url", "api_key_env", "max_concurrency", "requests_per_minute", "timeout", "max_retries",
+                     "batch_size", "tensor_parallel_size", "max_new_tokens", "chat_template", "dtype", "cache_path",
+                     "progress")  # fmt: skip
 
     @classmethod
     def from_config(cls, config) -> "RayChatClient":
@@ -123,6 +119,7 @@ class RayChatClient(ChatClient):
         model: str,
         base_url: str | None = None,
         *,
+        api_key_env: str | None = None,
         max_concurrency: int = 16,
         requests_per_minute: int | None = None,
         timeout: float = 120.0,
@@ -140,7 +137,7 @@ class RayChatClient(ChatClient):
     ):
         from rolellm.clients.engines import require_engine
 
-        require_engine("ray")
+        require_engine("ray", module=None if base_url is None else "ray")  # HTTP: no Ray Data
         super().__init__(model, cache_path, max_parse_attempts, progress)
         self.base_url = check_base_url(base_url)
         self.max_new_tokens = max_new_tokens
@@ -148,14 +145,10 @@ class RayChatClient(ChatClient):
         if self.base_url is not None:
             # the pre-flight and the key are the endpoint client's own
             self.endpoint = OpenAIChatClient(
-                model, base_url, max_retries=max_retries, timeout=timeout, max_concurrency=1, progress=False
-            )
-            self.settings = {
-                **http_fan_out(max_concurrency),
-                "batch_size": batch_size,
-                "timeout": timeout,
-                "max_retries": max_retries,
-            }
+                model, base_url, api_key_env=api_key_env, max_retries=max_retries, timeout=timeout, max_concurrency=1,
+                progress=False,
+            )  # fmt: skip
+            self.max_concurrency = max_concurrency
         else:
             from rolellm.clients.vllm_backend import VLLMChatClient
 
@@ -183,59 +176,18 @@ class RayChatClient(ChatClient):
     def check_endpoint(self) -> str | None:
         return self.endpoint.check_endpoint() if self.base_url else None
 
-    def _processor(self, json_schema, batch_size: int, blocks: int):
-        """The Ray Data processor of this client, with the preprocess and postprocess that run on the workers."""
+    def _processor(self):
+        """The Ray Data processor of the vLLM engines, with the postprocess that runs on the workers."""
         import ray
-        from ray.data.llm import build_processor
+        from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
-        if not ray.is_initialized():
-            ray.init(log_to_driver=False)  # joins $RAY_ADDRESS, else a running `ray start` cluster, else starts one
         ray.data.DataContext.get_current().enable_progress_bars = False  # rolellm's bar counts the answers
-        if self.base_url is not None:
-            import aiohttp
-            from ray.data import ActorPoolStrategy, TaskPoolStrategy
-            from ray.data.llm import HttpRequestProcessorConfig
-
-            s = self.settings
-            key = self.endpoint._api_key
-            config = HttpRequestProcessorConfig(
-                url=f"{self.base_url.rstrip('/')}/chat/completions",
-                headers={"Authorization": f"Bearer {key}"},
-                max_retries=s["max_retries"],
-                base_retry_wait_time_in_s=0.5,
-                batch_size=batch_size,
-                concurrency=(s["workers"], s["workers"]),  # all of them from the start: the run is short
-                session_factory=functools.partial(
-                    aiohttp.ClientSession, timeout=aiohttp.ClientTimeout(total=s["timeout"])
-                ),
-                http_request_stage={"num_cpus": HTTP_WORKER_CPUS},
-            )
-            processor = build_processor(
-                config,
-                postprocess=_http_answer,
-                # the same resources as the HTTP stage: Ray Data fuses the preprocess (which moves each row into
-                # the processor's data column) into the HTTP workers instead of running a Ray task per block
-                preprocess_map_kwargs={"num_cpus": HTTP_WORKER_CPUS},
-                postprocess_map_kwargs={
-                    "num_cpus": HTTP_WORKER_CPUS,
-                    "compute": TaskPoolStrategy(size=max(1, min(blocks, POSTPROCESS_TASKS_PER_WORKER * s["workers"]))),
-                },
-            )
-            # the config has no setting for the tasks one worker runs at once: the stage's actor pool gets it here
-            stage = processor.get_stage_by_name("HttpRequestStage")
-            stage.map_batches_kwargs = {
-                **stage.map_batches_kwargs,
-                "compute": ActorPoolStrategy(size=s["workers"], max_concurrent_calls_per_actor=s["tasks_per_worker"]),
-            }
-            return processor
-        from ray.data.llm import vLLMEngineProcessorConfig
-
         s = self.settings
         engine_kwargs = {"tensor_parallel_size": s["tensor_parallel_size"], "dtype": s["dtype"] or "auto"}
         config = vLLMEngineProcessorConfig(
             model_source=self.model_name,
             engine_kwargs=engine_kwargs,
-            batch_size=batch_size,
+            batch_size=s["batch_size"],
             concurrency=s["engines"],
             chat_template_stage=False,  # the prompts are token ids from rolellm's encoder
             tokenize_stage=False,
@@ -245,11 +197,6 @@ class RayChatClient(ChatClient):
         return build_processor(config, postprocess=_engine_answer)
 
     def _rows(self, request: ChatRequest, index: int, json_schema) -> dict:
-        if self.base_url is not None:
-            return {
-                "index": index,
-                "payload": {"model": self.model_name, "messages": request.messages, **request.params},
-            }
         settings = _vllm_settings(request, self.prompts, None)
         if json_schema is not None:  # as JSON text: one Arrow type whatever the schema holds
             settings["structured_outputs"] = {"json": json.dumps(json_schema)}
@@ -260,14 +207,8 @@ class RayChatClient(ChatClient):
         }
 
     def _read(self, row: dict) -> tuple[str, dict]:
-        """`(text, usage)` of a processed row; raises `MalformedResponse` with the reason for a row with no answer."""
-        if self.base_url is not None:
-            completion = json.loads(row["response"])
-            error = completion.get("error") if isinstance(completion, dict) else None
-            if error is not None:
-                message = error.get("message", error) if isinstance(error, dict) else error
-                raise MalformedResponse(f"the endpoint answered with an error: {message}")
-            return read_completion(completion)
+        """`(text, usage)` of an engine's processed row; raises `MalformedResponse` with the reason for a row with no
+        answer."""
         error = row.get("error") or row.get("__inference_error__")  # an error row skips the postprocess
         if error:
             raise MalformedResponse(f"the vLLM engine failed: {error}")
@@ -281,64 +222,152 @@ class RayChatClient(ChatClient):
                 _vllm_settings(request, self.prompts, None)
 
         async def answer(todo, asked, settle, fail):  # one Ray job per attempt round
-            rows = [self._rows(asked[i], n, json_schema) for n, (i, _) in enumerate(todo)]
             answered = set()
 
-            def receive(row):  # `_run` calls it as each answer arrives
-                n = row["index"]
+            def receive(n: int, text: str | None, usage: dict | None, error: str | None):  # as each answer arrives
                 i, attempt = todo[n]
                 answered.add(n)
-                try:
-                    text, usage = self._read(row)
-                except MalformedResponse as error:
-                    fail(i, attempt, str(error))
+                if error is not None:
+                    fail(i, attempt, error)
                     return
                 self._record(requests[i], attempt, text, usage)
                 settle(i, attempt, text, usage)
 
+            run = self._send if self.base_url is not None else self._run
             try:
-                await asyncio.to_thread(self._run, rows, json_schema, receive)
-            except Exception as error:  # the job stopped (a request failed past its retries, a worker died)
+                await asyncio.to_thread(run, [asked[i] for i, _ in todo], json_schema, receive)
+            except Exception as error:  # the job stopped (the endpoint refused the run, a worker died)
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
                 raise EndpointError(
-                    f"the Ray job stopped after {len(answered)} of {len(rows)} answers ({reason}); the answers "
+                    f"the Ray job stopped after {len(answered)} of {len(todo)} answers ({reason}); the answers "
                     "are cached, a re-run sends only the rest"
                 ) from error
 
         return await self._answer_in_rounds(requests, parse, desc, remind, answer)
 
-    def _run(self, rows: list[dict], json_schema, receive) -> None:
-        """Run `rows` through the processor and hand each answer to `receive` as it arrives.
-
-        The rows are the stages' own inputs (`payload`, or `tokenized_prompt` and `sampling_params`). Rows of one
-        shape (the same parameter names and types) go through one dataset: Ray Data stores a column in one Arrow
-        type, so a parameter missing from some rows would reach the others as `null`. A dataset's blocks are what
-        one Ray task takes: `batches_per_task` batches for the HTTP workers, which send them at once."""
+    def _send(self, requests: list[ChatRequest], json_schema, receive) -> None:
+        """Send `requests` to the endpoint from Ray tasks (`http_shares`), each answering its share with the built-in
+        client (`_answer_share`), and hand each answer to `receive` as it streams back. A task that stops (the
+        endpoint refused the run, its worker died) stops the job: the other tasks are ended, their requests unsent."""
         import ray
 
+        start_ray()
+        shares = http_shares(self.max_concurrency, len(requests))
+        endpoint = self.endpoint
+        client = {"model": endpoint.model, "base_url": endpoint.base_url, "api_key": endpoint._api_key,
+                  "timeout": endpoint.timeout, "max_retries": endpoint.max_retries}  # fmt: skip
+        task = ray.remote(_answer_share).options(num_cpus=HTTP_TASK_CPUS, max_retries=0)
+        numbered = list(enumerate(requests))
+        generators = [task.remote(client, numbered[k :: len(shares)], share) for k, share in enumerate(shares)]
+        pending, finished = list(generators), False
+        try:
+            while pending:
+                [ready], _ = ray.wait(pending, num_returns=1)
+                try:
+                    answers = ray.get(next(ready))
+                except StopIteration:
+                    pending.remove(ready)
+                    continue
+                except ray.exceptions.RayTaskError as error:
+                    raise error.cause from None
+                for n, text, usage, error in answers:
+                    receive(n, text, usage, error)
+            finished = True
+        finally:
+            if not finished:  # a task stopped, or the driver is interrupted: nothing more is sent
+                for generator in pending:
+                    ray.cancel(generator, force=True)
+
+    def _run(self, requests: list[ChatRequest], json_schema, receive) -> None:
+        """Run `requests` through the vLLM engines' processor and hand each answer to `receive` as it arrives.
+
+        Rows of one shape (the same parameter names and types) go through one dataset: Ray Data stores a column in
+        one Arrow type, so a parameter missing from some rows would reach the others as `null`."""
+        import ray
+
+        start_ray()
         shapes: dict[str, list[dict]] = {}
-        for row in rows:
+        for n, request in enumerate(requests):
+            row = self._rows(request, n, json_schema)
             shapes.setdefault(_shape(row), []).append(row)
+        batch_size = self.settings["batch_size"]
         for group in shapes.values():
-            batch_size, blocks = self._blocks(len(group))
-            processor = self._processor(json_schema, batch_size, blocks)
-            for row in processor(ray.data.from_items(group, override_num_blocks=blocks)).iter_rows():
-                receive(row)
+            dataset = ray.data.from_items(group, override_num_blocks=math.ceil(len(group) / batch_size))
+            for row in self._processor()(dataset).iter_rows():
+                try:
+                    text, usage = self._read(row)
+                except MalformedResponse as error:
+                    receive(row["index"], None, None, str(error))
+                    continue
+                receive(row["index"], text, usage, None)
 
-    def _blocks(self, rows: int) -> tuple[int, int]:
-        """`(batch_size, blocks)` of a dataset of `rows` rows.
 
-        An engine takes blocks of one batch. An HTTP task sends the `batches_per_task` batches of its block at once;
-        a job too small to give every task in flight (`workers * tasks_per_worker`) such a block gets smaller
-        batches, down to one request each, rather than fewer requests in flight, and the blocks come in whole rounds
-        of the tasks in flight, so that the last round keeps them all busy."""
-        s = self.settings
-        if self.base_url is None:
-            return s["batch_size"], math.ceil(rows / s["batch_size"])
-        tasks = s["workers"] * s["tasks_per_worker"]
-        batch_size = max(1, min(s["batch_size"], rows // (tasks * s["batches_per_task"])))
-        blocks = math.ceil(rows / (batch_size * s["batches_per_task"]))
-        return batch_size, min(rows, math.ceil(blocks / tasks) * tasks)
+def start_ray() -> None:
+    """Join `$RAY_ADDRESS`, else a running `ray start` cluster, else start a local one, unless `ray.init` already
+    ran."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(log_to_driver=False)
+
+
+def _answer_share(client: dict, requests: list[tuple[int, ChatRequest]], max_concurrency: int):
+    """A Ray task: `requests` (numbered) answered by `OpenAIChatClient` (`client`: its model, endpoint, key, time-out
+    and retries) with `max_concurrency` in flight, yielding lists of `(n, text, usage, error)` as the answers come (a
+    request that failed past its retries has its `error`). An endpoint that refuses the run stops the task with its
+    `EndpointError`.
+
+    The event loop runs in this thread between the yields (Ray runs a generator task to its end without waiting for
+    the driver), so nothing is left running when the task ends or is cancelled."""
+    from rolellm.clients.openai_compatible import RequestFailed
+
+    endpoint = OpenAIChatClient(client["model"], client["base_url"], api_key=client["api_key"],
+                                max_concurrency=max_concurrency, timeout=client["timeout"],
+                                max_retries=client["max_retries"], progress=False)  # fmt: skip
+    loop = asyncio.new_event_loop()
+    answers: asyncio.Queue = asyncio.Queue()
+
+    async def answer(slots, n: int, request: ChatRequest) -> None:
+        try:
+            text, usage = await endpoint.complete(slots, request)
+        except RequestFailed as error:
+            answers.put_nowait((n, None, None, str(error)))
+            return
+        answers.put_nowait((n, text, usage, None))
+
+    async def answer_all() -> None:
+        async with endpoint.open_slots() as slots:
+            tasks = [asyncio.ensure_future(answer(slots, n, request)) for n, request in requests]
+            try:
+                await asyncio.gather(*tasks)
+            except EndpointError:  # the endpoint refused the run: nothing more is sent
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+
+    async def arrived() -> list:  # the answers come so far, at least one unless the share is done
+        if answers.empty() and not done.done():
+            waiting = asyncio.ensure_future(answers.get())
+            await asyncio.wait({waiting, done}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                waiting.cancel()
+            elif not waiting.cancelled():
+                answers.put_nowait(waiting.result())  # (order within a list does not matter)
+        ready = []
+        while not answers.empty():
+            ready.append(answers.get_nowait())
+        return ready
+
+    done = loop.create_task(answer_all())
+    try:
+        while not done.done() or not answers.empty():
+            ready = loop.run_until_complete(arrived())
+            if ready:
+                yield ready
+        done.result()  # the endpoint refused the run: the task's error
+    finally:
+        loop.close()
 
 
 def _shape(row: dict) -> str:
@@ -351,10 +380,6 @@ def _vllm_settings(request: ChatRequest, prompts, json_schema) -> dict:
     from rolellm.clients.vllm_backend import sampling_settings
 
     return sampling_settings(request, prompts.max_new_tokens, prompts.stop_ids, json_schema)
-
-
-def _http_answer(row: dict) -> dict:
-    return {"index": row["index"], "response": json.dumps(row["http_response"])}
 
 
 def _engine_answer(row: dict) -> dict:

@@ -60,7 +60,7 @@ class ChatArguments:
 
     The model is `ClientConfig` (`--model`, `--base_url`, `--chat_template`, `--dtype`, `--device`, `--timeout`,
     `--max_new_tokens`, ...): a model folder or Hub id runs in-process with transformers, an endpoint's model name
-    needs `--base_url` (key: `OPENAI_API_KEY`, none needed locally).
+    needs `--base_url` (key: `OPENAI_API_KEY`, or the variable `--api_key_env` names; none needed locally).
 
     > Parameters that control the conversation
 

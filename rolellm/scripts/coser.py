@@ -4,7 +4,8 @@
 # every agent served by one vLLM server; the judge pinned by the CoSER authors at OpenAI
 rolellm coser run --test_file CoSER/data/test/test_set.json --actor_model my-model \
     --base_url http://localhost:8000/v1 --env_model my-model --nsp_model my-model \
-    --judge_model gpt-4o-2024-08-06 --judge_base_url https://api.openai.com/v1 --output_dir runs/coser
+    --judge_model gpt-4o-2024-08-06 --judge_base_url https://api.openai.com/v1 --judge_api_key_env OPENAI_JUDGE_KEY \
+    --output_dir runs/coser
 
 # recompute every score of a results file (rolellm's or the original scripts') and compare with the recorded ones
 rolellm coser rescore runs/coser/results.json --json

@@ -27,8 +27,9 @@ that `rolellm train --data_dir`, `rolellm evaluate --data_dir` and `load_roleben
 runs into the same folder add up (each job's config, stats and failures go to `generation/<job>/`).
 
 Answers are cached in `--cache_path` (default `<output_dir>/cache.sqlite`): a run that stops — even killed — and is
-started again sends no answered request twice. API keys come only from `OPENAI_API_KEY`, never from flags or
-recipes. Command-line flags override the values of `--config`.
+started again sends no answered request twice. API keys come only from environment variables, never from flags or
+recipes: `OPENAI_API_KEY` for the main endpoint and its host, the one `--judge_api_key_env` names for a judge
+elsewhere. Command-line flags override the values of `--config`.
 """
 
 import sys

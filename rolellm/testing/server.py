@@ -132,6 +132,21 @@ class ChatCompletionsServer:
         with self._lock:
             self._faults.extend(faults)
 
+    def authorizations(self) -> Counter:
+        """How many requests (chat completions and model listings alike) came with each `Authorization` header value
+        (`None`: without one): which keys reached this server.
+
+        >>> import openai
+        >>> with ChatCompletionsServer() as server:
+        ...     client = openai.OpenAI(api_key="test-key", base_url=server.base_url, max_retries=0)
+        ...     _ = client.models.list()
+        >>> server.authorizations()
+        Counter({'Bearer test-key': 1})
+        """
+        with self._lock:
+            seen = [entry["headers"] for entry in self.requests] + list(self.model_listings)
+        return Counter(headers.get("authorization") for headers in seen)
+
     def answered_counts(self, timeout: float = 10.0, held: int = 0) -> Counter:
         """How many times each request content (see `content_key`) got a complete answer.
 
