@@ -24,7 +24,7 @@ from pathlib import Path
 from rouge import Rouge
 from rouge_score.rouge_scorer import RougeScorer
 
-from rolellm.evaluation.benchmark.rouge import rouge_l_pairs, to_rouge_text
+from rolellm.rouge.score import rouge_l_pairs, to_rouge_text
 from rolellm.testing.data import find_rolebench_data
 
 
@@ -77,7 +77,7 @@ def run_for(budget, score_one, predictions, references):
 
 
 FIRST_CALL = (
-    "import time; from rolellm.evaluation.benchmark.rouge import rouge_l_pairs, _compiled_kernels; "
+    "import time; from rolellm.rouge.score import rouge_l_pairs, _compiled_kernels; "
     "start, wall = time.process_time(), time.perf_counter(); rouge_l_pairs(['a b'], ['a c']); "
     "print(time.process_time() - start, time.perf_counter() - wall, _compiled_kernels() is not None)"
 )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rouge import Rouge
 
-from rolellm.evaluation.benchmark.rouge import rouge_l_pairs, to_rouge_text
+from rolellm.rouge.score import rouge_l_pairs, to_rouge_text
 from rolellm.testing.data import find_rolebench_data
 
 

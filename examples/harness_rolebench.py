@@ -19,7 +19,7 @@ from lm_eval.tasks import TaskManager
 
 import rolellm
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.rouge import rouge_l
+from rolellm.rouge.score import rouge_l
 from rolellm.lm_eval_tasks.model import harness_model
 from rolellm.testing.data import find_rolebench_data
 from rolellm.testing.models import build_tiny_llama

@@ -93,8 +93,8 @@ _EXPORTS = {
     "read_sillytavern_chat": "rolellm.data.preference",
     "PreferenceConfig": "rolellm.evaluation.preference",
     "PreferenceGenerator": "rolellm.evaluation.preference",
-    "rouge_l": "rolellm.evaluation.benchmark.rouge",
-    "rouge_l_scores": "rolellm.evaluation.benchmark.rouge",
+    "rouge_l": "rolellm.rouge.score",
+    "rouge_l_scores": "rolellm.rouge.score",
     "judge_win_rate": "rolellm.evaluation.judge.pairwise",
     "WinRateResult": "rolellm.evaluation.judge.pairwise",
     "length_controlled_win_rate": "rolellm.evaluation.judge.length_control",
@@ -154,7 +154,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/
     from rolellm.encoding.encode import encode_chat, encode_chat_turns
     from rolellm.evaluation.benchmark.config import EvaluateConfig
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
-    from rolellm.evaluation.benchmark.rouge import rouge_l, rouge_l_scores
+    from rolellm.rouge.score import rouge_l, rouge_l_scores
     from rolellm.evaluation.benchmark.runner import run_benchmark
     from rolellm.evaluation.benchmark.scoring import score_predictions
     from rolellm.evaluation.coser.report import write_coser_report

@@ -11,7 +11,7 @@ from rolellm.data.builder import load_rolebench
 from rolellm.data.hub import export_rolebench, push_rolebench, upload_export
 from rolellm.data.layout import CONFIG_NAMES
 from rolellm.data.schema import ROW_FEATURES
-from rolellm.evaluation.benchmark.rouge import rouge_l
+from rolellm.rouge.score import rouge_l
 from rolellm.scripts import cli
 
 

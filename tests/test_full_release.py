@@ -13,10 +13,10 @@ from test_runner import _paper_rouge_l, _released
 from rolellm.clients.config import ClientConfig
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.data.stats import rolebench_stats
-from rolellm.evaluation.benchmark.rouge import rouge_l
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.metrics.rolebench_rouge.rolebench_rouge import RolebenchRouge
 from rolellm.roles.release import read_screenplay_folder
+from rolellm.rouge.score import rouge_l
 from rolellm.scripts import cli
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 import rolellm
-from rolellm.evaluation.benchmark.rouge import rouge_l
 from rolellm.lm_eval_tasks.utils import load_docs
 from rolellm.roles.prompts import build_system_instruction
+from rolellm.rouge.score import rouge_l
 
 
 lm_eval = pytest.importorskip("lm_eval", reason="the harness extra (pip install rolellm[harness]) is not installed")

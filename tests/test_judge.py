@@ -8,7 +8,6 @@ from fixtures.examples import run_example
 from test_rouge import ENGLISH_SPE, release_pairs
 
 from rolellm.clients.openai_compatible import OpenAIChatClient
-from rolellm.evaluation.benchmark.rouge import rouge_l
 from rolellm.evaluation.judge.pairwise import (
     NAMES,
     bootstrap_interval,
@@ -16,6 +15,7 @@ from rolellm.evaluation.judge.pairwise import (
     judge_win_rate,
     parse_ranking,
 )
+from rolellm.rouge.score import rouge_l
 from rolellm.testing.server import ChatCompletionsServer, Fault
 
 

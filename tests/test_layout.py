@@ -10,8 +10,8 @@ import rolellm
 PACKAGE = Path(rolellm.__file__).parent
 # Stage folders bottom-up; a module may import its own folder and the folders before it.
 FLOORS = [
-    "roles", "data", "encoding", "clients", "generation", "training", "evaluation", "rewards", "metrics", "lm_eval_tasks",
-    "scripts",
+    "roles", "rouge", "data", "encoding", "clients", "generation", "training", "evaluation", "rewards", "metrics",
+    "lm_eval_tasks", "scripts",
 ]  # fmt: skip
 
 
@@ -122,7 +122,7 @@ def test_every_module_lives_in_a_stage_folder():
 # Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the multi-turn
 # evaluation with its rubric judges, the single-turn benchmark (which judges against a baseline and on the rubric),
 # CoSER (on the multi-turn log, scored with the benchmark's ROUGE-L) and the preference pairs ranked by those judges.
-EVALUATION_ROOMS = ["charts", "pages", "judge", "multiturn", "benchmark", "coser", "preference"]
+EVALUATION_ROOMS = ["charts", "pages", "runlog", "judge", "multiturn", "benchmark", "coser", "preference"]
 
 
 def room(module: str) -> int | None:
@@ -139,5 +139,5 @@ def test_evaluation_rooms_import_only_earlier_rooms():
     assert wrong == []
     inside = (PACKAGE / "evaluation").iterdir()
     assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == sorted(
-        ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py"]
+        ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py", "runlog.py"]
     )

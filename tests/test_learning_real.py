@@ -29,9 +29,9 @@ from rolellm import RoleProfile
 from rolellm.data.heldout import split_role_questions
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.encoding.encode import encode_chat
-from rolellm.evaluation.benchmark.rouge import rouge_l_scores
 from rolellm.rewards.text import completion_text
 from rolellm.roles.prompts import to_role_messages
+from rolellm.rouge.score import rouge_l_scores
 from rolellm.training.config import RoCITConfig
 from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
 from rolellm.training.preference import RoleDPOConfig, RoleDPOTrainer, encode_preference

@@ -777,7 +777,7 @@ CASES = [
     ("scenario-utf16", text_file("s.yaml", SCENARIO, encoding="utf-16"), read_scenarios, error(r"s\.yaml: UTF-16 text")),
     ("scenario-bom-crlf", text_file("s.yaml", "\ufeff" + SCENARIO.replace("\n", "\r\n")), read_scenarios,
      accepted(lambda s: s[0].opening_line == "Teach me!" and s[0].num_turns == 2)),
-    # --- a dialogue run's log and settings, resumed (`multiturn.dialogue.read_log`, `check_run`) -------------------
+    # --- a dialogue run's log and settings, resumed (`evaluation.runlog.read_log`, `check_run`) ---------------------
     ("dialogue-log-bad-middle-line", dialogue_run(lambda lines: lines[0] + "{oops\n" + "".join(lines[1:])), resume_dialogues,
      error(r"run/turns\.jsonl:2: not valid JSON")),
     ("dialogue-log-a-list-line", dialogue_run(lambda lines: "".join(lines) + "[1]\n"), resume_dialogues,

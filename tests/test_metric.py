@@ -7,8 +7,8 @@ import evaluate
 import pytest
 import yaml
 
-from rolellm.evaluation.benchmark.rouge import rouge_l, rouge_l_scores
 from rolellm.metrics.rolebench_rouge.rolebench_rouge import RolebenchRouge
+from rolellm.rouge.score import rouge_l, rouge_l_scores
 from rolellm.scripts import cli
 from rolellm.scripts.push_metric import METRICS_DIR
 

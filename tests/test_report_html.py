@@ -8,10 +8,10 @@ from huggingface_hub import ModelCard
 
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.evaluation.benchmark.report import update_model_card, write_report
-from rolellm.evaluation.multiturn.dialogue import write_transcripts
 from rolellm.evaluation.multiturn.report import write_dialogue_report
 from rolellm.evaluation.multiturn.rubric import DIMENSIONS, judge_transcripts
 from rolellm.evaluation.pages import markdown_to_html
+from rolellm.evaluation.runlog import write_records
 from rolellm.roles.profile import RoleProfile
 from rolellm.scripts import cli
 from rolellm.testing.server import ChatCompletionsServer
@@ -87,7 +87,7 @@ def test_dialogue_report_tables_radar_and_transcript_links(tmp_path):
          "complete": True, "error": None}
         for role in profiles for n in range(2)
     ]  # fmt: skip
-    write_transcripts(transcripts, tmp_path / "transcripts.jsonl")
+    write_records(transcripts, tmp_path / "transcripts.jsonl")
     with ChatCompletionsServer(rubric_judge(0)) as a, ChatCompletionsServer(rubric_judge(1)) as b:
         judges = [
             OpenAIChatClient(n, base_url=s.base_url, progress=False) for n, s in (("judge-a", a), ("judge-b", b))
@@ -124,7 +124,7 @@ def test_dialogue_report_tables_radar_and_transcript_links(tmp_path):
 
 
 def test_dialogue_report_without_judges_and_markdown_escaping(tmp_path):
-    write_transcripts([{"id": "po-0", "role": "Po", "turns": [{"user": "Hi", "assistant": "Skadoosh!"}]}],
+    write_records([{"id": "po-0", "role": "Po", "turns": [{"user": "Hi", "assistant": "Skadoosh!"}]}],
                       tmp_path / "transcripts.jsonl")  # fmt: skip
     files = write_dialogue_report(tmp_path)
     assert sorted(files) == ["html", "report", "transcripts"]

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from rouge import Rouge
 
-from rolellm.evaluation.benchmark.lcs import _encode_in_python, encode_texts, union_lcs_words
-from rolellm.evaluation.benchmark.rouge import (
+from rolellm.roles.profile import detect_language
+from rolellm.rouge.lcs import _encode_in_python, encode_texts, union_lcs_words
+from rolellm.rouge.score import (
     rouge_l,
     rouge_l_pairs,
     rouge_l_scores,
     split_sentences,
     to_rouge_text,
 )
-from rolellm.roles.profile import detect_language
 
 
 ROUGE = Rouge(metrics=["rouge-l"])
@@ -117,7 +117,7 @@ def test_words_are_counted_as_sets():
 
 
 def test_empty_prediction_scores_zero_and_is_reported(caplog):
-    with caplog.at_level(logging.WARNING, logger="rolellm.evaluation.benchmark.rouge"):
+    with caplog.at_level(logging.WARNING, logger="rolellm.rouge.score"):
         scores = rouge_l_scores(["", "...", "a b"], ["a b", "a b", "a b"])
     assert scores == [0.0, 0.0, 1.0]
     assert "2 of 3 predictions are empty" in caplog.text

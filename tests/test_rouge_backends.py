@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from test_rouge import WORDS, assert_same_as_rouge, random_text
 
-import rolellm.evaluation.benchmark
-from rolellm.evaluation.benchmark import lcs_numba
-from rolellm.evaluation.benchmark import rouge as rouge_module
-from rolellm.evaluation.benchmark.lcs import _encode_in_python, encode_texts
-from rolellm.evaluation.benchmark.lcs_numba import distinct_word_counts, union_lcs_overlaps
-from rolellm.evaluation.benchmark.rouge import rouge_l_pairs, split_sentences
+import rolellm.rouge
+from rolellm.rouge import lcs_numba
+from rolellm.rouge import score as rouge_module
+from rolellm.rouge.lcs import _encode_in_python, encode_texts
+from rolellm.rouge.lcs_numba import distinct_word_counts, union_lcs_overlaps
+from rolellm.rouge.score import rouge_l_pairs, split_sentences
 
 
 @pytest.fixture(params=["numba", "numpy"])
@@ -100,9 +100,9 @@ def test_without_numba_falls_back_to_numpy(monkeypatch, caplog):
     # as without numba: `import numba` raises ImportError, and the kernels module is imported afresh
     monkeypatch.setattr(rouge_module, "_KERNELS", None)
     monkeypatch.setitem(sys.modules, "numba", None)
-    monkeypatch.delitem(sys.modules, "rolellm.evaluation.benchmark.lcs_numba")
-    monkeypatch.delattr(rolellm.evaluation.benchmark, "lcs_numba")
-    with caplog.at_level(logging.INFO, logger="rolellm.evaluation.benchmark.rouge"):
+    monkeypatch.delitem(sys.modules, "rolellm.rouge.lcs_numba")
+    monkeypatch.delattr(rolellm.rouge, "lcs_numba")
+    with caplog.at_level(logging.INFO, logger="rolellm.rouge.score"):
         scores = rouge_l_pairs(["the cat sat. on the mat", "x"], ["a cat sat on a mat", "y"])
     assert rouge_module._KERNELS is False and "numba is not installed" in caplog.text
     assert scores["recall"].tolist() == [4 / 5, 0.0]
@@ -111,7 +111,7 @@ def test_without_numba_falls_back_to_numpy(monkeypatch, caplog):
 
 def test_numba_is_imported_on_the_first_rouge_call_only():
     code = (
-        "import sys; import rolellm.evaluation.benchmark.rouge as r; before = 'numba' in sys.modules; "
+        "import sys; import rolellm.rouge.score as r; before = 'numba' in sys.modules; "
         "r.rouge_l(['a b'], ['a c']); print(before, 'numba' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -120,9 +120,7 @@ def test_numba_is_imported_on_the_first_rouge_call_only():
 
 def test_numba_without_a_cache_folder_falls_back_to_numpy():
     # no cache locator fits (as when neither the package folder nor the user's cache folder is writable)
-    code = (
-        "import rolellm.evaluation.benchmark.rouge as r; print(r.rouge_l_pairs(['a b c'], ['a c'])['recall'].tolist())"
-    )
+    code = "import rolellm.rouge.score as r; print(r.rouge_l_pairs(['a b c'], ['a c'])['recall'].tolist())"
     environment = {**os.environ, "NUMBA_CACHE_LOCATOR_CLASSES": "ZipCacheLocator"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment)
     assert result.stdout.split() == ["[1.0]"]
@@ -134,7 +132,7 @@ def test_numba_without_a_cache_folder_falls_back_to_numpy():
 def test_compiled_kernels_are_cached_for_the_next_process(tmp_path):
     # the first process compiles and writes the cache; the second one loads every kernel from it, compiling none
     code = (
-        "from rolellm.evaluation.benchmark import lcs_numba as k; from rolellm.evaluation.benchmark.rouge import rouge_l_pairs; "
+        "from rolellm.rouge import lcs_numba as k; from rolellm.rouge.score import rouge_l_pairs; "
         "rouge_l_pairs(['a b. c'], ['a c']); kernels = (k.encode_utf8, k.union_lcs_overlaps, k.distinct_word_counts); "
         "print(sum(len(f.stats.cache_hits) for f in kernels), sum(len(f.stats.cache_misses) for f in kernels))"
     )

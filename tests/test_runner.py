@@ -8,10 +8,10 @@ import rouge
 from test_rouge import ENGLISH_SPE, release_pairs
 
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.rouge import rouge_l
 from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
+from rolellm.rouge.score import rouge_l
 from rolellm.testing.server import ChatCompletionsServer
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from test_rouge import release_pairs
 
-from rolellm.evaluation.benchmark.rouge import rouge_l
+from rolellm.rouge.score import rouge_l
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ row's reference answers as candidates, ranks the candidates and keeps the best a
 - `pairwise`: the paper's GPT judge (`rolellm.evaluation.judge.pairwise`) on every two candidates, both orders, a
   disagreement a tie; a candidate scores its wins plus half its ties;
 - `rubric`: the rubric judge (`rolellm.evaluation.multiturn.rubric.judge_answers`), the mean over its dimensions;
-- `rouge_l`: the paper's ROUGE-L recall against the row's references (`rolellm.evaluation.benchmark.rouge`).
+- `rouge_l`: the paper's ROUGE-L recall against the row's references (`rolellm.rouge.score`).
 
 It lives in `evaluation/`, after the judges it uses: `generation/` sits before `evaluation/` in the package's order
 and may not import them. It is a `GenerationJob` all the same: requests go through cached clients (a run stopped,
@@ -28,7 +28,6 @@ import datasets
 from rolellm.clients.openai_compatible import ChatRequest
 from rolellm.data.layout import get_spec, preference_config
 from rolellm.data.preference import PREFERENCE_FEATURES, read_preference_rows, write_preference_rows
-from rolellm.evaluation.benchmark.rouge import rouge_l_scores
 from rolellm.evaluation.judge.pairwise import judge_win_rate
 from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS, judge_answers
 from rolellm.generation.job import (
@@ -41,6 +40,7 @@ from rolellm.generation.job import (
 )
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import to_role_messages
+from rolellm.rouge.score import rouge_l_scores
 
 
 JUDGES = ("pairwise", "rubric", "rouge_l")

@@ -1,6 +1,6 @@
 """`reference_rouge_l`: the paper's ROUGE-L of each completion against its row's reference answers, as a reward.
 
-The score is `rolellm.evaluation.benchmark.rouge.rouge_l_scores` (the `rouge` 1.0.1 rules the paper used, English
+The score is `rolellm.rouge.score.rouge_l_scores` (the `rouge` 1.0.1 rules the paper used, English
 split on whitespace, Chinese into characters, the best over a row's references), so a completion that copies a
 reference scores 1.0 and the reward is the benchmark's metric. The measure is the paper's, recall, which grows with
 every word added: pair it with `rolellm.rewards.style.LengthPenalty`, or pass
@@ -16,7 +16,7 @@ every word added: pair it with `rolellm.rewards.style.LengthPenalty`, or pass
 import logging
 from collections.abc import Sequence
 
-from rolellm.evaluation.benchmark.rouge import Measure, rouge_l_scores
+from rolellm.rouge.score import Measure, rouge_l_scores
 from rolellm.rewards.text import role_texts
 
 

@@ -24,7 +24,7 @@ METRICS = ("CUS", "RAW", "SPE")
 
 def sample_scores(predictions: list[str], references: list[list[str]], lang: str | None = None) -> list[float]:
     """The paper's ROUGE-L recall of each prediction against its best reference."""
-    from rolellm.evaluation.benchmark.rouge import rouge_l_scores
+    from rolellm.rouge.score import rouge_l_scores
 
     if not predictions:
         return []

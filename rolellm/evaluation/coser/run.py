@@ -189,7 +189,7 @@ def run_coser(config: CoserConfig) -> dict:
         run_simulations,
     )
     from rolellm.evaluation.coser.testset import read_coser_test_set, select_cases
-    from rolellm.evaluation.multiturn.dialogue import check_run, write_transcripts
+    from rolellm.evaluation.runlog import check_run, write_records
 
     cases = select_cases(read_coser_test_set(config.test_file), config.cases, config.limit)
     check_continue_from(cases, config.continue_from)
@@ -208,7 +208,7 @@ def run_coser(config: CoserConfig) -> dict:
     output_dir = Path(config.output_dir)
     identity = {k: v for k, v in record.items() if k not in ("judge_model", "warning", "pinned_judge", "test_file")}
     identity["test_set_sha256"] = file_digest(config.test_file)
-    check_run(output_dir, identity, run_name=RUN_NAME, log_name=LOG_NAME)  # another run's folder: before any write
+    check_run(output_dir, identity, RUN_NAME, LOG_NAME)  # another run's folder: before any write
     output_dir.mkdir(parents=True, exist_ok=True)
     actor, env, nsp, judge = (make_client(c) for c in (config.client, config.env, config.nsp, config.judge))
     check_endpoints(actor, env, nsp, judge)  # every endpoint answers before the first scene is played
@@ -216,7 +216,7 @@ def run_coser(config: CoserConfig) -> dict:
         cases, prompts, actor, env, nsp, output_dir, identity, continue_from=config.continue_from,
         thoughts=not config.no_thoughts, max_tokens=config.client.max_new_tokens, seed=config.seed,
     )  # fmt: skip
-    write_transcripts([s.transcript() for s in scenes], output_dir / SIMULATIONS_NAME)
+    write_records([s.transcript() for s in scenes], output_dir / SIMULATIONS_NAME)
     failures = [{"case": s.case.id, "error": s.error} for s in scenes if s.error]
     finished = [(s, judged_simulation(s.messages())) for s in scenes if s.error is None]
     texts = {s.case.id: simulation_text(simulation, prompts.name_speakers) for s, simulation in finished}

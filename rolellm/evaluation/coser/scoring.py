@@ -84,11 +84,11 @@ def bleu_rouge(reference: Sequence[Mapping], simulation: Sequence[Mapping]) -> t
     thoughts already removed (`reference_without_thoughts`, `judged_simulation`). BLEU is NLTK's `sentence_bleu`
     (4-grams, no smoothing) of the lower-cased texts cut into words by NLTK's `word_tokenize` (with its Punkt
     sentence splitter when its data is installed, else on the whole text); ROUGE-L is the F measure of `rouge` 1.0.1
-    (`rolellm.evaluation.benchmark.rouge.rouge_l_pairs`).
+    (`rolellm.rouge.score.rouge_l_pairs`).
     """
     from nltk.translate.bleu_score import sentence_bleu
 
-    from rolellm.evaluation.benchmark.rouge import rouge_l_pairs
+    from rolellm.rouge.score import rouge_l_pairs
 
     simulation_text = "\n\n".join(m["content"].strip("\n") for m in simulation)
     reference_text = "\n\n".join(f"{m['character']}: {m['message']}".strip("\n") for m in reference)

@@ -26,7 +26,7 @@ from rolellm.clients.base import ChatRequest
 from rolellm.evaluation.coser.prompts import CoserPrompts
 from rolellm.evaluation.coser.testset import ENVIRONMENT, CoserCase
 from rolellm.evaluation.coser.thoughts import add_speaker_name, remove_inner_thoughts
-from rolellm.evaluation.multiturn.dialogue import append_synced, check_run, read_log, save_run
+from rolellm.evaluation.runlog import append_synced, check_run, read_log, save_run
 
 
 logger = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ def run_simulations(
     """
     check_continue_from(cases, continue_from)
     folder = Path(output_dir)
-    check_run(folder, run, run_name=RUN_NAME, log_name=LOG_NAME)  # another run's folder: refused before any write
+    check_run(folder, run, RUN_NAME, LOG_NAME)  # another run's folder: refused before any write
     scenes = {}
     for case in cases:
         first = case.reference[0]["character"] if continue_from else case.speakers[0]
@@ -225,7 +225,7 @@ def run_simulations(
     log_path = folder / LOG_NAME
     restored = read_log(log_path, _restore(scenes))
     folder.mkdir(parents=True, exist_ok=True)
-    save_run(folder, run, run_name=RUN_NAME)
+    save_run(folder, run, RUN_NAME)
     if restored:
         logger.info("resumed %d saved messages and predictions from %s", restored, log_path)
     params = {"temperature": 0.0, "max_tokens": max_tokens, "seed": seed}

@@ -30,20 +30,20 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
 
 from rolellm.clients.base import ChatRequest
+from rolellm.evaluation.runlog import append_synced, check_run, read_log, save_run, write_records
 from rolellm.roles.card_prompts import role_description
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import (
     DataFormatError,
     RoleProfile,
     parse_json_line,
-    read_json_object,
     read_text,
     role_slug,
     unique_key_yaml_loader,
@@ -362,46 +362,6 @@ def parse_user_line(text: str) -> str:
     return line
 
 
-def read_log(path: Path, restore: Callable[[dict, str], None]) -> int:
-    """Replay an append-only JSONL log (`append_synced`): `restore(record, "path:line")` for each complete line, in
-    order; a line cut short by a crash is dropped (what it held is asked again) and the file is rewritten without it,
-    so the next append starts on a line of its own. Returns the number of records restored (0 without a file)."""
-    if not path.exists():
-        return 0
-    kept, restored = [], 0
-    lines = read_text(path, allow_empty=True, log=True).splitlines(keepends=True)
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = parse_json_line(line, path, line_no)
-        except DataFormatError:
-            if line_no < len(lines) or line.endswith("\n"):  # only the last write can be cut short by a crash
-                raise
-            logger.warning("%s:%d: incomplete line dropped; it is played again", path, line_no)
-            continue
-        try:
-            restore(record, f"{path}:{line_no}")
-        except KeyError as error:  # a complete line that is no record of this log: not ours, or edited
-            raise DataFormatError(
-                f"{path}:{line_no}: field {error.args[0]!r} is missing: not a record of this log; use a new output_dir"
-            ) from None
-        kept.append(line if line.endswith("\n") else line + "\n")
-        restored += 1
-    partial = path.with_suffix(path.suffix + ".tmp")
-    partial.write_text("".join(kept), encoding="utf-8")
-    partial.replace(path)
-    return restored
-
-
-def append_synced(log, records: Sequence[dict]) -> None:
-    """Append `records` to an open log file as JSON lines and sync them to disk before returning: a process killed
-    after this call loses none of them."""
-    log.write("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
-    log.flush()
-    os.fsync(log.fileno())
-
-
 def _read_turns(path: Path, conversations: dict[str, _Conversation]) -> int:
     """Restore the turns saved by an earlier run; a line cut short by a crash is dropped (its turn is played again)."""
 
@@ -433,24 +393,6 @@ def dialogue_run(
         scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
         run["scenarios"] = [{k: v for k, v in asdict(s).items() if k != "num_turns"} for s in scenarios]
     return {**run, "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "card_extras": card_extras}
-
-
-def check_run(folder: Path, run: dict, run_name: str = RUN_NAME, log_name: str = TURNS_NAME) -> None:
-    """Refuse to resume a folder whose log (`log_name`) holds another run's records: a setting in `run` differs from
-    the one saved in `run_name` (only the keys of `run` are compared). Reads only; `save_run` writes `run`."""
-    path = folder / run_name
-    if path.exists():
-        previous = read_json_object(path, "the run's settings", ": not the settings of a run; use a new output_dir")
-        changed = sorted(k for k in run if previous.get(k) != run[k])
-        if changed and (folder / log_name).exists():
-            raise ValueError(
-                f"{folder} holds turns of another run ({', '.join(changed)} differ): use a new output_dir"
-            )
-
-
-def save_run(folder: Path, run: dict, run_name: str = RUN_NAME) -> None:
-    """Save `run` (checked by `check_run` first) as `run_name` in `folder`."""
-    (folder / run_name).write_text(json.dumps(run, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def check_scenario_roles(scenarios: Sequence[Scenario], profiles: Mapping[str, RoleProfile]) -> None:
@@ -505,12 +447,12 @@ def run_dialogues(
     run = dialogue_run(
         model_client.model_name, user_client.model_name, max_tokens, temperature, seed, card_extras, scenarios
     )
-    check_run(folder, run)  # another run's folder is refused before anything in it is written
+    check_run(folder, run, RUN_NAME, TURNS_NAME)  # another run's folder is refused before anything in it is written
     conversations = {s.id: _Conversation(s, profiles[s.role]) for s in scenarios}
     log_path = folder / TURNS_NAME
     restored = _read_turns(log_path, conversations)
     folder.mkdir(parents=True, exist_ok=True)
-    save_run(folder, run)
+    save_run(folder, run, RUN_NAME)
     if restored:
         logger.info("resumed %d saved turns from %s", restored, log_path)
     model_params = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
@@ -548,22 +490,13 @@ def run_dialogues(
                 c.turns.append(record)
             append_synced(log, saved)  # the turn is on disk before the next one is asked for
     transcripts = [c.transcript(model_client.model_name, user_client.model_name) for c in conversations.values()]
-    write_transcripts(transcripts, folder / TRANSCRIPTS_NAME)
+    write_records(transcripts, folder / TRANSCRIPTS_NAME)
     failed = [t for t in transcripts if t["error"]]
     if failed:
         logger.warning(
             "%d of %d conversations stopped early, e.g. %s", len(failed), len(transcripts), failed[0]["error"]
         )
     return transcripts
-
-
-def write_transcripts(transcripts: Sequence[dict], path: str | os.PathLike) -> Path:
-    """Write transcripts as JSON lines (one conversation per line), atomically."""
-    path = Path(path)
-    partial = path.with_suffix(path.suffix + ".tmp")
-    partial.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in transcripts), encoding="utf-8")
-    partial.replace(path)
-    return path
 
 
 def read_transcripts(path: str | os.PathLike) -> list[dict]:

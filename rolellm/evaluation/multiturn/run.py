@@ -152,9 +152,16 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
         `scores` (the judges' `scores.json`, `None` without judges), `failures` (conversations stopped early plus
         judge answers that failed) and `report` (the written report's paths, `None` when nothing was played).
     """
-    from rolellm.evaluation.multiturn.dialogue import check_run, check_scenario_roles, dialogue_run, run_dialogues
+    from rolellm.evaluation.multiturn.dialogue import (
+        RUN_NAME,
+        TURNS_NAME,
+        check_scenario_roles,
+        dialogue_run,
+        run_dialogues,
+    )
     from rolellm.evaluation.multiturn.report import write_dialogue_report
     from rolellm.evaluation.multiturn.rubric import judge_transcripts
+    from rolellm.evaluation.runlog import check_run
     from rolellm.roles.resolve import profiles_for
 
     output_dir = Path(config.output_dir)
@@ -166,19 +173,19 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     }  # fmt: skip
     # a folder of another run is refused before anything is loaded, asked or written: first on the settings, then
     # on the scenarios once they are known (a file's now, generated ones after the user model wrote them)
-    check_run(output_dir, dialogue_run(**settings))
+    check_run(output_dir, dialogue_run(**settings), RUN_NAME, TURNS_NAME)
     scenarios = None
     if config.scenarios:  # a scenario file is read, and its roles found, before any endpoint is asked
         scenarios = read_run_scenarios(config, profiles, None)
         check_scenario_roles(scenarios, profiles)
-        check_run(output_dir, dialogue_run(**settings, scenarios=scenarios))
+        check_run(output_dir, dialogue_run(**settings, scenarios=scenarios), RUN_NAME, TURNS_NAME)
     output_dir.mkdir(parents=True, exist_ok=True)
     user_client, model_client = make_client(config.user), make_client(config.client)
     judges = [make_client(judge) for judge in config.judges]
     check_endpoints(user_client, model_client, *judges)  # every endpoint answers before the first turn is played
     if scenarios is None:
         scenarios = read_run_scenarios(config, profiles, user_client)
-        check_run(output_dir, dialogue_run(**settings, scenarios=scenarios))
+        check_run(output_dir, dialogue_run(**settings, scenarios=scenarios), RUN_NAME, TURNS_NAME)
     if not scenarios:
         raise ValueError("no scenario to play: give --scenarios, Character Cards with a scenario, or a user model")
     (output_dir / "scenarios.jsonl").write_text(

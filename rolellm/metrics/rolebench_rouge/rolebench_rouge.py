@@ -5,7 +5,7 @@ import evaluate
 import numpy as np
 
 from rolellm.data.release import CITATION
-from rolellm.evaluation.benchmark.rouge import rouge_l_scores
+from rolellm.rouge.score import rouge_l_scores
 
 
 _DESCRIPTION = """\

@@ -3,7 +3,7 @@
 `rouge` 1.0.1 fills a Python dict per sentence pair and traces one LCS back through it. Here all sentence pairs of
 a call are processed together in NumPy: the LCS tables as bit vectors (Hyyrö's bit-parallel LCS, one `uint64` per
 64 columns), traced back with `rouge`'s own tie-breaking, one table row per step. [`rouge_l`] uses this when
-`numba` is not installed; with it, the compiled kernels of [`rolellm.evaluation.benchmark.lcs_numba`] do the same work
+`numba` is not installed; with it, the compiled kernels of [`rolellm.rouge.lcs_numba`] do the same work
 several times faster.
 
 >>> word_ids, lengths, first, counts = encode_texts(["a b. a", "..", " . "])
@@ -35,7 +35,7 @@ def encode_texts(texts: Sequence[str], kernels=None) -> tuple[np.ndarray, np.nda
 
     `word_ids` holds the words of all sentences in order; text `t` owns `counts[t]` sentences from
     `first_sentence[t]`. Equal words get equal ids; a whitespace-only sentence is one empty word. The compiled
-    `kernels` ([`rolellm.evaluation.benchmark.lcs_numba`]) split the texts' UTF-8 bytes when given, else Arrow's string
+    `kernels` ([`rolellm.rouge.lcs_numba`]) split the texts' UTF-8 bytes when given, else Arrow's string
     kernels do (both take Python's `str.isspace` as whitespace); text Arrow cannot hold (lone surrogates) is split
     in Python.
     """

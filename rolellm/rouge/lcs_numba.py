@@ -1,7 +1,7 @@
 """Compiled kernels for [`rouge_l`]: `rouge`'s summary-level union LCS of many text pairs, one loop per pair.
 
 Importing this module imports `numba` and compiles the kernels (once per machine: `cache=True` keeps the machine
-code on disk, later processes load it in a fraction of a second). [`rolellm.evaluation.benchmark.lcs`] imports it on the
+code on disk, later processes load it in a fraction of a second). [`rolellm.rouge.lcs`] imports it on the
 first ROUGE-L call, so `import rolellm` stays light.
 
 The LCS of a (reference sentence, prediction sentence) pair is computed with Hyyrö's bit-parallel algorithm (one

@@ -40,7 +40,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from rolellm.evaluation.benchmark.lcs import encode_texts, union_lcs_words
+from rolellm.rouge.lcs import encode_texts, union_lcs_words
 from rolellm.roles.profile import detect_language
 
 
@@ -98,11 +98,11 @@ def _unique(keys: np.ndarray) -> np.ndarray:
 
 
 def _compiled_kernels():
-    """The `numba` kernels of [`rolellm.evaluation.benchmark.lcs_numba`], or `None` (NumPy) when `numba` is not installed."""
+    """The `numba` kernels of [`rolellm.rouge.lcs_numba`], or `None` (NumPy) when `numba` is not installed."""
     global _KERNELS
     if _KERNELS is None:
         try:
-            from rolellm.evaluation.benchmark import lcs_numba
+            from rolellm.rouge import lcs_numba
 
             _KERNELS = lcs_numba
         except ImportError:
