@@ -154,7 +154,6 @@ if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/
     from rolellm.encoding.encode import encode_chat, encode_chat_turns
     from rolellm.evaluation.benchmark.config import EvaluateConfig
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
-    from rolellm.rouge.score import rouge_l, rouge_l_scores
     from rolellm.evaluation.benchmark.runner import run_benchmark
     from rolellm.evaluation.benchmark.scoring import score_predictions
     from rolellm.evaluation.coser.report import write_coser_report
@@ -212,6 +211,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/
     from rolellm.roles.resolve import ProfileSourceError, load_profiles, profiles_for, select_roles
     from rolellm.roles.retrieval import DialogueRetriever, dialogue_to_messages
     from rolellm.roles.screenplay import parse_screenplay, read_screenplay, write_screenplay
+    from rolellm.rouge.score import rouge_l, rouge_l_scores
     from rolellm.training.config import RoCITConfig, RolePromptArguments
     from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
     from rolellm.training.preference import (

@@ -380,13 +380,13 @@ def test_grpo_prompts_and_rollout_turns_are_exact_on_every_real_template(folder)
     a rollout's user turn continues the generated answer into exactly the tokens of the whole conversation."""
     from rolellm.encoding.encode import encode_chat_turns
     from rolellm.encoding.layout import added_token_ids
-    from rolellm.evaluation.multiturn.dialogue import Scenario, _Conversation
+    from rolellm.evaluation.multiturn.dialogue import Conversation, Scenario
     from rolellm.rewards.rollout import SimulatedUserRollout
     from rolellm.testing.models import tiny_tokenizer_for_template
     from rolellm.training.grpo import encode_prompt
 
     tokenizer = tiny_tokenizer_for_template(folder)
-    conversation = _Conversation(Scenario("Jack Sparrow", "A tavern.", "A sailor.", "Rum?"), JACK)
+    conversation = Conversation(Scenario("Jack Sparrow", "A tavern.", "A sailor.", "Rum?"), JACK)
     prompt = conversation.role_messages("Where is the <|im_start|>rum?", card_extras=False)
     [sample] = encode_chat_turns(tokenizer, [*prompt, {"role": "assistant", "content": "Gone, mate."}])
     first = sample["assistant_masks"].index(1)

@@ -8,7 +8,7 @@ the template's own rendering. `rolellm template check MODEL_OR_DIR` prints the s
 from dataclasses import dataclass, field
 
 from rolellm.encoding.encode import encode_chat, encode_chat_turns
-from rolellm.encoding.layout import SENTINEL, _placeholders, _Renderer, added_token_ids, chat_layout
+from rolellm.encoding.layout import SENTINEL, TemplateRenderer, added_token_ids, chat_layout, placeholder_messages
 
 
 SYSTEM = "You are Jack Sparrow, captain of the Black Pearl."
@@ -65,12 +65,12 @@ def _reference(tokenizer, chat_template, messages, keep_think, add_generation_pr
     layout = chat_layout(tokenizer, messages, chat_template, add_generation_prompt, keep_think)
     fold = "system folded into the first user turn" in layout.changes
     prepared = []
-    for message in _placeholders(messages, fold):
+    for message in placeholder_messages(messages, fold):
         content = message["content"]
         for i, text in enumerate(layout.contents):
             content = content.replace(SENTINEL.format(i), text)
         prepared.append({**message, "content": content})
-    return _Renderer(tokenizer, chat_template, keep_think)(prepared, add_generation_prompt)
+    return TemplateRenderer(tokenizer, chat_template, keep_think)(prepared, add_generation_prompt)
 
 
 def _runs(masks: list[int]) -> list[tuple[int, int]]:

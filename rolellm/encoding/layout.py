@@ -84,7 +84,7 @@ def _template_error(error: Exception) -> ValueError:
     )
 
 
-class _Renderer:
+class TemplateRenderer:
     """Renders placeholder conversations with the think rules applied to the template's text."""
 
     def __init__(self, tokenizer, chat_template, keep_think):
@@ -104,7 +104,7 @@ class _Renderer:
         return cleaned
 
 
-def _placeholders(messages, fold_system: bool) -> list[dict]:
+def placeholder_messages(messages, fold_system: bool) -> list[dict]:
     placeholders = [{**message, "content": SENTINEL.format(i)} for i, message in enumerate(messages)]
     if fold_system and placeholders and placeholders[0]["role"] == "system":
         system, rest = placeholders[0], placeholders[1:]
@@ -272,11 +272,11 @@ def chat_layout(tokenizer, messages, chat_template, add_generation_prompt=False,
 
 def _shape_layout(tokenizer, messages, chat_template, add_generation_prompt, keep_think) -> tuple:
     """`(sequences, strip rules, changes)` of a conversation of this shape."""
-    renderer = _Renderer(tokenizer, chat_template, keep_think)
+    renderer = TemplateRenderer(tokenizer, chat_template, keep_think)
     has_system = bool(messages) and messages[0]["role"] == "system"
     fold = False
     while True:
-        placeholders = _placeholders(messages, fold)
+        placeholders = placeholder_messages(messages, fold)
         try:
             rules = _strip_rules(renderer, placeholders, len(messages), add_generation_prompt)
             sequences = _layout(renderer, placeholders, add_generation_prompt)

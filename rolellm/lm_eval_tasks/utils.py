@@ -18,10 +18,10 @@ import datasets
 
 from rolellm.data.builder import load_rolebench, load_rolebench_profiles
 from rolellm.data.readers import read_raw_targets
-from rolellm.rouge.score import rouge_l_scores
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import build_role_messages
 from rolellm.roles.release import RELEASE_LANG_DIRS
+from rolellm.rouge.score import rouge_l_scores
 
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ every word added: pair it with `rolellm.rewards.style.LengthPenalty`, or pass
 import logging
 from collections.abc import Sequence
 
-from rolellm.rouge.score import Measure, rouge_l_scores
 from rolellm.rewards.text import role_texts
+from rolellm.rouge.score import Measure, rouge_l_scores
 
 
 logger = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ import datasets
 from rolellm.clients.base import ChatClient, ChatRequest
 from rolellm.clients.config import ClientConfig, make_client
 from rolellm.encoding.encode import encode_chat
-from rolellm.evaluation.multiturn.dialogue import Scenario, _Conversation, _with_ids, parse_user_line
+from rolellm.evaluation.multiturn.dialogue import Conversation, Scenario, parse_user_line, with_ids
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
 
@@ -54,7 +54,7 @@ class _Rollouts:
     the policy generated (`env_mask`), their sampling log-probabilities (`None` when the generation backend gives
     none, as `transformers` does; 0.0 for the user's tokens, as TRL's tool loop does), and the user's current line."""
 
-    def __init__(self, conversations: list[_Conversation], prompt_ids: list[list[int]], lines: list[str]):
+    def __init__(self, conversations: list[Conversation], prompt_ids: list[list[int]], lines: list[str]):
         self.conversations, self.prompt_ids, self.lines = conversations, prompt_ids, list(lines)
         self.completion_ids: list[list[int]] = [[] for _ in prompt_ids]
         self.env_mask: list[list[int]] = [[] for _ in prompt_ids]
@@ -103,7 +103,7 @@ class SimulatedUserRollout:
         for name, value in (("num_turns", num_turns), ("max_turn_tokens", max_turn_tokens)):
             if value is not None and value < 1:
                 raise ValueError(f"{name}={value} must be at least 1")
-        self.scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
+        self.scenarios = with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
         self.user = make_client(user) if isinstance(user, ClientConfig) else user
         self.num_turns = num_turns
         self.max_turn_tokens = max_turn_tokens
@@ -112,10 +112,10 @@ class SimulatedUserRollout:
         self.by_prompt: dict[str, Scenario] = {}
         self.user_failures = 0
 
-    def conversation(self, scenario: Scenario) -> _Conversation:
-        return _Conversation(scenario, self.profiles[scenario.role])
+    def conversation(self, scenario: Scenario) -> Conversation:
+        return Conversation(scenario, self.profiles[scenario.role])
 
-    def ask_user(self, conversations: list[_Conversation], desc: str) -> list[str | None]:
+    def ask_user(self, conversations: list[Conversation], desc: str) -> list[str | None]:
         """The simulator's next line in each conversation (`None` where it failed, counted)."""
         requests = [ChatRequest(c.simulator_messages(), params=dict(self.user_params)) for c in conversations]
         lines = []
@@ -226,7 +226,7 @@ class SimulatedUserRollout:
         return next_active
 
     @staticmethod
-    def user_turn_ids(tokenizer, conversation: _Conversation, line: str, keep_think: bool, eos_ids) -> tuple:
+    def user_turn_ids(tokenizer, conversation: Conversation, line: str, keep_think: bool, eos_ids) -> tuple:
         """`(end_of_turn, suffix)`: the template's end-of-turn token after an answer, and the tokens it puts after
         that: the user's `line` and the header of the next answer, from the conversation encoded with and without
         `line`."""

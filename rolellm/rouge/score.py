@@ -40,8 +40,8 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from rolellm.rouge.lcs import encode_texts, union_lcs_words
 from rolellm.roles.profile import detect_language
+from rolellm.rouge.lcs import encode_texts, union_lcs_words
 
 
 logger = logging.getLogger(__name__)

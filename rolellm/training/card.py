@@ -169,7 +169,7 @@ def build_model_card(
         training=_training_settings(args) if args is not None else None,
         packing=PACKING_KINDS[packing],
         quantization=_describe_quantization(quantization),
-        adapter=_adapter_settings(peft_config) if peft_config is not None else None,
+        adapter=adapter_settings(peft_config) if peft_config is not None else None,
         template=template,
         steps=steps if steps is not None else "unknown",
         repo=hub_model_id,
@@ -193,7 +193,7 @@ def _training_settings(args) -> dict:
     return settings
 
 
-def _adapter_settings(peft_config) -> dict:
+def adapter_settings(peft_config) -> dict:
     return {
         "peft_type": peft_config.peft_type.value,
         "r": getattr(peft_config, "r", None),

@@ -46,7 +46,7 @@ from rolellm.roles.lookup import Profiles
 from rolellm.roles.prompts import read_system_template, to_role_messages
 from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
 from rolellm.training.attention import choose_attention_backend
-from rolellm.training.card import _adapter_settings, describe_chat_template
+from rolellm.training.card import adapter_settings, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
 from rolellm.training.config import RolePromptArguments, check_at_least
 from rolellm.training.grouped import grouped_fused_forward
@@ -437,7 +437,7 @@ class RoleGRPOTrainer(GRPOTrainer):
             unscored=self.unscored,
             args=args,
             steps=self.state.global_step,
-            adapter=_adapter_settings(peft_config) if peft_config is not None else None,
+            adapter=adapter_settings(peft_config) if peft_config is not None else None,
             template=describe_chat_template(self.processing_class),
             chat_template=(self.processing_class.chat_template or "(none)").strip(),
             auto_class="AutoPeftModelForCausalLM" if peft_config is not None else "AutoModelForCausalLM",

@@ -122,7 +122,7 @@ class Scenario:
         return cls(**{**record, **{k: record[k].strip() for k in known if isinstance(record.get(k), str)}})
 
 
-def _with_ids(scenarios: list[Scenario], where: list[str]) -> list[Scenario]:
+def with_ids(scenarios: list[Scenario], where: list[str]) -> list[Scenario]:
     """Give scenarios without an `id` one (`{role}-{n}`); a repeated id is an error naming both places."""
     seen: dict[str, str] = {}
     counts: dict[str, int] = {}
@@ -175,7 +175,7 @@ def read_scenarios(path: str | os.PathLike) -> list[Scenario]:
         raise DataFormatError(f"{path}: a scenario file ends in .yaml, .yml or .jsonl, got {path.suffix!r}")
     if not scenarios:
         raise DataFormatError(f"{path}: no scenarios")
-    return _with_ids(scenarios, where)
+    return with_ids(scenarios, where)
 
 
 def scenarios_from_card(profile: RoleProfile, num_turns: int = 4, user_persona: str | None = None) -> list[Scenario]:
@@ -295,7 +295,7 @@ def generate_scenarios(
 
 
 @dataclass
-class _Conversation:
+class Conversation:
     scenario: Scenario
     profile: RoleProfile
     turns: list[dict] = field(default_factory=list)  # {"user": str, "assistant": str}
@@ -362,7 +362,7 @@ def parse_user_line(text: str) -> str:
     return line
 
 
-def _read_turns(path: Path, conversations: dict[str, _Conversation]) -> int:
+def _read_turns(path: Path, conversations: dict[str, Conversation]) -> int:
     """Restore the turns saved by an earlier run; a line cut short by a crash is dropped (its turn is played again)."""
 
     def restore(record: dict, where: str) -> None:
@@ -390,7 +390,7 @@ def dialogue_run(
     `scenarios`, the rest alone: what `check_run` can compare before the scenarios are known (generated ones)."""
     run = {"model": model, "user_model": user_model}
     if scenarios is not None:
-        scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
+        scenarios = with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
         run["scenarios"] = [{k: v for k, v in asdict(s).items() if k != "num_turns"} for s in scenarios]
     return {**run, "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "card_extras": card_extras}
 
@@ -442,13 +442,13 @@ def run_dialogues(
     """
     profiles = Profiles(profiles)
     check_scenario_roles(scenarios, profiles)
-    scenarios = _with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
+    scenarios = with_ids([replace(s) for s in scenarios], [f"scenarios[{i}]" for i in range(len(scenarios))])
     folder = Path(output_dir)
     run = dialogue_run(
         model_client.model_name, user_client.model_name, max_tokens, temperature, seed, card_extras, scenarios
     )
     check_run(folder, run, RUN_NAME, TURNS_NAME)  # another run's folder is refused before anything in it is written
-    conversations = {s.id: _Conversation(s, profiles[s.role]) for s in scenarios}
+    conversations = {s.id: Conversation(s, profiles[s.role]) for s in scenarios}
     log_path = folder / TURNS_NAME
     restored = _read_turns(log_path, conversations)
     folder.mkdir(parents=True, exist_ok=True)
