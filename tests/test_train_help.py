@@ -38,3 +38,17 @@ def test_help_lists_the_flags_the_real_parser_takes(stage):
     parser = train.make_stage_parser(stage)
     real = {action.dest for action in parser._actions if action.option_strings and action.dest not in ("help",)}
     assert from_source | {"config"} == real
+
+
+def test_help_falls_back_to_the_real_parser_when_a_source_file_moved(monkeypatch, capsys):
+    """A TRL release that moves a configuration's file does not break `--help`: the real parser prints it."""
+    from rolellm.scripts import recipe
+    from rolellm.scripts.cli import main
+
+    monkeypatch.setitem(recipe.SOURCE_HOMES, "DPOConfig", "trl.trainer.no_such_module")
+    monkeypatch.setitem(train.STAGE_CONFIGS, "dpo", ("trl", "DPOConfig"))  # found through SOURCE_HOMES only
+    with pytest.raises(SystemExit) as exit:
+        main(["train", "--stage", "dpo", "--help"])
+    assert exit.value.code == 0
+    out = capsys.readouterr().out
+    assert all(flag in out for flag in ("--stage", "--beta", "--loss_type", "--learning_rate", "--lora_r"))

@@ -228,7 +228,11 @@ class TrainParser(argparse.ArgumentParser):
             self.error(f"--stage (or the recipe's stage): {stage!r} is not one of {list(STAGES)}")
         if {"-h", "--help"} & set(args) and stage in STAGE_CONFIGS:
             classes = [(__name__, "StageArguments"), STAGE_CONFIGS[stage], MODEL_CONFIG]
-            source_help_parser(self.prog, f"{DESCRIPTION} Stage: {stage}.", classes).print_help()
+            try:
+                help_parser = source_help_parser(self.prog, f"{DESCRIPTION} Stage: {stage}.", classes)
+            except (LookupError, OSError, SyntaxError, AttributeError):  # a library's source laid out otherwise
+                help_parser = make_stage_parser(stage)  # the real parser: the same flags, after importing torch
+            help_parser.print_help()
             self.exit()
         return make_stage_parser(stage).parse_known_args(args, namespace)
 
