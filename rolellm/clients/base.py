@@ -16,7 +16,7 @@ import concurrent.futures
 import logging
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -96,6 +96,27 @@ def check_base_url(url: str | None, where: str = "base_url") -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:  # named without its text: it may hold a key
         raise ValueError(f"{where} is not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1")
     return url
+
+
+def error_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error`, then the errors under it (each one's `__cause__`, else its `__context__`), each once: a chain may come
+    back on itself (an error re-raised from inside the handler of the error that wraps it).
+
+    >>> try:
+    ...     try:
+    ...         raise KeyError("field")
+    ...     except KeyError as inner:
+    ...         raise ValueError("row 3") from inner
+    ... except ValueError as outer:
+    ...     outer.__cause__.__context__ = outer  # a loop
+    ...     [type(e).__name__ for e in error_chain(outer)]
+    ['ValueError', 'KeyError']
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 class EndpointError(RuntimeError):
