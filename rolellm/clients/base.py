@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 ROLES = ("system", "user", "assistant")
 # A re-ask's seed is the request's plus this much per attempt: far from the seeds of the other samples of a prompt.
 REASK_SEED_STRIDE = 1_000_000
+# How many answers a request gets when `parse` rejects them (the first and two re-asks), unless a client says otherwise.
+MAX_PARSE_ATTEMPTS = 3
 # The user turn that follows an answer `parse` rejected.
 REASK_REMINDER = "Your answer could not be used ({error}). Answer again, exactly in the form asked for."
 
@@ -232,7 +234,9 @@ class ChatClient:
         overrides this."""
         return cls(config.model, **{name: getattr(config, name) for name in cls.config_fields})
 
-    def __init__(self, model_name: str, cache_path=None, max_parse_attempts: int = 3, progress: bool = True):
+    def __init__(
+        self, model_name: str, cache_path=None, max_parse_attempts: int = MAX_PARSE_ATTEMPTS, progress: bool = True
+    ):
         if max_parse_attempts < 1:
             raise ValueError(f"max_parse_attempts must be at least 1, got {max_parse_attempts}")
         self.model_name = model_name
@@ -427,7 +431,7 @@ class ChatClient:
         bar.close()
         run = self.usage - bar.usage_before
         logger.info("%s: %s", desc or self.model_name, run)
-        if self.progress:
+        if self.progress and not logger.isEnabledFor(logging.INFO):  # else the log line above says it
             tqdm.write(f"{desc or self.model_name}: {run}", file=sys.stderr)
         if run.failures:
             logger.warning("%s: %d requests failed; see ChatResult.error", desc or self.model_name, run.failures)
