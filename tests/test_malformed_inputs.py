@@ -1157,7 +1157,20 @@ CASES = [
      error(r"unknown RoleBench config 'zh-genral'; did you mean 'zh-general'\? choose one of zh, zh-general")),
     ("model-a-hub-id-unreachable", mini_release(), cli("generate", "describe", "--model", "nobody/no-such-model", "--profiles",
                                                          "{path}", "--lang", "en", "--output_dir", "{dir}/out", "--dry_run"),
-     error(r"rolellm generate: .*huggingface\.co", code=3)),
+     error(r"rolellm generate: --model nobody/no-such-model: no folder of that name, so it was taken as a Hugging "
+           r"Face Hub id, and that model is not in the Hub cache while the Hub is off \(HF_HUB_OFFLINE=1\)", code=3)),
+    ("model-folder-absent-train", mini_release(), cli("train", "--model_name_or_path", "no-such-dir", "--data_dir", "{path}",
+                                                     "--output_dir", "{dir}/out", "--use_cpu", "true"),
+     error(r"rolellm train: --model_name_or_path no-such-dir: no folder of that name, so it was taken as a Hugging Face "
+           r"Hub id", code=3)),
+    ("preferences-no-profiles-for-the-rows", mini_release(lambda root: __import__("shutil").rmtree(root / "profiles-zh")),
+     cli("generate", "preferences", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--data_dir", "{path}",
+         "--dataset_configs", "zh", "--output_dir", "{dir}/out", "--dry_run"),
+     error(r"roles \['说书人', '铁匠老周'\] of --data_dir .*release have no profile in .*release/profiles-eng: add its "
+           r"profiles-\*/ folder, or pass --profiles")),
+    ("preferences-profiles-from-the-data-dir", mini_release(),
+     cli("generate", "preferences", "--model", "m", "--base_url", "http://127.0.0.1:9/v1", "--data_dir", "{path}",
+         "--dataset_configs", "zh", "--output_dir", "{dir}/out", "--dry_run"), accepted(nothing_written)),
     # --- recipe values of every command (`scripts.recipe.check_recipe_values`) -------------------------------------
     ("recipe-empty-required-value", recipe("model_name_or_path: rolegpt\ndataset_name: zh-general\noutput_dir:\n"),
      cli(*EVALUATE), error(r"recipe\.yaml: output_dir is empty: give it a value or remove the line")),

@@ -186,6 +186,7 @@ def describe_error(error: BaseException) -> tuple[int, str]:
         "NothingGenerated",
         "NothingEvaluated",
         "EmptyAnswer",
+        "ModelNotAvailable",  # a Hub id neither cached nor downloadable: nothing could be done
     ):
         return EXIT_FAILED, message
     if isinstance(error, EngineUnavailable):  # `--backend vllm` or `ray` without the engine: install the extra
