@@ -21,7 +21,7 @@ def check_at_least(config, minimums: dict) -> None:
     fail on others only once the model is loaded and training has started); and a run of some steps."""
     for name, low in minimums.items():
         value = getattr(config, name)
-        if value is not None and value < low:  # None: the library's own default, worked out later
+        if value is not None and not value >= low:  # None: the library's own default, worked out later; NaN fails
             raise ValueError(f"{name}={value} must be at least {low}")
     if config.max_steps <= 0 and not config.num_train_epochs > 0:  # 0 steps, then a model saved as if trained
         raise ValueError(
