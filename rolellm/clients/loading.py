@@ -37,8 +37,9 @@ def check_model_source(
     Returns:
         `str`: what to load: the GGUF's cached model folder, or `model_name_or_path` as given.
 
-    >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")
-    'Qwen/Qwen2.5-0.5B-Instruct'
+    A name that is no folder is taken as a Hub id; while the Hub is off (`HF_HUB_OFFLINE=1`) one that is not in the
+    Hub cache is a `ModelNotAvailable` naming it.
+
     >>> check_model_source("./no-such-model")
     Traceback (most recent call last):
     ...
