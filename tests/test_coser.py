@@ -206,6 +206,16 @@ def test_rescore_reproduces_a_hand_written_results_file_in_the_originals_format(
     assert recomputed["scores"]["avg"] == recorded["scores"]["avg"] == 75.8125
     assert run_cli(["rescore", str(FIXTURES / "original_results.json"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["cases"] == {HAMLET: 84.5, PRIDE: 67.125}
+    # a file with the means of BLEU and ROUGE-L but not the scenes' values: they are not checked, and not mismatches
+    partial = json.loads(json.dumps(recorded))
+    for case in partial["cases"].values():
+        del case["critique"]["bleu"], case["critique"]["rouge_l"]
+    (tmp_path / "no_bleu.json").write_text(json.dumps(partial))
+    capsys.readouterr()
+    assert run_cli(["rescore", str(tmp_path / "no_bleu.json")]) == 0
+    assert "the recorded bleu and rouge_l cannot be recomputed: the file has no per-scene values" in (
+        capsys.readouterr().err
+    )
     # a recorded score that the critiques do not give is named, scene and field
     recorded["cases"][PRIDE]["critique"]["Anthropomorphism"]["flaws"].append({"severity": 1})
     (tmp_path / "edited.json").write_text(json.dumps(recorded))
@@ -245,7 +255,17 @@ def test_a_run_plays_judges_scores_and_resumes_without_asking_again(tmp_path, ca
         assert server.authorizations() == {f"Bearer {ACTOR_KEY}": len(server.requests) + len(server.model_listings)}
         assert judge.authorizations() == {f"Bearer {JUDGE_KEY}": len(judge.requests) + len(judge.model_listings)}
         assert {r["body"]["model"] for r in judge.requests} == {"judge"} and len(judge.requests) == 2 * 4
+        from rolellm.scripts.cli import main
+
+        saved = (out / "results.json").read_bytes()
+        assert main(["coser", *argv, "--limit", "1"]) == 2  # would drop a scene's results
+        assert (out / "results.json").read_bytes() == saved
+        assert len(server.requests) + len(judge.requests) == first
     printed = capsys.readouterr()
+    assert (
+        f"results.json holds 2 scenes, 1 of them not in this run ({PRIDE}): it would be rewritten with 1"
+        in printed.err
+    )
     for written in [printed.out, printed.err, *(p.read_bytes().decode("utf-8", "replace") for p in out.rglob("*")
                                                 if p.is_file())]:  # fmt: skip
         assert ACTOR_KEY not in written and JUDGE_KEY not in written
@@ -297,7 +317,7 @@ def test_garbage_verdicts_are_counted_failures_not_scores(tmp_path, capsys):
     with ChatCompletionsServer(lambda body: responder(body, garbage_for=("Pride and Prejudice",))) as server:
         assert run_cli(run_argv(server.base_url, out)) == 1
         judge_asks = [r for r in server.requests if r["body"]["model"] == "judge"]
-    assert "4 scenes or judge answers failed" in capsys.readouterr().err
+    assert "rolellm coser: 4 judge answers failed, in 1 scene (pass --allow_partial" in capsys.readouterr().err
     assert len(judge_asks) == 4 + 4 * 3  # Hamlet's four, and three attempts of each of Pride's (with a reminder)
     results = json.loads((out / "results.json").read_text())
     pride = results["cases"][PRIDE]
@@ -564,3 +584,63 @@ def test_the_flaw_judge_as_a_rubric_of_rolellm_dialogue(tmp_path):
         == "User: Master?\n\nPo: (bows) Skadoosh!\n\nUser: Teach me more!\n\nPo: (bows) Skadoosh!"
     )
     assert "scale 0-100" in (tmp_path / "run" / "report.md").read_text()
+
+
+# --- the command line and its output -------------------------------------------------------------------------------------
+
+
+def test_the_run_help_says_what_each_flag_does_and_lists_only_flags_that_apply():
+    import argparse
+
+    parser = coser_script.make_parser()
+    [run] = [a.choices["run"] for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    flags = {option: action for action in run._actions for option in action.option_strings}
+    assert flags["--no_progress"].help == "Same as --progress false."
+    assert flags["--judge_model"].help.startswith("Judge model: required, except with --dry_run")
+    assert not {"--card_extras", "--card-extras"} & set(flags)  # CoSER's prompts, never a Character Card's
+
+
+def test_a_dry_run_estimates_requests_tokens_and_batches(capsys):
+    argv = [*run_argv("http://127.0.0.1:9/v1", "unused"), "--dry_run"]
+    assert run_cli(argv) == 0
+    out = capsys.readouterr().out
+    rows = {
+        line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in out.splitlines() if line.count("|") == 6
+    }
+    # two scenes of at most 20 rounds, a message and a prediction each; 4 judge calls a scene, each asked up to 3 times
+    assert rows["actor and Environment"][:2] == ["actor, env", "40"] and rows["next speaker"][:2] == ["nsp", "40"]
+    assert rows["judge"][:2] == ["judge", "24"]
+    assert int(rows["judge"][3].strip(" |").replace(",", "")) == 24 * 4096  # the judge's budget a call
+    assert "at most 72 batches one after the other" in out and "at each model's price" in out
+    assert not Path("unused").exists()
+
+
+def test_every_batch_summary_is_written_once_and_the_run_shows_its_rounds(tmp_path, capsys):
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)  # the command's logging (`setup_logging`), into this test's stderr
+    logger = logging.getLogger("rolellm")
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        with ChatCompletionsServer(responder) as server:
+            argv = [
+                a
+                for a in run_argv(server.base_url, tmp_path / "run", "--limit", "1")
+                if a not in ("--progress", "false")
+            ]
+            assert run_cli(argv) == 0
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert err.count("Round 1: actor: requests=1") == 1 and err.count("Judge: Anthropomorphism: requests=1") == 1
+    assert "round 1 of 20: 1 of 1 scenes open, 0s so far" in err
+    assert re.search(r"round 2 of 20: 1 of 1 scenes open, \d+s so far; at most \S+ of play left", err)
+
+
+def test_the_docs_say_a_request_in_flight_at_a_kill_is_sent_again():
+    docs = (Path(__file__).parent.parent / "docs" / "coser.md").read_text(encoding="utf-8")
+    resuming = " ".join(docs[docs.index("**Resuming.**") :].split("\n\n")[0].split())
+    assert "nothing is lost and nothing is asked twice" not in resuming
+    assert "in flight when the run was killed" in resuming and "sent once more" in resuming

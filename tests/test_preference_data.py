@@ -87,6 +87,8 @@ def test_rouge_l_ranking_needs_no_judge(tmp_path, capsys):
 
     with ChatCompletionsServer(respond) as server:
         args = [a for a in command(server.base_url, out) if a not in ("--judge_model", "judge")]
+        at = args.index("--profiles")
+        del args[at : at + 2]  # the profiles of --data_dir, as `rolellm train` and `evaluate` read them
         assert main([*args, "--judge", "rouge_l", "--num_samples", "2"]) == 0
         server.requests.clear()
         same = [a for a in command(server.base_url, tmp_path / "same") if a not in ("--judge_model", "judge")]

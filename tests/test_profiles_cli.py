@@ -150,10 +150,12 @@ def test_train(case, release, tmp_path, tiny_model_path, capsys):
         ],
     ],
 )
-def test_a_bad_source_is_named_in_one_line_with_exit_code_2(command, release, tmp_path, capsys, monkeypatch):
+def test_a_bad_source_is_named_in_one_line_with_exit_code_2(command, release, tmp_path, capsys, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
     if command[0] in ("evaluate", "train"):
         command = [*command, "--data_dir", str(release)]
+    if command[0] == "train":  # a model it can find: `train` checks it first (a Hub id offline is not in the cache)
+        command[command.index("m")] = str(request.getfixturevalue("tiny_model_path"))
     code = main([*command, "--profiles", str(CARD), "--profiles", "/no/such/card.png"])
     assert_one_line_error(code, capsys.readouterr().err, command[0], "/no/such/card.png")
 

@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 ROLES = ("system", "user", "assistant")
 # A re-ask's seed is the request's plus this much per attempt: far from the seeds of the other samples of a prompt.
 REASK_SEED_STRIDE = 1_000_000
+# How many answers a request gets when `parse` rejects them (the first and two re-asks), unless a client says otherwise.
+MAX_PARSE_ATTEMPTS = 3
 # The user turn that follows an answer `parse` rejected.
 REASK_REMINDER = "Your answer could not be used ({error}). Answer again, exactly in the form asked for."
 
@@ -139,6 +141,27 @@ def read_api_key(name: str | None, where: str = "api_key_env") -> str | None:
         return os.environ.get(DEFAULT_API_KEY_ENV) or None
     check_api_key_env(name, where)
     return os.environ[name] if name else None
+
+
+def error_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error`, then the errors under it (each one's `__cause__`, else its `__context__`), each once: a chain may come
+    back on itself (an error re-raised from inside the handler of the error that wraps it).
+
+    >>> try:
+    ...     try:
+    ...         raise KeyError("field")
+    ...     except KeyError as inner:
+    ...         raise ValueError("row 3") from inner
+    ... except ValueError as outer:
+    ...     outer.__cause__.__context__ = outer  # a loop
+    ...     [type(e).__name__ for e in error_chain(outer)]
+    ['ValueError', 'KeyError']
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 class EndpointError(RuntimeError):
@@ -254,7 +277,9 @@ class ChatClient:
         overrides this."""
         return cls(config.model, **{name: getattr(config, name) for name in cls.config_fields})
 
-    def __init__(self, model_name: str, cache_path=None, max_parse_attempts: int = 3, progress: bool = True):
+    def __init__(
+        self, model_name: str, cache_path=None, max_parse_attempts: int = MAX_PARSE_ATTEMPTS, progress: bool = True
+    ):
         if max_parse_attempts < 1:
             raise ValueError(f"max_parse_attempts must be at least 1, got {max_parse_attempts}")
         self.model_name = model_name
@@ -449,7 +474,7 @@ class ChatClient:
         bar.close()
         run = self.usage - bar.usage_before
         logger.info("%s: %s", desc or self.model_name, run)
-        if self.progress:
+        if self.progress and not logger.isEnabledFor(logging.INFO):  # else the log line above says it
             tqdm.write(f"{desc or self.model_name}: {run}", file=sys.stderr)
         if run.failures:
             logger.warning("%s: %d requests failed; see ChatResult.error", desc or self.model_name, run.failures)

@@ -184,7 +184,7 @@ def check_minimums(config, **minimums) -> None:
     """
     for name, least in minimums.items():
         value = getattr(config, name)
-        if value is not None and value < least:
+        if value is not None and not value >= least:  # NaN too: it compares as nothing
             raise ValueError(f"{name}={value} must be at least {least}")
 
 

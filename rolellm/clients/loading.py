@@ -37,8 +37,9 @@ def check_model_source(
     Returns:
         `str`: what to load: the GGUF's cached model folder, or `model_name_or_path` as given.
 
-    >>> check_model_source("Qwen/Qwen2.5-0.5B-Instruct")
-    'Qwen/Qwen2.5-0.5B-Instruct'
+    A name that is no folder is taken as a Hub id; while the Hub is off (`HF_HUB_OFFLINE=1`) one that is not in the
+    Hub cache is a `ModelNotAvailable` naming it.
+
     >>> check_model_source("./no-such-model")
     Traceback (most recent call last):
     ...
@@ -59,7 +60,33 @@ def check_model_source(
         raise FileNotFoundError(
             f"{flag} {name}: no such folder (a local model folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct)"
         )
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE and not in_hub_cache(name):
+        raise ModelNotAvailable(
+            f"{flag} {name}: no folder of that name, so it was taken as a Hugging Face Hub id, and that model is not "
+            "in the Hub cache while the Hub is off (HF_HUB_OFFLINE=1): give the model's folder, or download it first"
+        )
     return name
+
+
+class ModelNotAvailable(OSError):
+    """A model named by a Hub id that cannot be had: not in the Hub cache, and the Hub off (`HF_HUB_OFFLINE`)."""
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hub cache holds a model's `config.json` or `adapter_config.json` (any revision's `main`).
+
+    >>> in_hub_cache("nobody/no-such-model")
+    False
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = [try_to_load_from_cache(repo_id, name) for name in ("config.json", ADAPTER_CONFIG)]
+    except ValueError:  # not a valid repository id: nothing of it can be cached
+        return False
+    return any(isinstance(path, str) for path in found)
 
 
 def check_model_folder(folder: str | os.PathLike, flag: str = "--model_name_or_path", need_base: bool = True) -> None:

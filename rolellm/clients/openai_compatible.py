@@ -40,6 +40,7 @@ from rolellm.clients.base import (
     Usage,
     as_request,
     check_base_url,
+    error_chain,
     read_api_key,
 )
 from rolellm.clients.budget import RateLimiter, RunEstimate, estimate_tokens, parse_retry_after
@@ -429,12 +430,11 @@ def connection_failure(error: BaseException) -> str | None:
     The `openai` client reports a refused connection as a time-out with the aiohttp transport; the cause says what
     happened.
     """
-    while error is not None:
-        if isinstance(error, ConnectionRefusedError):
+    for cause in error_chain(error):
+        if isinstance(cause, ConnectionRefusedError):
             return "connection refused"
-        if isinstance(error, socket.gaierror):
+        if isinstance(cause, socket.gaierror):
             return "host not found"
-        error = error.__cause__ or error.__context__
     return None
 
 

@@ -286,12 +286,15 @@ def load_rolebench(
     if streaming:
         dataset = builder.as_streaming_dataset()
     else:
+        reader_error = None
         try:
             builder.download_and_prepare(download_mode=download_mode)
         except datasets.exceptions.DatasetGenerationError as error:
-            if isinstance(error.__cause__, DataFormatError):  # the reader's own message names the file and line
-                raise error.__cause__ from None
-            raise
+            if not isinstance(error.__cause__, DataFormatError):
+                raise
+            reader_error = error.__cause__
+        if reader_error is not None:  # the reader's own message names the file and line; raised outside the
+            raise reader_error  # handler, its chain does not lead back to the wrapper that holds it
         dataset = builder.as_dataset()
     if with_profile and spec.kind == "rows":
         profiles_config = f"profiles-{spec.lang}"

@@ -150,10 +150,23 @@ def config_files(name: str, splits: list[str] | tuple[str, ...] | None = None) -
     }
 
 
+def check_not_unreadable(path: Path, why: str) -> None:
+    """Raise `MissingFilesError` when a release file's `path` is there but cannot be read as a file: a folder, or a
+    link that leads nowhere (a loop, or a missing target); `why` says what the file is for. Such a file is never
+    taken for an absent one, which would leave its rows out without a word."""
+    if path.is_dir():
+        raise MissingFilesError(f"{path} is a folder: {why}")
+    if path.is_symlink() and not path.exists():
+        raise MissingFilesError(f"{path} is a link that leads nowhere (a loop, or a missing target): {why}")
+
+
 def available_splits(data_dir: str | Path, name: str) -> list[str]:
-    """The splits of a config whose files are all in `data_dir`."""
-    root = Path(data_dir)
-    return [split for split, files in config_files(name).items() if all((root / rel).is_file() for rel, _ in files)]
+    """The splits of a config whose files are all in `data_dir`; raises `MissingFilesError` for a file that is there
+    but cannot be read (a folder, a link that leads nowhere)."""
+    root, wanted = Path(data_dir), config_files(name)
+    for rel in (rel for files in wanted.values() for rel, _ in files):
+        check_not_unreadable(root / rel, f"RoleBench config {name!r} needs a JSON-lines file there")
+    return [split for split, files in wanted.items() if all((root / rel).is_file() for rel, _ in files)]
 
 
 def complete_configs(data_dir: str | Path) -> list[str]:
@@ -197,12 +210,7 @@ def check_files(data_dir: str | Path, name: str, splits=None) -> dict[str, list[
         what = "a file, not a folder" if root.exists() else "no such folder"
         raise MissingFilesError(f"data_dir {root}: {what} (a RoleBench release folder, as the Hub lays it out)")
     for rel in (rel for files in wanted.values() for rel, _ in files):
-        if (root / rel).is_dir():
-            raise MissingFilesError(
-                f"{root / rel} is a folder: RoleBench config {name!r} needs a JSON-lines file there"
-            )
-        if (root / rel).is_symlink() and not (root / rel).exists():
-            raise MissingFilesError(f"{root / rel} is a link that leads nowhere (a loop, or a missing target)")
+        check_not_unreadable(root / rel, f"RoleBench config {name!r} needs a JSON-lines file there")
     missing = [rel for files in wanted.values() for rel, _ in files if not (root / rel).is_file()]
     if missing:
         complete = complete_configs(root)
@@ -293,7 +301,5 @@ def raw_targets_path(raw_targets_file: str | Path | None, data_dir: str | Path |
             logger.warning("RAW unavailable: could not fetch %s from %s (%s)", relative, HUB_REPO_ID, error)
             return None
     path = Path(data_dir) / relative
-    if path.is_dir() or (path.is_symlink() and not path.exists()):  # not absent: a release's file that cannot be read
-        what = "a folder" if path.is_dir() else "a link that leads nowhere (a loop, or a missing target)"
-        raise MissingFilesError(f"{path} is {what}: the RAW references are read from this file")
+    check_not_unreadable(path, "the RAW references are read from this file")
     return path if path.is_file() else None

@@ -269,6 +269,9 @@ def _read_screenplay_file(path: Path, lang: str | None, roles: list[str] | None,
 
 
 def _read_source(path: Path, lang: str | None) -> dict[str, RoleProfile]:
+    for link in (path, path / PROFILES_FILE, path / "desc.json"):
+        if link.is_symlink() and not link.exists():
+            raise ProfileSourceError(f"{link} is a link that leads nowhere (a loop, or a missing target)")
     if not path.exists():
         raise ProfileSourceError(f"{path}: no such file or folder; profiles are read from {ACCEPTED}")
     if path.is_file():

@@ -5,6 +5,7 @@ shape of `trl/scripts/*.py`. Scripts are imported only when their command runs, 
 """
 
 import argparse
+import errno
 import gc
 import importlib
 import importlib.abc
@@ -171,12 +172,13 @@ def describe_error(error: BaseException) -> tuple[int, str]:
     >>> describe_error(ValueError("--roles ['Shifu'] not found"))
     (2, "--roles ['Shifu'] not found")
     """
-    from rolellm.clients.base import EndpointError
+    from rolellm.clients.base import EndpointError, error_chain
     from rolellm.clients.engines import EngineUnavailable
 
-    while type(error).__name__ == "DatasetGenerationError" and error.__cause__ is not None:
-        error = error.__cause__  # `datasets` wraps the builder's own errors
-    if isinstance(error, _USER_OS_ERRORS) and error.filename is not None and error.strerror:  # the system's words
+    wrapped = (e for e in error_chain(error) if type(e).__name__ != "DatasetGenerationError" or e.__cause__ is None)
+    error = next(wrapped, error)  # `datasets` wraps the builder's own errors
+    user_os_error = isinstance(error, _USER_OS_ERRORS) or (isinstance(error, OSError) and error.errno == errno.ELOOP)
+    if user_os_error and error.filename is not None and error.strerror:  # the system's words
         return EXIT_USAGE, os_error_message(error)
     lines = str(error).strip().splitlines() or [type(error).__name__]
     message = "\n".join(lines[:5]) + (f"\n... ({len(lines) - 5} more lines)" if len(lines) > 5 else "")
@@ -184,6 +186,7 @@ def describe_error(error: BaseException) -> tuple[int, str]:
         "NothingGenerated",
         "NothingEvaluated",
         "EmptyAnswer",
+        "ModelNotAvailable",  # a Hub id neither cached nor downloadable: nothing could be done
     ):
         return EXIT_FAILED, message
     if isinstance(error, EngineUnavailable):  # `--backend vllm` or `ray` without the engine: install the extra
@@ -235,12 +238,12 @@ def hub_error(error: BaseException) -> tuple[int, str | None] | None:
                 f"the Hub answered with an error ({status}{on}): try again later",
             )
         return EXIT_USAGE if status == 409 else EXIT_FAILED, None
-    cause = error.__cause__ or error.__context__
-    while cause is not None:  # an error that wraps the Hub's answer (transformers' OSError, a file not fetched)
+    from rolellm.clients.base import error_chain
+
+    for cause in list(error_chain(error))[1:]:  # an error that wraps the Hub's answer (transformers' OSError, ...)
         status = getattr(getattr(cause, "response", None), "status_code", None)
         if _hub_http_error(cause) and status is not None:  # a refused token in the Hub's words, else the error's
             return hub_error(cause) if status in (401, 403) else (EXIT_USAGE if status < 500 else EXIT_FAILED, None)
-        cause = cause.__cause__ or cause.__context__
     if type(error) is OSError and error.errno is None:  # transformers' words for a model id it cannot load
         text = str(error)
         if "couldn't connect to" in text:
@@ -279,6 +282,8 @@ def os_error_message(error: OSError) -> str:
         return f"{path}: no such file or folder"
     if isinstance(error, PermissionError):
         return f"{path}: permission denied (cannot read or write it)"
+    if error.errno == errno.ELOOP:
+        return f"{path} is a link that leads nowhere (a loop of links)"
     return f"{path}: {error.strerror}"  # a file where a folder is to be made, and the path is no file
 
 

@@ -36,7 +36,11 @@ from rolellm.scripts.recipe import dataclasses_from, make_command_group, make_co
 
 EnvOptions = endpoint_options("env", model_help=f"Environment agent model ({DEFAULT_ENV_MODEL} when not given).")
 NspOptions = endpoint_options("nsp", model_help=f"Next-speaker predictor model ({DEFAULT_NSP_MODEL} when not given).")
-JudgeOptions = endpoint_options("judge", model_help="Judge model (CoSER pins gpt-4o-2024-08-06).")
+JudgeOptions = endpoint_options(
+    "judge", model_help="Judge model: required, except with --dry_run (CoSER pins gpt-4o-2024-08-06)."
+)
+# `ClientConfig` flags that change nothing in a CoSER run: its prompts are CoSER's, never a Character Card's
+NOT_FOR_COSER = ("card_extras",)
 RUN_DATACLASSES = [ClientConfig, CoserConfig, EnvOptions, NspOptions, JudgeOptions]
 
 
@@ -63,6 +67,10 @@ def make_parser(subparsers=None):
     run.add_argument(
         "--actor_model", "--actor-model", dest="model", default=argparse.SUPPRESS, help="The actor model (= --model)."
     )
+    for action in [action for action in run._actions if action.dest in NOT_FOR_COSER]:
+        run._remove_action(action)
+        for option in action.option_strings:
+            del run._option_string_actions[option]
     make_command_parser("rescore", [RescoreArguments], "Recompute the scores of a CoSER results file.", actions)
     return parser
 
@@ -96,7 +104,7 @@ def run_main(args) -> int:
     config = coser_config(args)
     result = run_coser(config)
     if config.dry_run:
-        print(f"Dry run: {result['scenes']} scenes checked; at most {result['requests']} requests would be sent")
+        print(format_estimate(result["scenes"], result["estimate"]))
         return 0
     results = result["results"]
     if result["scored"]:
@@ -111,10 +119,50 @@ def run_main(args) -> int:
         print("rolellm coser: no scene could be scored; run again to go on from what was saved", file=sys.stderr)
         return EXIT_FAILED
     if result["failures"] and not config.allow_partial:
-        print(f"rolellm coser: {len(result['failures'])} scenes or judge answers failed (pass --allow_partial to "
-              "accept a partial run; run again to retry them)", file=sys.stderr)  # fmt: skip
+        print(f"rolellm coser: {describe_failures(result['failures'])} (pass --allow_partial to accept a partial "
+              "run; run again to retry them)", file=sys.stderr)  # fmt: skip
         return EXIT_PARTIAL
     return 0
+
+
+def count(n: int, what: str) -> str:
+    """`count(1, "scene")` -> `'1 scene'`, `count(4, "scene")` -> `'4 scenes'`."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def describe_failures(failures: list[dict]) -> str:
+    """What failed, scenes and judge answers counted apart.
+
+    >>> describe_failures([{"case": "a", "dimension": d} for d in "wxyz"] + [{"case": "b"}])
+    '1 scene stopped early; 4 judge answers failed, in 1 scene'
+    """
+    stopped = {f["case"] for f in failures if "dimension" not in f}
+    judged = [f for f in failures if "dimension" in f]
+    parts = [f"{count(len(stopped), 'scene')} stopped early"] if stopped else []
+    if judged:
+        parts.append(
+            f"{count(len(judged), 'judge answer')} failed, in {count(len({f['case'] for f in judged}), 'scene')}"
+        )
+    return "; ".join(parts)
+
+
+def format_estimate(scenes: int, estimate: dict) -> str:
+    """A dry run's estimate (`rolellm.evaluation.coser.run.estimate_run`) in a few lines: requests and tokens per
+    agent, and the batches played one after the other."""
+    lines = [f"Dry run: {count(scenes, 'scene')} checked, every prompt rendered; nothing was sent. At most:", ""]
+    lines += ["| agent | model | requests | prompt tokens | completion tokens |", "|---|---|---|---|---|"]
+    for row in estimate["agents"]:
+        lines.append(f"| {row['agent']} | {row['model']} | {row['requests']:,} | {row['prompt_tokens']:,} | "
+                     f"{row['completion_tokens']:,} |")  # fmt: skip
+    lines += [
+        "",
+        f"An upper bound: every scene plays {estimate['rounds']} rounds, with messages as long as its reference's, and "
+        f"every judge answer is asked {estimate['judge_attempts']} times (re-asked when it cannot be read); tokens "
+        "are estimated without a tokenizer. The cost is these tokens at each model's price.",
+        f"The run is at most {estimate['batches']:,} batches one after the other (the Environment, the characters and "
+        "the next speaker each round, then the judge), each as long as its slowest answer.",
+    ]
+    return "\n".join(lines)
 
 
 def rescore_main(args) -> int:
@@ -127,6 +175,9 @@ def rescore_main(args) -> int:
         print(format_scores(recomputed["scores"]))
         scored = sum(score is not None for score in recomputed["cases"].values())
         print(f"{scored} of {len(recomputed['cases'])} scenes scored")
+    if recomputed["unchecked"]:
+        print(f"rolellm coser rescore: the recorded {' and '.join(recomputed['unchecked'])} cannot be recomputed: the "
+              "file has no per-scene values of them", file=sys.stderr)  # fmt: skip
     for mismatch in recomputed["mismatches"]:
         where = f"scene {mismatch['case']}" if mismatch["case"] is not None else "the run's means"
         print(f"{where}: {mismatch['field']} recorded {mismatch['recorded']}, recomputed {mismatch['recomputed']}",

@@ -17,7 +17,7 @@ rolellm generate describe --config examples/recipes/generate_profile.yaml
 
 # preference pairs for DPO/KTO: 4 answers per question from a RoCIT adapter, ranked by the paper's judge
 rolellm generate preferences --model runs/rocit-adapter --judge_model gpt-4o --judge_base_url https://api.openai.com/v1 \
-    --data_dir runs/data --dataset_configs en-instruction --profiles runs/data --output_dir runs/data
+    --data_dir runs/data --dataset_configs en-instruction --output_dir runs/data
 # SillyTavern chats as pairs (the kept swipe chosen, the others rejected), no model needed
 rolellm generate sillytavern --chats chats/*.jsonl --profiles my_card.png --output_dir runs/data
 ```
@@ -37,7 +37,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from rolellm.clients.config import ClientConfig, check_endpoints, derive_client, endpoint_options, make_client
 from rolellm.data.preference import read_sillytavern_chat
@@ -95,9 +95,24 @@ class GenerateArguments:
 
     def __post_init__(self):
         self.profiles = as_sources(self.profiles)
-        if not self.profiles:
+        if not self.profiles and self.needs_profiles:
             raise ValueError(f"the following argument is required: --profiles ({PROFILES_HELP})")
         check_output_folder(self.output_dir)  # before anything is asked: the answers would have nowhere to go
+
+    needs_profiles: ClassVar[bool] = True  # the generators that read no release folder have no other source
+
+
+@dataclass
+class PreferenceGenerateArguments(GenerateArguments):
+    """`GenerateArguments` of `rolellm generate preferences`: the profiles are read as `rolellm train` and `rolellm
+    evaluate` read them (`rolellm.roles.resolve.profiles_for`): the `--data_dir` release's `profiles-*/`, then
+    `--profiles`, else the model folder's `role_profiles.jsonl`; `--profiles` is needed only where neither has the
+    questions' roles."""
+
+    profiles: list[str] | None = profiles_field(
+        help=f"Profile sources beside --data_dir's profiles-*/ and the model folder's ({PROFILES_HELP})."
+    )
+    needs_profiles: ClassVar[bool] = False
 
 
 def client_config(client: ClientConfig, job: GenerateArguments) -> ClientConfig:
@@ -170,7 +185,7 @@ JudgeOptions = endpoint_options("judge", model_help="Judge model ranking the ans
 def _preference_types():
     from rolellm.evaluation.preference import PreferenceConfig
 
-    return (ClientConfig, GenerateArguments, PreferenceDataArguments, JudgeOptions, PreferenceConfig)
+    return (ClientConfig, PreferenceGenerateArguments, PreferenceDataArguments, JudgeOptions, PreferenceConfig)
 
 
 SUBCOMMANDS = {
@@ -345,11 +360,18 @@ def generate_preferences(args) -> int:
     from rolellm.evaluation.preference import PreferenceGenerator
 
     client_args, job, data, judge_options, config = dataclasses_from(args, _preference_types())
-    profiles = profiles_for(job.profiles, lang=job.lang, roles=job.roles)
+    model_dir = client_args.model if client_args.runs_weights else None
+    profiles = profiles_for(job.profiles, model_dir, data.data_dir, lang=job.lang, roles=job.roles)
     generator = PreferenceGenerator(config)
     parts = [load_rolebench(name, data_dir=data.data_dir, splits=[data.dataset_split])[data.dataset_split]
              for name in data.dataset_configs]  # fmt: skip
     rows = datasets.concatenate_datasets(parts)
+    unprofiled = sorted({role for role in rows["role"] if profiles.find(role) is None})
+    if unprofiled:  # every question is asked as its role: a role without a profile has no system text
+        raise ValueError(
+            f"roles {unprofiled[:5]}{' ...' if len(unprofiled) > 5 else ''} of --data_dir {data.data_dir} have no "
+            f"profile in {profiles.where or 'no profile source'}: add its profiles-*/ folder, or pass --profiles"
+        )
     if job.roles:
         wanted = {profiles.find(role) for role in job.roles}
         rows = rows.filter(lambda row: profiles.find(row["role"]) in wanted)

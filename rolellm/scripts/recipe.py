@@ -213,7 +213,11 @@ def recipe_parser_class():
                 return None
             metadata = dict(field.metadata)
             if not metadata.pop("positional", False):
-                return HfArgumentParser._parse_dataclass_field(parser, field)
+                HfArgumentParser._parse_dataclass_field(parser, field)
+                negative = parser._option_string_actions.get(f"--no_{field.name}")
+                if negative is not None and negative.dest == field.name:  # its own words, not the field's
+                    negative.help, negative.default = f"Same as --{field.name} false.", argparse.SUPPRESS
+                return None
             parser.add_argument(field.name, type=str, **metadata)
 
         def parse_known_args(self, args=None, namespace=None):
@@ -230,7 +234,21 @@ def recipe_parser_class():
                 for action in self._actions:
                     if action.dest in self._defaults:
                         action.required = False
+            self.check_no_contradiction(args)
             return super().parse_known_args(args, namespace)
+
+        def check_no_contradiction(self, args):
+            """`--clean` and `--no_clean` on one command line is a usage error, not the last one winning."""
+            given = {}
+            for arg in args:
+                if arg == "--":
+                    break
+                action = self._option_string_actions.get(arg.split("=", 1)[0])
+                if action is not None and action.option_strings[0].startswith("--"):
+                    given.setdefault(action.dest, {})[isinstance(action, argparse._StoreFalseAction)] = arg
+            for flags in given.values():
+                if len(flags) == 2:
+                    self.error(f"{flags[False]} and {flags[True]} contradict each other: give one of them")
 
         def parse_args_into_dataclasses(self, args=None, **kwargs) -> tuple:
             """One instance of each dataclass of the command, from the recipe and the flags."""

@@ -3,6 +3,8 @@ tuning fields), and `RolePromptArguments`, the role fields every stage shares (w
 language and template of the system text, think blocks, what a checkpoint keeps of a card), with the precision and
 checkpointing defaults that let a CPU train without flags."""
 
+import contextlib
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -19,13 +21,34 @@ def check_at_least(config, minimums: dict) -> None:
     fail on others only once the model is loaded and training has started); and a run of some steps."""
     for name, low in minimums.items():
         value = getattr(config, name)
-        if value is not None and value < low:  # None: the library's own default, worked out later
+        if value is not None and not value >= low:  # None: the library's own default, worked out later; NaN fails
             raise ValueError(f"{name}={value} must be at least {low}")
     if config.max_steps <= 0 and not config.num_train_epochs > 0:  # 0 steps, then a model saved as if trained
         raise ValueError(
             f"num_train_epochs={config.num_train_epochs} without max_steps trains nothing: give a positive "
             "num_train_epochs or max_steps"
         )
+
+
+def pin_memory_where_it_helps(args) -> None:
+    """Turn `dataloader_pin_memory` off where there is no accelerator to copy to (a CPU run, `use_cpu`): torch would
+    warn on every data loader that pinned memory cannot be used, a line a user can do nothing about."""
+    import torch
+
+    if args.dataloader_pin_memory and (args.use_cpu or not torch.accelerator.is_available()):
+        args.dataloader_pin_memory = False
+
+
+@contextlib.contextmanager
+def quiet_checkpointing_aliases():
+    """Keep off a run's output the FutureWarnings that TRL's `disable_gradient_checkpointing` (around every reference
+    and no-grad forward of DPO, KTO and GRPO) raises by calling transformers' deprecated `is_gradient_checkpointing`,
+    `gradient_checkpointing_disable` and `gradient_checkpointing_enable`: nothing a user can change. Only inside the
+    calls that do it; any other use of those names still warns."""
+    with warnings.catch_warnings():
+        for name in ("is_gradient_checkpointing", "gradient_checkpointing_disable", "gradient_checkpointing_enable"):
+            warnings.filterwarnings("ignore", f"`{name}` is deprecated", FutureWarning)
+        yield
 
 
 @dataclass
@@ -58,6 +81,7 @@ class RolePromptArguments:
       `gradient_checkpointing` is given, without the deprecation warning TRL's `gradient_checkpointing=True` raises.
     - `bf16`: when not given, `True` only on hardware with bf16 (a recent GPU, a TPU), so a CPU trains in float32
       without `--use_cpu`; TRL turns it on wherever `use_cpu` is not set, and `transformers` then refuses a CPU.
+    - `dataloader_pin_memory`: `False` without an accelerator (or with `use_cpu`), where it does nothing but warn.
     """
 
     # TRL sets the deprecated alias `gradient_checkpointing=True` by default, which transformers warns about even when
@@ -102,6 +126,7 @@ class RolePromptArguments:
 
             self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
         check_at_least(self, self._minimums)
+        pin_memory_where_it_helps(self)
         if self.system_template_path is not None:  # read and checked now, not once the model is loaded
             read_system_template(self.system_template_path)
         super().__post_init__()

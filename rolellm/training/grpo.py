@@ -48,7 +48,12 @@ from rolellm.roles.resolve import as_sources, profiles_field, profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import adapter_settings, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
-from rolellm.training.config import RolePromptArguments, check_at_least
+from rolellm.training.config import (
+    RolePromptArguments,
+    check_at_least,
+    pin_memory_where_it_helps,
+    quiet_checkpointing_aliases,
+)
 from rolellm.training.grouped import grouped_fused_forward
 
 
@@ -153,6 +158,7 @@ class RoleGRPOConfig(GRPOConfig):
         check_at_least(
             self, {**RolePromptArguments._minimums, "num_generations": 2, "beta": 0, "max_completion_length": 1}
         )
+        pin_memory_where_it_helps(self)
         if not self.temperature > 0:
             raise ValueError(f"temperature={self.temperature} must be above 0: GRPO samples the group's completions")
         if self.system_template_path is not None:  # read and checked now, not once the model is loaded
@@ -373,6 +379,10 @@ class RoleGRPOTrainer(GRPOTrainer):
         return self._attention_backends[id(base)]
 
     # ----------------------------------------------------------------------------------------------- rewards
+    def _generate_and_score_completions(self, *args, **kwargs):
+        with quiet_checkpointing_aliases():  # TRL's no-grad log-prob forward asks for the deprecated names
+            return super()._generate_and_score_completions(*args, **kwargs)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         unscored = torch.isnan(rewards_per_func).all(dim=1)

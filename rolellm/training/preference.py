@@ -36,7 +36,7 @@ from rolellm.roles.resolve import profiles_for
 from rolellm.training.attention import choose_attention_backend
 from rolellm.training.card import build_model_card, describe_base_model, describe_chat_template
 from rolellm.training.checkpoint import save_stage_checkpoint, trained_profiles
-from rolellm.training.config import RolePromptArguments
+from rolellm.training.config import RolePromptArguments, quiet_checkpointing_aliases
 from rolellm.training.grouped import prompts_computed_once
 
 
@@ -162,6 +162,14 @@ class _RolePreferenceMixin:
     _paired: bool
     _stage_name: str
     _config_class: type
+
+    def _compute_loss(self, model, inputs, return_outputs):
+        with quiet_checkpointing_aliases():  # TRL's no-grad reference forward asks for the deprecated names
+            return super()._compute_loss(model, inputs, return_outputs)
+
+    def compute_ref_log_probs(self, model, inputs):
+        with quiet_checkpointing_aliases():
+            return super().compute_ref_log_probs(model, inputs)
 
     def __init__(self, model, args=None, train_dataset=None, eval_dataset=None, processing_class=None, profiles=None,
                  ref_model=None, dataset_name=None, peft_config=None, **kwargs):  # fmt: skip

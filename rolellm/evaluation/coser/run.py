@@ -6,7 +6,8 @@ speaker (`rolellm.evaluation.coser.simulation`); the judge lists the flaws of ea
 dimensions (`rolellm.evaluation.coser.judge`), which the flaw-deduction score turns into numbers
 (`rolellm.evaluation.coser.scoring`). Every client is a `ClientConfig`; answers are cached in
 `<output_dir>/cache.sqlite` unless a client sets its own `cache_path`, and every message is saved as it is played:
-a run that stops, even killed, goes on where it was when started again, asking nothing twice.
+a run that stops, even killed, goes on where it was when started again, asking nothing twice that was answered (a
+request in flight when the run was killed had no answer saved, and is sent once more).
 
 Writes `results.json` (the original's format, `{"scores", "cases"}`, plus `run`: the models, judge and prompts),
 `simulations.jsonl` (every scene with its next-speaker predictions), `report.md`, `report.html`,
@@ -165,6 +166,73 @@ def scene_result(scene, verdict: dict, text: str, continue_from: int = 0) -> dic
     return entry
 
 
+def check_results_kept(path: Path, case_ids: list[str]) -> None:
+    """A `ValueError` when `path` (a folder's `results.json`) holds scenes that this run does not play: it would be
+    rewritten with fewer (`--limit 2` on the folder of a 3-scene run), before anything is asked or written."""
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))["cases"]
+    except (OSError, ValueError, TypeError, KeyError):  # no results yet, or none that can be read: nothing to keep
+        return
+    if not isinstance(recorded, dict):
+        return
+    left_out = [case_id for case_id in recorded if case_id not in set(case_ids)]
+    if left_out:
+        raise ValueError(
+            f"{path} holds {len(recorded)} scenes, {len(left_out)} of them not in this run "
+            f"({', '.join(left_out[:3])}{', ...' if len(left_out) > 3 else ''}): it would be rewritten with "
+            f"{len(case_ids)}; select those scenes too (--limit, --cases), or write to another --output_dir"
+        )
+
+
+def estimate_run(cases, prompts, config: CoserConfig) -> dict:
+    """What a run of `cases` asks at most, counted before anything is sent (`dry_run`): per agent the requests and
+    their estimated prompt and completion tokens (the basis of its cost at each provider's price), and the batches
+    played one after the other (a batch lasts as long as its slowest answer: the run's time is about that many
+    slow answers).
+
+    An upper bound: every scene plays all `MAX_ROUNDS` rounds with messages as long as its reference's on average,
+    and every judge answer is re-asked as often as the judge client allows (`MAX_PARSE_ATTEMPTS`).
+    """
+    from rolellm.clients.base import MAX_PARSE_ATTEMPTS, estimate_tokens
+    from rolellm.evaluation.coser.prompts import DIMENSIONS
+    from rolellm.evaluation.coser.simulation import MAX_ROUNDS
+
+    max_tokens, thoughts = config.client.max_new_tokens, not config.no_thoughts
+    rounds = max(0, MAX_ROUNDS - config.continue_from)
+    rows = {agent: {"agent": agent, "model": model, "requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+            for agent, model in (("actor and Environment", f"{config.client.model}, {config.env.model}"),
+                                 ("next speaker", config.nsp.model),
+                                 ("judge", config.judge.model if config.judge else "(not set)"))}  # fmt: skip
+
+    def add(agent: str, system: str, history: int, completion: int, requests: int = 1) -> None:
+        row = rows[agent]
+        row["requests"] += requests
+        row["prompt_tokens"] += requests * (
+            estimate_tokens(system) + estimate_tokens(prompts.conversation_start) + history
+        )
+        row["completion_tokens"] += requests * completion
+
+    for case in cases:
+        systems = [prompts.environment(case)] + [
+            prompts.actor(case, character, thoughts, config.client.model) for character in case.characters
+        ]
+        speaker_system = max(systems, key=len)
+        nsp_system = prompts.nsp(case)
+        lengths = [estimate_tokens(f"{m['character']}: {m['message']}") + 4 for m in case.reference]
+        message = min(max_tokens, sum(lengths) // len(lengths)) if lengths else max_tokens
+        for index in range(config.continue_from, config.continue_from + rounds):
+            add("actor and Environment", speaker_system, index * message, max_tokens)
+            add("next speaker", nsp_system, (index + 1) * message, max_tokens)
+        played = (config.continue_from + rounds) * message
+        for dimension in DIMENSIONS:
+            judge_system = prompts.judge(case, dimension, config.continue_from)
+            for attempt in range(MAX_PARSE_ATTEMPTS):  # a re-ask carries the answer rejected and a reminder
+                add("judge", judge_system, played + attempt * (config.judge_max_tokens + 40), config.judge_max_tokens)
+    batches = 3 * rounds + len(DIMENSIONS) * MAX_PARSE_ATTEMPTS  # Environment, characters, next speaker a round
+    return {"agents": list(rows.values()), "rounds": rounds, "judge_attempts": MAX_PARSE_ATTEMPTS,
+            "batches": batches if cases else 0}  # fmt: skip
+
+
 def run_coser(config: CoserConfig) -> dict:
     """Play, judge and score the test scenes of `config`, and write the results and the report.
 
@@ -172,8 +240,9 @@ def run_coser(config: CoserConfig) -> dict:
 
     Returns:
         `dict`: `results` (what `results.json` holds; `None` on a dry run), `scenes` (how many), `failures`
-        (`[{"case", "error"}]`: scenes stopped early and judge answers that never fit), `scored` (scenes with a
-        score), `requests` (a dry run's count of first-round requests) and `report` (the written report's paths).
+        (`[{"case", "error"}]`: scenes stopped early, and judge answers that never fit, with their `dimension`),
+        `scored` (scenes with a score), `requests` (a dry run's most requests, judge re-asks included) and its
+        `estimate` (`estimate_run`), and `report` (the written report's paths).
         A run that scored no scene writes neither `results.json` nor the report (`report` is `None`): what was played
         is in the log and `simulations.jsonl`, and a re-run goes on from it.
     """
@@ -197,15 +266,12 @@ def run_coser(config: CoserConfig) -> dict:
     record = run_record(config, prompts.source)
     if record.get("warning"):
         logger.warning("%s", record["warning"])
-    if config.dry_run:
-        for case in cases:  # every prompt renders
-            prompts.environment(case), prompts.nsp(case)
-            for character in case.characters:
-                prompts.actor(case, character, not config.no_thoughts, config.client.model)
-        most = len(cases) * (2 * 20 + 4)
-        logger.info("dry run: %d scenes; at most %d requests (20 rounds of 2, 4 judge calls each)", len(cases), most)
-        return {"results": None, "scenes": len(cases), "failures": [], "scored": 0, "requests": most, "report": None}
+    if config.dry_run:  # every prompt renders, and what the run would ask is counted
+        estimate = estimate_run(cases, prompts, config)
+        return {"results": None, "scenes": len(cases), "failures": [], "scored": 0,
+                "requests": sum(row["requests"] for row in estimate["agents"]), "estimate": estimate, "report": None}  # fmt: skip
     output_dir = Path(config.output_dir)
+    check_results_kept(output_dir / RESULTS_NAME, [case.id for case in cases])
     identity = {k: v for k, v in record.items() if k not in ("judge_model", "warning", "pinned_judge", "test_file")}
     identity["test_set_sha256"] = file_digest(config.test_file)
     check_run(output_dir, identity, RUN_NAME, LOG_NAME)  # another run's folder: before any write
@@ -233,7 +299,8 @@ def run_coser(config: CoserConfig) -> dict:
         else:
             entry = scene_result(scene, verdicts[scene.case.id], texts[scene.case.id], config.continue_from)
             failures += [
-                {"case": scene.case.id, "error": f"judge, {d}: {e}"} for d, e in entry.get("errors", {}).items()
+                {"case": scene.case.id, "error": f"judge, {d}: {e}", "dimension": d}
+                for d, e in entry.get("errors", {}).items()
             ]
             cases_out[scene.case.id] = entry
     record["bleu_tokenizer"] = bleu_tokenizer_name()

@@ -173,9 +173,10 @@ def rescore_coser_results(results: Mapping) -> dict:
     means from the cases (BLEU and ROUGE-L from the per-case values recorded, since the file holds no reference).
 
     Returns:
-        `dict`: `scores` (the recomputed means), `cases` (`{case_id: score}`, `None` for an unscored case) and
+        `dict`: `scores` (the recomputed means), `cases` (`{case_id: score}`, `None` for an unscored case),
         `mismatches`: `[{"case", "field", "recorded", "recomputed"}]` for every value further than 1e-9 from the one
-        recorded (`case` is `None` for the run's means).
+        recorded (`case` is `None` for the run's means), and `unchecked`: the run's means the file records without
+        the per-scene values they come from (`"bleu"`, `"rouge_l"`), which cannot be recomputed (not mismatches).
     """
     cases, recomputed, mismatches = {}, {}, []
     for case_id, case in results["cases"].items():
@@ -195,8 +196,12 @@ def rescore_coser_results(results: Mapping) -> dict:
         for metric in ("bleu", "rouge_l"):
             critique[metric] = case["critique"].get(metric)
         recomputed[case_id] = {"score": score, "critique": critique}
-    scores = mean_scores(recomputed)
+    scores, unchecked = mean_scores(recomputed), []
     for key, value in scores.items():
-        if key in (results.get("scores") or {}) and _differs(results["scores"][key], value):
+        if key not in (results.get("scores") or {}):
+            continue
+        if value is None and key in ("bleu", "rouge_l") and results["scores"][key] is not None:
+            unchecked.append(key)  # the file records the mean, not the scenes' values it was taken from
+        elif _differs(results["scores"][key], value):
             mismatches.append({"case": None, "field": key, "recorded": results["scores"][key], "recomputed": value})
-    return {"scores": scores, "cases": cases, "mismatches": mismatches}
+    return {"scores": scores, "cases": cases, "mismatches": mismatches, "unchecked": unchecked}

@@ -11,13 +11,14 @@ re-run draws the same). `<END CHAT>` ends the scene from round index 5 on; no sc
 
 Every message and prediction is appended to `<output_dir>/simulation.jsonl` and synced to disk as it arrives
 (`append_synced`); a run that is killed goes on from that log, and the clients' caches answer what was asked before,
-so nothing is asked twice.
+so nothing answered is asked twice (a request still in flight when the run was killed is sent once more).
 """
 
 import hashlib
 import logging
 import random
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,9 +253,12 @@ def run_simulations(
                 scene.error = f"{agent_of(scene)} ({client.model_name}), round {scene.rounds}: {result.error}"
         return [(s, r) for s, r in zip(asking, results) if r.ok]
 
+    started, first_step = time.monotonic(), None
     with open(log_path, "a", encoding="utf-8") as log:
         while any(scene.open for scene in scenes.values()):
             step = min(s.rounds for s in scenes.values() if s.open)
+            first_step = step if first_step is None else first_step
+            log_progress(step, first_step, sum(s.open for s in scenes.values()), len(scenes), started)
             saved = []
             speaking = [s for s in scenes.values() if s.open and not s.needs_prediction]
             for scene in [s for s in speaking if s.rounds < continue_from]:
@@ -288,6 +292,28 @@ def run_simulations(
     if failed:
         logger.warning("%d of %d scenes stopped early, e.g. %s", len(failed), len(played), failed[0].error)
     return played
+
+
+def log_progress(step: int, first_step: int, open_scenes: int, scenes: int, started: float) -> None:
+    """The run's progress as one line a round: the round of `MAX_ROUNDS`, the scenes still open, and (after the
+    first round of this run) an estimate of the time left, the rounds to go at this run's pace so far (at most:
+    scenes end from round 6 on)."""
+    elapsed, done = time.monotonic() - started, step - first_step
+    left = f"; at most {format_duration(elapsed / done * (MAX_ROUNDS - step))} of play left" if done else ""
+    logger.info("round %d of %d: %d of %d scenes open, %s so far%s", step + 1, MAX_ROUNDS, open_scenes, scenes,
+                format_duration(elapsed), left)  # fmt: skip
+
+
+def format_duration(seconds: float) -> str:
+    """`3725.0` -> `'1h02m'`, `65.2` -> `'1m05s'`, `4.2` -> `'4s'`.
+
+    >>> format_duration(3725.0), format_duration(65.2), format_duration(4.2)
+    ('1h02m', '1m05s', '4s')
+    """
+    seconds = round(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def _message(scene: Scene, speaker: str, content: str, reference: bool = False) -> dict:
