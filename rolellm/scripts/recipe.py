@@ -235,7 +235,22 @@ def recipe_parser_class():
                     if action.dest in self._defaults:
                         action.required = False
             self.check_no_contradiction(args)
-            return super().parse_known_args(args, namespace)
+            namespace, extras = super().parse_known_args(args, namespace)
+            self.check_finite(namespace)
+            return namespace, extras
+
+        def check_finite(self, namespace):
+            """`--timeout inf` or `--learning_rate nan` on the command line is a usage error (a recipe's values are
+            checked by `check_recipe_values`); a field's own default is left as it is."""
+            for action in self._actions:
+                value = getattr(namespace, action.dest, None)
+                if action.type is not float or value is action.default:
+                    continue
+                if any(
+                    isinstance(v, float) and not math.isfinite(v)
+                    for v in (value if isinstance(value, list) else [value])
+                ):
+                    self.error(f"{action.option_strings[0]} {value}: give a finite number")
 
         def check_no_contradiction(self, args):
             """`--clean` and `--no_clean` on one command line is a usage error, not the last one winning."""
