@@ -907,6 +907,8 @@ CASES = [
      error(r"--timeout nan: give a finite number")),
     ("flag-timeout-inf", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--timeout", "inf"),
      error(r"--timeout inf: give a finite number")),
+    ("flag-num-samples-huge", instructions({"instruction": "Hi?"}), cli(*ROLEGPT, "--num_samples", "9" * 30),
+     error(r"num_samples=9{30} answers for each \(role, instruction\) pair: at most 10000")),
     ("train-learning-rate-nan", train_recipe(), cli(*TRAIN, "--learning_rate", "nan"), error(r"--learning_rate nan: give a finite number")),
     ("flag-unknown", rows_file(ROW), cli("evaluate", "--model_name_or_path", "rolegpt", "--output_dir", "o",
                                           "--no_such_flag", "1"), error(r"unrecognized arguments: --no_such_flag 1")),

@@ -49,6 +49,10 @@ from rolellm.roles.prompts import (
 from rolellm.roles.retrieval import DialogueRetriever
 
 
+# the most answers a (role, instruction) pair may ask for: beyond it a run is a typing slip, not a plan
+MAX_SAMPLES = 10_000
+
+
 @dataclass
 class RoleGPTConfig:
     """Settings of a RoleGPT run.
@@ -120,6 +124,11 @@ class RoleGPTConfig:
         self.system_template = system_template_text(self.system_template)
         self.prompt_mode = prompting_mode(self.prompt_mode, "prompt_mode")
         check_test_fraction(self.test_fraction)
+        if self.num_samples > MAX_SAMPLES:
+            raise ValueError(
+                f"num_samples={self.num_samples} answers for each (role, instruction) pair: at most {MAX_SAMPLES} "
+                "(the paper samples 6)"
+            )
         if not 0 <= self.num_baseline < self.num_samples:
             raise ValueError(
                 f"num_baseline={self.num_baseline} must be at least 0 and below num_samples={self.num_samples}, "
