@@ -15,7 +15,7 @@ prefixed flags of `endpoint_options`.
 
 import logging
 import os
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -223,6 +223,18 @@ def client_options(*names: str) -> type:
     own = {f.name: f for f in fields(ClientConfig)}
     options = [(name, own[name].type, field(default=own[name].default, metadata=own[name].metadata)) for name in names]
     return make_dataclass("ClientOptions", options)
+
+
+def with_default_cache(client: ClientConfig | None, path: str) -> ClientConfig | None:
+    """`client` answering from the cache at `path` unless it names a cache of its own (`None` stays `None`): how an
+    evaluation keeps its endpoints' answers in its output folder.
+
+    >>> with_default_cache(ClientConfig("m", base_url="http://h/v1"), "run/cache.sqlite").cache_path
+    'run/cache.sqlite'
+    >>> with_default_cache(ClientConfig("m", base_url="http://h/v1", cache_path="mine.sqlite"), "run/c.sqlite").cache_path
+    'mine.sqlite'
+    """
+    return replace(client, cache_path=path) if client is not None and client.cache_path is None else client
 
 
 def derive_client(base: ClientConfig, prefix: str, values, model: str | None = None, cache_path: str | None = None):

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_minimums
+from rolellm.clients.config import ClientConfig, check_minimums, with_default_cache
 from rolellm.clients.inference_settings import resolve_keep_think
 from rolellm.roles.prompts import prompting_mode, prompting_mode_field, system_template_text
 from rolellm.roles.resolve import as_sources, profiles_field
@@ -164,9 +164,9 @@ class EvaluateConfig:
         if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
             raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
         # each client keeps its answers in its own file of output_dir, the names earlier runs used
-        self.client = _with_cache(self.client, os.path.join(self.output_dir, "cache.sqlite"))
-        self.judge = _with_cache(self.judge, os.path.join(self.output_dir, "judge_cache.sqlite"))
-        self.baseline_client = _with_cache(
+        self.client = with_default_cache(self.client, os.path.join(self.output_dir, "cache.sqlite"))
+        self.judge = with_default_cache(self.judge, os.path.join(self.output_dir, "judge_cache.sqlite"))
+        self.baseline_client = with_default_cache(
             self.baseline_client, os.path.join(self.output_dir, "baseline", "cache.sqlite")
         )
         if self.model_label is None:
@@ -203,7 +203,3 @@ class EvaluateConfig:
     @property
     def is_rolegpt_baseline(self) -> bool:
         return self.client.model.lower() == ROLEGPT
-
-
-def _with_cache(client: ClientConfig | None, path: str) -> ClientConfig | None:
-    return replace(client, cache_path=path) if client is not None and client.cache_path is None else client

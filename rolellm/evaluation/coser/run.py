@@ -38,10 +38,10 @@ Writes `results.json` (the original's format, `{"scores", "cases"}`, plus `run`:
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client, with_default_cache
 
 
 logger = logging.getLogger(__name__)
@@ -117,12 +117,8 @@ class CoserConfig:
         if self.judge is None and not self.dry_run:
             raise ValueError("the following argument is required: --judge_model")
         cache = str(Path(self.output_dir) / "cache.sqlite")  # one cache for all: its keys hold the model's name
-        self.client, self.env, self.nsp = (_with_cache(c, cache) for c in (self.client, self.env, self.nsp))
-        self.judge = _with_cache(self.judge, cache) if self.judge is not None else None
-
-
-def _with_cache(client: ClientConfig, path: str) -> ClientConfig:
-    return replace(client, cache_path=path) if client.cache_path is None else client
+        self.client, self.env, self.nsp = (with_default_cache(c, cache) for c in (self.client, self.env, self.nsp))
+        self.judge = with_default_cache(self.judge, cache)
 
 
 def run_record(config: CoserConfig, prompts_source: str) -> dict:

@@ -29,11 +29,11 @@ run that stops, even killed, goes on where it was when started again.
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client, with_default_cache
 from rolellm.clients.inference_settings import resolve_card_extras
 from rolellm.roles.resolve import as_sources, profiles_field
 
@@ -101,12 +101,8 @@ class DialogueConfig:
         if self.num_scenarios < 1:
             raise ValueError(f"--num_scenarios must be at least 1, got {self.num_scenarios}")
         cache = str(Path(self.output_dir) / "cache.sqlite")  # one cache for all: its keys hold the model's name
-        self.client, self.user = _with_cache(self.client, cache), _with_cache(self.user, cache)
-        self.judges = [_with_cache(judge, cache) for judge in self.judges]
-
-
-def _with_cache(client: ClientConfig, path: str) -> ClientConfig:
-    return replace(client, cache_path=path) if client.cache_path is None else client
+        self.client, self.user = with_default_cache(self.client, cache), with_default_cache(self.user, cache)
+        self.judges = [with_default_cache(judge, cache) for judge in self.judges]
 
 
 def read_run_scenarios(config: DialogueConfig, profiles, user_client) -> list:
