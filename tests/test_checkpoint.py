@@ -270,7 +270,7 @@ def test_export_refuses_what_it_cannot_do_in_one_line(cli_lora, tmp_path, capsys
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 3 and all(line.startswith("rolellm export: ") for line in errors)
     assert "not a model checkpoint" in errors[0] and "exists and is not empty" in errors[1]
-    assert "'nobody/no-such-model'" in errors[2] and "cannot be loaded" in errors[2]
+    assert "base_model_name_or_path) nobody/no-such-model" in errors[2] and "not in the Hub cache" in errors[2]
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
