@@ -39,6 +39,17 @@ pytest.importorskip("gradio", reason="the chat UI needs gradio (the `ui` extra)"
 
 ADA_GREETING = "*Ada drops a crate of brass parts on the floor.* Right. Where's the patient?"
 ADA_OTHER_GREETING = "Hold this."
+ADA_CARD = {  # Ada Quill's card of tests/fixtures, short (a short prompt is a quick answer on a CPU)
+    "spec": "chara_card_v2",
+    "spec_version": "2.0",
+    "data": {
+        "name": "Ada Quill",
+        "description": "An inventor who fixes lighthouses.",
+        "first_mes": ADA_GREETING,
+        "alternate_greetings": ["*Ada is already halfway up the ladder.* Hold this."],
+        "character_book": {"entries": [{"keys": ["lamp"], "content": "The lamp is a first-order Fresnel lens."}]},
+    },
+}
 PO_CARD = {
     "spec": "chara_card_v2",
     "spec_version": "2.0",
@@ -55,6 +66,7 @@ class RealModelEndpoint:
         from rolellm.clients.local import LocalChatClient
 
         self.model = LocalChatClient(resolve_model_name_or_path(GGUF), progress=False)
+        self.reasons = []  # the finish reason of each answer: "length" when cut at the token budget
         self.gate = threading.Event()
         self.gate.set()
         self.server = ChatCompletionsServer(self.answer)
@@ -66,6 +78,7 @@ class RealModelEndpoint:
         finish = {}
         sampling = {key: body[key] for key in ("temperature", "top_p", "seed")}
         text = "".join(stream_answer(self.model, body["messages"], body["max_tokens"], **sampling, finish=finish))
+        self.reasons.append(finish["reason"])
         message = {"role": "assistant", "content": text}
         return {"id": "real", "object": "chat.completion", "created": 0, "model": body["model"], "usage": {},
                 "choices": [{"index": 0, "message": message, "finish_reason": finish["reason"]}]}  # fmt: skip
@@ -112,7 +125,7 @@ class Page:
     def wait(self, condition, what: str, timeout: float = 60):
         from selenium.webdriver.support.ui import WebDriverWait
 
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(lambda _: condition(), what)
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(lambda _: condition(), what)
 
     def idle(self, bots: int, what: str) -> None:
         """Wait for `bots` answers on the page and the end of the answering (Send enabled again)."""
@@ -146,7 +159,7 @@ def test_a_conversation_in_the_browser(tmp_path):
 
     cards = tmp_path / "cards"
     cards.mkdir()
-    shutil.copy("tests/fixtures/card_v2_ada.json", cards / "ada.json")
+    (cards / "ada.json").write_text(json.dumps(ADA_CARD), encoding="utf-8")
     (cards / "po.json").write_text(json.dumps(PO_CARD), encoding="utf-8")
     endpoint = RealModelEndpoint()
     with endpoint.server as server:
@@ -168,7 +181,7 @@ def test_a_conversation_in_the_browser(tmp_path):
             app.close()
     assert [path.name for path in page.taken] == [
         "01-greeting.png", "02-two-messages.png", "03-swipe.png", "04-edit.png", "05-role-switch.png",
-        "06-endpoint-error.png", "07-recovered.png", "08-past-the-window.png",
+        "06-endpoint-error.png", "07-recovered-past-the-window.png",
     ]  # fmt: skip
     assert all(path.stat().st_size > 10_000 for path in page.taken)
 
@@ -199,6 +212,11 @@ def conversation(page: Page, server, endpoint: RealModelEndpoint, By, Keys):  # 
     assert [m["role"] for m in first["messages"]] == ["system", "assistant", "user"]
     assert "Fresnel lens" in first["messages"][0]["content"]  # "lamp" called up the card's lorebook entry
     assert count(page.text("tokens")) > 0 and "tokens of the" not in page.text("tokens")  # an endpoint: estimated
+    # an answer cut at the token budget is marked
+    assert ("cut at the token budget" in page.bots()[-1]) == (endpoint.reasons[-1] == "length")
+    page.driver.find_element(By.XPATH, "//button[.//*[starts-with(normalize-space(), 'System text')]]").click()
+    shown = page.wait(lambda: page.find("#system textarea").get_attribute("value"), "the system text")
+    assert shown == server.requests[-1]["body"]["messages"][0]["content"]  # what the role was told last
     page.shot("two-messages")
 
     # a swipe: another answer drawn with another seed, the first one kept; back and forth (buttons and keys)
@@ -227,6 +245,14 @@ def conversation(page: Page, server, endpoint: RealModelEndpoint, By, Keys):  # 
     assert server.requests[-1]["body"]["messages"][-1]["content"].startswith("Is the lamp broken?")
     page.shot("edit")
 
+    # an unknown role typed into the picker: said so, the conversation goes on
+    picker = page.find("#role input")
+    picker.click()
+    picker.send_keys(Keys.CONTROL, "a")
+    picker.send_keys("Oogway", Keys.ENTER)
+    page.wait(lambda: "roles ['Oogway'] are not in the profiles" in page.text("status"), "the unknown role's note")
+    assert page.users() == ["Is the lamp broken?"] and page.enabled("send")
+
     # another role picked while an answer is on its way: the old conversation is gone, the new role's history clean
     endpoint.gate.clear()
     asked = len(server.requests)
@@ -245,9 +271,13 @@ def conversation(page: Page, server, endpoint: RealModelEndpoint, By, Keys):  # 
     assert page.users() == ["Who are you?"]
     page.shot("role-switch")
 
-    # an endpoint that fails: the reason on the page, the message back in the box; then it answers again
+    # past the context window, and an endpoint that fails before it answers: a small window set in the page
+    page.driver.find_element(By.XPATH, "//button[.//*[normalize-space()='Settings']]").click()
+    window = page.wait(lambda: page.find("#context-window input"), "the window setting")
+    window.send_keys(Keys.CONTROL, "a")
+    window.send_keys(str(count(page.text("tokens")) + 12 + 8), Keys.TAB)  # room for one more short message
     server.add_faults(Fault("server_error", status=400, message="The model is overloaded"))
-    page.type("Do you like dumplings?")
+    page.type("Do you like dumplings?")  # the endpoint's error on the page, the message back in the box
     page.wait(lambda: "HTTP 400 The model is overloaded" in page.text("status"), "the endpoint's error")
     assert page.find("#message textarea").get_attribute("value") == "Do you like dumplings?"
     assert page.users() == ["Who are you?"] and page.enabled("send") and len(page.bots()) == 2
@@ -257,20 +287,14 @@ def conversation(page: Page, server, endpoint: RealModelEndpoint, By, Keys):  # 
     page.wait(lambda: "smollm2 gave an empty answer" in page.text("status"), "the empty answer's note")
     assert page.find("#message textarea").get_attribute("value") == "Do you like dumplings?"
     assert page.users() == ["Who are you?"] and len(page.bots()) == 2
-    page.find("#message textarea").send_keys(Keys.ENTER)
+    page.find("#message textarea").send_keys(Keys.ENTER)  # the endpoint is back
     page.idle(3, "the answer once the endpoint is back")
     assert page.users() == ["Who are you?", "Do you like dumplings?"] and "HTTP 400" not in page.text("status")
-    page.shot("recovered")
-
-    # past the context window: a small window in the settings, the oldest turns left out, the page says so
-    page.driver.find_element(By.XPATH, "//button[.//*[normalize-space()='Settings']]").click()
-    window = page.wait(lambda: page.find("#context-window input"), "the window setting")
-    now = count(page.text("tokens"))
-    window.send_keys(Keys.CONTROL, "a")
-    window.send_keys(str(now + 12 + 8), Keys.TAB)
-    page.type("Tell me all about the Jade Palace, the Furious Five and your dumplings.")
-    page.idle(4, "the answer past the window")
     sent = server.requests[-1]["body"]["messages"]
     assert [m["content"] for m in sent[1:2]] == ["Skadoosh!"] and "Who are you?" not in json.dumps(sent)
     assert "The 2 oldest turns are not sent" in page.text("status")
-    page.shot("past-the-window")
+    page.shot("recovered-past-the-window")
+
+    # a new chat opens with the greeting again
+    page.click("new-chat")
+    page.wait(lambda: page.bots() == ["Skadoosh!"] and not page.users(), "a new chat")

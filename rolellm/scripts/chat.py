@@ -237,7 +237,7 @@ def run_command(session, line: str, out, speaker: Speaker | None = None) -> bool
         for turn in session.history[-2:]:
             who = session.role if turn["role"] == "assistant" else session.user_name or "you"
             print(f"{who}: {turn['content']}", file=out)
-    elif name in ("save", "load", "edit"):
+    elif name in ("save", "load", "edit") and not argument:
         raise ValueError(f"/{name} needs {'a file' if name != 'edit' else 'the new text'}: /{name} {_EXAMPLE[name]}")
     elif name == "swipe" and argument in ("left", "right"):
         step = -1 if argument == "left" else 1
