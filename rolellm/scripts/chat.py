@@ -12,14 +12,15 @@ printf 'Who are you?\\nWhere is the rum?\\n' | rolellm chat --model runs/rolella
 rolellm chat --model runs/rolellama --ui --port 7860
 ```
 
-In the terminal, answers stream as they are generated; `/help` lists the commands (`/reset`, `/role NAME`,
-`/save FILE`, `/quit`). With stdin not a terminal, every line is a user message (or a command) and every answer is
+In the terminal, answers stream as they are generated; `/help` lists the commands (`/swipe`, `/edit`, `/continue`,
+`/undo`, `/reset`, `/role NAME`, `/save FILE`, `/load FILE`, `/system`, `/quit`); lines pasted at once are one
+message, and Ctrl-C at the prompt asks first when the conversation is not saved. With stdin not a terminal, every line is a user message (or a command) and every answer is
 printed on one line of stdout, its newlines written as `\\n`, carriage returns as `\\r`, backslashes as `\\\\` and the
 other line breaks of `str.splitlines` as `\\uXXXX` (`unescape_line` gives the answer back); nothing else is written to
 stdout. An empty line is answered by an empty
 line without asking the model; a message that starts with `/` is written `//...`. Exit codes: 0 at the end of the
-input, 2 a usage error (unknown role or command, missing model folder, an empty stdin: no message to answer), 3 the
-endpoint cannot be reached.
+input, 2 a usage error (unknown role or command, missing model folder, an empty stdin: no message to answer, a busy
+`--port`), 3 the endpoint cannot be reached. The oldest turns are left out of a prompt past `--context_window`.
 """
 
 import contextlib
