@@ -121,10 +121,11 @@ def build_chat_ui(session: ChatSession):
         """Stream an answer (going on from `answer`) into the page below the messages `shown`; a failure keeps
         `chat` as it was and puts `message` back into the box."""
         try:
-            for piece in stream:
+            for number, piece in enumerate(stream):
                 answer += piece
-                reply = {"role": "assistant", "content": answer}
-                yield view(chat, settings, streaming=True, extra={chatbot: [*shown, reply]})
+                reply = {chatbot: [*shown, {"role": "assistant", "content": answer}]}
+                # the buttons turn off once, then only the answer changes
+                yield view(chat, settings, streaming=True, extra=reply) if number == 0 else reply
         except FAILURES as error:
             back = " Your message is back in the box." if message else ""
             yield view(chat, settings, f"⚠️ {error}.{back}", extra={box: message} if message else None)
