@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # (2 cores: 225 s with 4 workers, 257-266 s with 3, 265 s with 5)
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 2)" 2>/dev/null || echo auto)
 
-.PHONY: install test demo reproduce quality style bench docs clean
+.PHONY: install test chromium demo reproduce quality style bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,9 +28,22 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m compileall -q rolellm tests examples >/dev/null  # once, not in each of the suite's processes
 	$(BIN)/python -m pytest -m "not gpu" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# headless Chromium for the browser test of `rolellm chat --ui` (tests/test_chat_browser.py), from apt when it is
+# missing and apt is usable (as root or with passwordless sudo); tried once (a stamp), else the test skips, saying why
+CHROMIUM_STAMP := $(VENV)/.chromium-tried
+chromium:
+	@if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 && [ ! -e $(CHROMIUM_STAMP) ] \
+	    && command -v apt-get >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else exit 0; fi; \
+	  touch $(CHROMIUM_STAMP); echo "installing chromium and chromium-driver (apt) for the browser test"; \
+	  { $$sudo apt-get install -y -qq chromium chromium-driver || { $$sudo apt-get update -qq \
+	    && $$sudo apt-get install -y -qq chromium chromium-driver; }; } >/dev/null 2>&1 \
+	    || echo "chromium could not be installed: the browser test will be skipped"; \
+	fi
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

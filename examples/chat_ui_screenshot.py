@@ -50,11 +50,11 @@ async () => {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   for (const [i, question] of questions.entries()) {
     let box = null;
-    while (!(box = document.querySelector("textarea[data-testid='textbox']"))) await sleep(100);
+    while (!(box = document.querySelector("#message textarea"))) await sleep(100);
     box.value = question;
     box.dispatchEvent(new Event("input", { bubbles: true }));
     await sleep(200);
-    document.querySelector("button.submit-button").click();
+    document.querySelector("#send").click();
     while (document.querySelectorAll(".bot-row").length < i + 2) await sleep(100);
     await sleep(500);
   }

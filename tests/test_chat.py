@@ -121,7 +121,8 @@ def test_profiles_default_to_the_model_folder(tiny_model_path, tmp_path, capsys,
         "Hi\n", capsys, monkeypatch,
     )  # fmt: skip
     assert code == 0, err
-    assert len(out.splitlines()) == 1 and err == ""  # a release profile has no greeting
+    assert len(out.splitlines()) == 1  # a release profile has no greeting; a 4-token answer is cut, which stderr says
+    assert err == "(Po's answer is cut at the token budget: /continue goes on)\n"
 
 
 def test_endpoint_chat_streams_and_keeps_the_history(cards, tmp_path, capsys, monkeypatch):
@@ -250,12 +251,9 @@ def test_gradio_ui_answers_two_messages_like_encode_chat_and_generate(chat_model
         questions = ["Hello there!", "What do you eat?"]
         answers = [client.predict(question, "Po", api_name="/chat") for question in questions]
         components = {c.get("props", {}).get("label"): c["props"] for c in client.config["components"]}
-        client.predict("Shifu", api_name="/start_over")  # what picking Shifu in the page does: a new conversation
-        shifu_answer = client.predict("Hello there!", "Shifu", api_name="/chat")
-        with pytest.raises(Exception, match="unknown role 'Oogway'; the roles are Po, Shifu"):  # noqa: PT011
+        shifu_answer = client.predict("Hello there!", "Shifu", api_name="/chat")  # another role: a new conversation
+        with pytest.raises(Exception, match=r"roles \['Oogway'\] are not in the profiles"):  # noqa: PT011
             client.predict("Hello there!", "Oogway", api_name="/chat")
-        with pytest.raises(Exception, match="unknown role 'Oogway'"):  # noqa: PT011  (typed into the picker)
-            client.predict("Oogway", api_name="/start_over")
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -366,3 +364,190 @@ def test_an_endpoint_that_answers_a_stream_with_one_json_body_is_read(cards, cap
         )  # fmt: skip
     assert out.splitlines() == ["Skadoosh!"]  # the plain answer is read, not an empty line
     assert code == 3 and err.splitlines()[-1] == "rolellm chat: m gave an empty answer; the message was not kept"
+
+
+def test_busy_port_is_a_usage_error_naming_it(cards, capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as taken, ChatCompletionsServer() as server:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = run_cli(
+            ["--model", "m", "--base_url", server.base_url, "--profiles", str(cards), "--ui", "--port", str(port)],
+            "", capsys, monkeypatch,
+        )  # fmt: skip
+    assert code == 2 and out == "" and "Traceback" not in err and "bug" not in err
+    assert err.splitlines() == [
+        f"rolellm chat: --port {port}: the port is in use on 127.0.0.1 (Address already in use); pick another, or "
+        "leave --port out for a free one"
+    ]
+
+
+def test_stdin_swipes_continue_edit_undo_and_a_sillytavern_chat_both_ways(cards, tmp_path, capsys, monkeypatch):
+    """Each answer drawn gets the next seed (a swipe is another answer); swipes are kept and browsed; /continue sends
+    the answer to extend last; a SillyTavern JSONL chat written by /save is loaded back with its swipes."""
+
+    def responder(body):
+        return f"seed{body['seed']}" + ("+more" if body["messages"][-1]["role"] == "assistant" else "")
+
+    jsonl, transcript = tmp_path / "po.jsonl", tmp_path / "po.json"
+    stdin = [
+        "Hi", "/swipe", "/swipe left", "/swipe right", "/swipe right", "/continue", f"/save {jsonl}", "/edit Hello",
+        "/undo", f"/load {jsonl}", "/swipe left", "Again", "/system", f"/save {transcript}", "/swipe left", "Bye",
+    ]  # fmt: skip
+    with ChatCompletionsServer(responder) as server:
+        argv = ["--model", "m", "--base_url", server.base_url, "--profiles", str(cards), "--role", "Po"]
+        code, out, err = run_cli(argv, "\n".join(stdin) + "\n", capsys, monkeypatch)
+    bodies = [request["body"] for request in server.requests]
+    assert out.splitlines() == [
+        "seed0", "seed1", "seed0", "seed1", "seed2", "seed2seed3+more", "seed4", "seed1", "seed5",
+    ]  # fmt: skip
+    # the last answer has no other swipe: a usage error, which stops a script (the "Bye" after it is not sent)
+    assert code == 2 and err.splitlines()[-1] == "rolellm chat: no answer further left: /swipe makes another"
+    assert [body["seed"] for body in bodies] == [0, 1, 2, 3, 4, 5]
+    assert bodies[1]["messages"] == bodies[0]["messages"]  # a swipe answers the same conversation again
+    assert bodies[3]["messages"][-1] == {"role": "assistant", "content": "seed2"}  # /continue: the answer goes on
+    assert bodies[4]["messages"][-1]["content"] == "Hello"
+    assert [m["content"] for m in bodies[5]["messages"][1:]] == [GREETING, "Hi", "seed1", "Again"]
+    assert "(removed your message 'Hello' and its answer)" in err and "(loaded 3 messages with Po from" in err
+    assert "A kung fu panda who loves dumplings." in err  # /system: the system text of the next answer
+    header, *messages = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert (header["character_name"], header["user_name"]) == ("Po", "User")
+    assert [(m["name"], m["is_user"], m["mes"]) for m in messages] == [
+        ("Po", False, GREETING), ("User", True, "Hi"), ("Po", False, "seed2seed3+more"),
+    ]  # fmt: skip
+    assert messages[2]["swipes"] == ["seed0", "seed1", "seed2seed3+more"] and messages[2]["swipe_id"] == 2
+    saved = json.loads(transcript.read_text(encoding="utf-8"))
+    assert saved["messages"][2]["swipes"] == ["seed0", "seed1", "seed2seed3+more"]
+    assert saved["messages"][2]["swipe"] == 1 and saved["messages"][2]["content"] == "seed1"
+
+
+def test_a_sillytavern_chat_is_read_with_its_system_notes_left_out_and_bad_files_are_named(cards, tmp_path):
+    from rolellm.clients.chat_files import read_chat
+    from rolellm.roles.resolve import load_profiles
+
+    chat = tmp_path / "Po - 2024-06-05@15h04m05s.jsonl"
+    lines = [
+        {"user_name": "Tigress", "character_name": "Po", "create_date": "2024-06-05@15h04m05s", "chat_metadata": {}},
+        {"name": "Po", "is_user": False, "mes": "Skadoosh!", "swipes": ["Skadoosh!", "Hi!"], "swipe_id": 1},
+        {"name": "Tigress", "is_user": True, "mes": "Train with me.", "send_date": "June 5, 2024 3:04pm"},
+        {"name": "SillyTavern System", "is_user": False, "is_system": True, "mes": "Chat renamed."},
+    ]
+    chat.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    read = read_chat(chat)
+    assert (read["role"], read["user_name"], read["skipped"]) == ("Po", "Tigress", 1)
+    assert [(t["role"], t["content"]) for t in read["turns"]] == [("assistant", "Hi!"), ("user", "Train with me.")]
+    with ChatCompletionsServer(lambda body: "Aye") as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, progress=False)
+        session = ChatSession(client, load_profiles(cards), "Shifu")
+        assert session.load(chat) == {"user_name": "Tigress", "skipped": 1}
+        assert (session.role, session.user_name, session.unsaved) == ("Po", "Tigress", 0)
+        "".join(session.send("Now?"))
+        assert session.unsaved == 4
+        assert "Tigress" in server.requests[0]["body"]["messages"][0]["content"]  # the user's name reaches the prompt
+        other = tmp_path / "oogway.jsonl"
+        other.write_text(json.dumps({**lines[0], "character_name": "Oogway"}) + "\n", encoding="utf-8")
+        with pytest.raises(ValueError, match="the chat is with 'Oogway', not one of the roles: Po, Shifu"):
+            session.load(other)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(lines[0]) + "\n{not json\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken.jsonl:2: not JSON"):
+        read_chat(broken)
+
+
+def test_the_oldest_turns_leave_a_prompt_past_the_window_and_the_note_says_so(cards, capsys, monkeypatch):
+    from rolellm.roles.resolve import load_profiles
+
+    long = ["Tell me about the Jade Palace, the Valley of Peace and the noodle shop. " * 2 + str(i) for i in range(3)]
+    with ChatCompletionsServer(lambda body: "Noodles!") as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, progress=False)
+        session = ChatSession(client, load_profiles(cards), "Po", max_new_tokens=8)
+        two = [{"role": "assistant", "content": GREETING}, *[{"role": r, "content": c} for r, c in
+               [("user", long[0]), ("assistant", "Noodles!"), ("user", long[1])]]]  # fmt: skip
+        window = session.count_tokens(session.messages(two)) + 8  # two messages fit, not three
+        argv = ["--model", "m", "--base_url", server.base_url, "--profiles", str(cards), "--role", "Po",
+                "--max_new_tokens", "8", "--context_window", str(window)]  # fmt: skip
+        code, out, err = run_cli(argv, "\n".join(long) + "\n" + "x" * 4 * window + "\n", capsys, monkeypatch)
+    sent = [[m["content"] for m in request["body"]["messages"][1:]] for request in server.requests]
+    assert sent[1] == [GREETING, long[0], "Noodles!", long[1]]
+    assert sent[2] == [GREETING, long[1], "Noodles!", long[2]]  # the oldest message and its answer left out
+    assert out.splitlines() == ["Noodles!"] * 3 and len(server.requests) == 3 and code == 2
+    assert (
+        f"(the 2 oldest turns are not sent: the conversation is past the {window}-token context window; the system "
+        "text and the greeting always are)"
+    ) in err
+    assert "-token context window with every earlier turn left out; shorten the message" in err.splitlines()[-1]
+
+
+def test_terminal_ctrl_c_keeps_an_unsaved_chat_and_a_paste_is_one_message(cards, tmp_path):
+    import pty
+    import select
+    import signal
+    import time
+
+    def ctrl_c(process):
+        # readline prints the prompt before it waits for a key: a signal in between is seen only at the next key
+        # (CPython's readline loop checks signals on an interrupted wait), so the test waits as a person would
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+
+    def read_until(fd, marker, screen):
+        start = len(screen[0])
+        while marker not in screen[0][start:]:
+            ready, _, _ = select.select([fd], [], [], 60)
+            assert ready, f"no {marker!r} after {screen[0]!r}"
+            screen[0] += os.read(fd, 4096).decode(errors="replace")
+        return screen[0][start:]
+
+    argv = ["chat", "--model", "m", "--profiles", str(cards), "--role", "Po", "--user_name", "Tigress"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "TERM": "dumb"}
+    with ChatCompletionsServer(lambda body: f"Got {body['messages'][-1]['content']!r}") as server:
+        primary, secondary = pty.openpty()
+        process = subprocess.Popen(
+            [*ROLELLM, *argv, "--base_url", server.base_url], stdin=secondary, stdout=secondary, stderr=secondary,
+            env=env, close_fds=True,
+        )  # fmt: skip
+        os.close(secondary)
+        screen = [""]
+        try:
+            read_until(primary, "you> ", screen)
+            os.write(primary, b"First line of a paste\nsecond line\n")  # arrives at once, as a paste does
+            pasted = read_until(primary, "you> ", screen)
+            ctrl_c(process)  # at the prompt
+            asked = read_until(primary, "you> ", screen)
+            os.write(primary, b"/save " + str(tmp_path / "t.json").encode() + b"\n")
+            read_until(primary, "you> ", screen)
+            ctrl_c(process)  # saved: Ctrl-C leaves
+            assert process.wait(timeout=60) == 0
+        finally:
+            process.kill()
+            os.close(primary)
+    assert [request["body"]["messages"][-1]["content"] for request in server.requests] == [
+        "First line of a paste\nsecond line"
+    ]
+    assert "Po: Got 'First line of a paste\\nsecond line'" in pasted
+    assert "(the conversation is not saved: /save FILE keeps it; Ctrl-C again or /quit leaves)" in asked
+    saved = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert saved["user_name"] == "Tigress" and len(saved["messages"]) == 3
+    assert "You are talking with Tigress." in saved["system"]
+
+
+def test_a_local_answer_cut_at_its_budget_is_marked_and_continued_from_its_text(chat_model_path, cards):
+    from rolellm.clients.chat_session import prompt_ids
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.roles.resolve import load_profiles
+
+    client = LocalChatClient(chat_model_path, chat_template="chatml", progress=False)
+    session = ChatSession(client, load_profiles(cards), "Po", temperature=0.0, max_new_tokens=4)
+    info = {}
+    first = "".join(session.send("Hello there!", info=info))
+    assert info == {"dropped": 0, "window": client.model.config.max_position_embeddings, "seed": 0, "cut": True}
+    assert session.history[-1] == {**session.history[-1], "content": first, "cut": True}
+    continued = prompt_ids(client, session.messages())  # the answer's prompt, then the answer's own tokens
+    assert (
+        continued[-len(client.tokenizer(first, add_special_tokens=False)["input_ids"]) :]
+        == client.tokenizer(first, add_special_tokens=False)["input_ids"]
+    )
+    more = "".join(session.continue_answer(info=info))
+    assert more and session.history[-1]["content"] == first + more and len(session.history) == 3

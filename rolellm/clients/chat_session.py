@@ -18,26 +18,49 @@ by the user that looks like a control token (`<|im_end|>`) stays plain text.
 [('user', 'Who are you?'), ('assistant', 'Skadoosh!')]
 """
 
-import json
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rolellm.clients.base import ChatClient, EndpointError
+from rolellm.clients.chat_files import make_turn, now, read_chat, write_json_chat, write_sillytavern_chat
 from rolellm.clients.openai_compatible import OpenAIChatClient, server_message
+from rolellm.roles.card_prompts import USER_NAMES, approx_tokens
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
-from rolellm.roles.prompts import build_chat_messages, role_greeting
+from rolellm.roles.prompts import build_chat_messages, role_greetings
 from rolellm.roles.resolve import select_roles
 
 
-class ChatSession:
-    """A multi-turn chat with one role of `profiles`, which can be reset, switched to another role and saved.
+@dataclass
+class Chat:
+    """One conversation with a role: its turns (the role's greeting first, when it has one, with the card's other
+    greetings as its swipes) and how many answers have been drawn in it (answer `n` is sampled with `seed + n`, so
+    a regenerated answer differs and the same conversation replays the same way).
 
-    The history holds the conversation without the system text: the role's greeting (a Character Card's
-    `first_mes`) as the first assistant turn when it has one, then user and assistant turns, each with the time it
-    was made (`timestamp`, ISO 8601 UTC).
+    Attributes:
+        role (`str`): the role, as the profiles spell it.
+        turns (`list[dict]`): `{"role", "content", "timestamp"}` turns; an assistant turn may hold `swipes` (every
+            answer drawn for it; `content` is `swipes[swipe]`) and `cut: True` (it stopped at the token budget).
+        draws (`int`): answers drawn so far.
+        dropped (`int`): the oldest turns the last answer's prompt left out to fit the context window.
+    """
+
+    role: str
+    turns: list[dict] = field(default_factory=list)
+    draws: int = 0
+    dropped: int = 0
+
+
+class ChatSession:
+    """A multi-turn chat with one role of `profiles`: answers streamed, regenerated as swipes, edited, continued,
+    within the model's context window; the chat can be reset, switched to another role, saved and loaded.
+
+    The conversation is `chat` (a `Chat`; `history` is its turns): the role's greeting (a Character Card's
+    `first_mes`, its `alternate_greetings` as swipes) as the first assistant turn when it has one, then user and
+    assistant turns, each with the time it was made (`timestamp`, ISO 8601 UTC). Every operation takes another
+    `Chat` too (`chat=`), which is how the web UI keeps one conversation per browser tab over one session.
 
     Args:
         client (`LocalChatClient` or `OpenAIChatClient`): who answers (`make_client(ClientConfig(...))`).
@@ -49,8 +72,16 @@ class ChatSession:
         max_new_tokens (`int`, *optional*, defaults to 256): the budget of one answer.
         temperature (`float`, *optional*, defaults to 0.7): 0 decodes greedily.
         top_p (`float`, *optional*, defaults to 1.0): nucleus sampling.
-        seed (`int`, *optional*, defaults to 0): the sampling seed; answer `i` of a conversation is sampled with
-            `seed + i`, so the same conversation replays the same way.
+        seed (`int`, *optional*, defaults to 0): the sampling seed; the `n`-th answer drawn in a conversation
+            (regenerated ones included) is sampled with `seed + n`.
+        card_extras (`bool`, *optional*, defaults to `True`): a card's greeting, example dialogue and post-history
+            text (`build_chat_messages`).
+        user_name (`str`, *optional*): the user's name: `{{user}}` in a card, and one sentence of the default system
+            instruction; by default none (a card says "User").
+        context_window (`int`, *optional*): the tokens a prompt and its answer may take together; the oldest turns
+            (never the system text or the greeting) are left out of a prompt that would not fit. Defaults to a
+            local model's `max_position_embeddings`; an endpoint's is unknown unless given (its prompt length is
+            then estimated, `approx_tokens`).
     """
 
     def __init__(
@@ -65,86 +96,340 @@ class ChatSession:
         top_p: float = 1.0,
         seed: int = 0,
         card_extras: bool = True,
+        user_name: str | None = None,
+        context_window: int | None = None,
     ):
         self.client = client
         self.card_extras = card_extras
         self.profiles = Profiles(profiles)
         self.lang = lang
         self.system_template = system_template
+        self.user_name = user_name
         self.sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
-        self.started = _now()
+        self.context_window = context_window or model_window(client)
+        self.started = now()
+        self.chat = Chat(role)
         self.switch_role(role)
+
+    @property
+    def role(self) -> str:
+        return self.chat.role
+
+    @property
+    def profile(self) -> RoleProfile:
+        return self.profiles[self.chat.role]
+
+    @property
+    def history(self) -> list[dict]:
+        return self.chat.turns
 
     @property
     def greeting(self) -> str | None:
         """The role's opening line, or `None` (and always `None` without `card_extras`: a model trained without
         greetings is not shown one as its own first turn)."""
-        return role_greeting(self.profile) if self.card_extras else None
+        return next(iter(self.greetings()), None)
+
+    def greetings(self, role: str | None = None, user_name: str | None = None) -> list[str]:
+        """The opening lines of `role` (defaults to the session's): `first_mes`, then the alternate greetings."""
+        profile = self.profiles[role or self.role]
+        return role_greetings(profile, user_name or self.user_name) if self.card_extras else []
+
+    def resolve_role(self, role: str) -> str:
+        """The profiles' spelling of `role`; an unknown one is a `ValueError` listing the roles."""
+        [name] = select_roles(self.profiles, [role], where="the profiles")
+        return name
+
+    def new_chat(self, role: str | None = None, user_name: str | None = None) -> Chat:
+        """A conversation with `role` (defaults to the session's) that opens with its greetings (as swipes)."""
+        role = self.resolve_role(role or self.role)
+        greetings = self.greetings(role, user_name)
+        extra = {"swipes": greetings, "swipe": 0} if len(greetings) > 1 else {}
+        return Chat(role, [make_turn("assistant", greetings[0], **extra)] if greetings else [])
 
     def switch_role(self, role: str) -> None:
         """Talk to `role` from now on, with a fresh history (its greeting only)."""
-        [(self.role, self.profile)] = select_roles(self.profiles, [role], where="the profiles").items()
-        self.reset()
+        draws = self.chat.draws
+        self.chat = self.new_chat(role)
+        self.chat.draws = draws
+        self._saved = _contents(self.chat.turns)
 
     def reset(self) -> None:
         """Forget the conversation: the history is the greeting again."""
-        greeting = self.greeting
-        self.history = [_turn("assistant", greeting)] if greeting else []
+        self.switch_role(self.role)
 
-    def messages(self) -> list[dict]:
-        """The messages the model is sent for the next answer (system text and history, no timestamps)."""
-        history = [{"role": turn["role"], "content": turn["content"]} for turn in self.history]
+    @property
+    def unsaved(self) -> int:
+        """How many turns the conversation holds that were neither saved nor loaded (0 for its opening only)."""
+        return 0 if _contents(self.chat.turns) == self._saved else len(self.chat.turns)
+
+    def messages(self, turns: list[dict] | None = None, role: str | None = None, user_name: str | None = None):
+        """The messages the model is sent for `turns` (defaults to the history): system text and turns."""
+        turns = self.chat.turns if turns is None else turns
+        history = [{"role": turn["role"], "content": turn["content"]} for turn in turns]
         return build_chat_messages(
-            self.profile, history, lang=self.lang, system_template=self.system_template, card_extras=self.card_extras
-        )
+            self.profiles[role or self.role], history, lang=self.lang, system_template=self.system_template,
+            card_extras=self.card_extras, user_name=user_name or self.user_name,
+        )  # fmt: skip
 
-    def send(self, text: str) -> Iterator[str]:
-        """Add the user's `text` to the history and stream the role's answer, piece by piece.
+    def count_tokens(self, messages: list[dict]) -> int:
+        """The prompt length of `messages` in tokens: exact for a local model, estimated for an endpoint."""
+        if isinstance(self.client, OpenAIChatClient):
+            return sum(approx_tokens(message["content"]) + 4 for message in messages)  # + the template's markers
+        return len(prompt_ids(self.client, messages))
 
-        The answer joins the history when the stream ends; an answer that fails (an endpoint that cannot be reached,
-        say) or is stopped raises and leaves the history as it was before `text`.
+    def fit(self, turns: list[dict], role=None, max_new_tokens=None, user_name=None, context_window=None):
+        """The messages for the answer to `turns` within the context window, and how many of the oldest turns they
+        leave out (two at a time, a message and its answer; never the system text, the greeting or the turns
+        being answered).
+
+        Raises:
+            `ContextWindowError`: even with every earlier turn left out, the prompt and the answer do not fit.
         """
-        pieces = []
-        for piece in self.reply([*self.history, _turn("user", text)]):
-            pieces.append(piece)
-            yield piece
-        if not "".join(pieces).strip():  # nothing to show and nothing a next turn should build on
-            raise EmptyAnswer(f"{self.client.model_name} gave an empty answer; the message was not kept")
-        self.history += [_turn("user", text), _turn("assistant", "".join(pieces))]
+        budget = self.sampling["max_new_tokens"] if max_new_tokens is None else max_new_tokens
+        window = context_window or self.context_window
+        messages = self.messages(turns, role, user_name)
+        if window is None:
+            return messages, 0
+        start = 1 if turns and turns[0]["role"] == "assistant" else 0  # the greeting stays
+        answered = max((i for i, turn in enumerate(turns) if turn["role"] == "user"), default=len(turns))
+        dropped = 0
+        while (tokens := self.count_tokens(messages)) + budget > window:
+            if start + dropped + 2 > answered:
+                raise ContextWindowError(
+                    f"the prompt takes {tokens} tokens and the answer up to {budget} more: over the "
+                    f"{window}-token context window with every earlier turn left out; shorten the "
+                    "message, lower max_new_tokens or raise --context_window"
+                )
+            dropped += 2
+            messages = self.messages(turns[:start] + turns[start + dropped :], role, user_name)
+        return messages, dropped
+
+    def answer(self, turns: list[dict], chat: Chat | None = None, settings: dict | None = None, info=None):
+        """Stream the answer of `chat`'s role to `turns` (ending with the user's turn, or with an assistant turn to
+        continue it), fitted to the window, sampled with the chat's next seed. `settings` override the session's
+        sampling (`max_new_tokens`, `temperature`, `top_p`) and may set `user_name` and `context_window`; `info`
+        (a dict) receives `dropped`, `window`, `seed` and `cut` (the answer stopped at the token budget)."""
+        chat = chat or self.chat
+        settings = {**self.sampling, **(settings or {})}
+        user_name, window = settings.pop("user_name", None), settings.pop("context_window", None)
+        info = {} if info is None else info
+        messages, chat.dropped = self.fit(turns, chat.role, settings["max_new_tokens"], user_name, window)
+        seed = settings["seed"] + chat.draws
+        chat.draws += 1
+        finish = {}
+        info.update(dropped=chat.dropped, window=window or self.context_window, seed=seed)
+        yield from stream_answer(self.client, messages, **{**settings, "seed": seed}, finish=finish)
+        info["cut"] = finish.get("reason") == "length"
 
     def reply(self, turns: list[dict], role: str | None = None) -> Iterator[str]:
-        """Stream the answer of `role` (defaults to the session's) to a conversation kept elsewhere (a UI's), ending
-        with the user's turn; the session's own history is left alone.
+        """Stream the answer of `role` (defaults to the session's) to a conversation kept elsewhere, ending with the
+        user's turn; the session's history is left alone (its draw count moves on)."""
+        chat = Chat(self.resolve_role(role or self.role), draws=self.chat.draws)
+        yield from self.answer(turns, chat)
+        self.chat.draws = chat.draws
 
-        Answer `i` of a conversation is sampled with seed `seed + i`.
+    def send(self, text: str, chat: Chat | None = None, settings: dict | None = None, info=None) -> Iterator[str]:
+        """Add the user's `text` to the conversation and stream the role's answer, piece by piece.
+
+        The answer joins the history when the stream ends; an answer that fails (an endpoint that cannot be reached,
+        say), is empty or is stopped raises and leaves the history as it was before `text`.
         """
-        profile = self.profile if role is None else self.profiles[role]
-        turns = [{"role": turn["role"], "content": turn["content"]} for turn in turns]
-        messages = build_chat_messages(
-            profile, turns, lang=self.lang, system_template=self.system_template, card_extras=self.card_extras
-        )
-        answered = sum(turn["role"] == "assistant" for turn in turns[1:])  # a greeting does not count
-        yield from stream_answer(self.client, messages, **{**self.sampling, "seed": self.sampling["seed"] + answered})
+        chat, info = chat or self.chat, {} if info is None else info
+        if not text.strip():
+            raise ValueError("an empty message is not sent")
+        user = make_turn("user", text)
+        answer = yield from _collect(self.answer([*chat.turns, user], chat, settings, info))
+        self._check(answer, "the message was not kept")
+        chat.turns += [user, make_turn("assistant", answer, **_cut(info))]
 
-    def transcript(self) -> dict:
+    def regenerate(self, chat: Chat | None = None, settings: dict | None = None, info=None) -> Iterator[str]:
+        """Stream another answer to the last message, kept as a new swipe of the last answer (the earlier answers
+        stay: `browse` goes back to them); a last message without an answer is answered."""
+        chat, info = chat or self.chat, {} if info is None else info
+        last = _last_user(chat)
+        if last is None:
+            raise ValueError("there is no message to answer yet (the greeting's swipes are the card's greetings)")
+        answer = yield from _collect(self.answer(chat.turns[: last + 1], chat, settings, info))
+        self._check(answer, "the earlier answers are kept")
+        if last + 1 == len(chat.turns):
+            chat.turns.append(make_turn("assistant", answer, **_cut(info)))
+            return
+        turn = chat.turns[last + 1]
+        del chat.turns[last + 2 :]
+        swipes, cuts = turn.get("swipes") or [turn["content"]], turn.get("swipe_cuts") or [bool(turn.get("cut"))]
+        turn.update(swipes=[*swipes, answer], swipe_cuts=[*cuts, bool(info.get("cut"))], timestamp=now())
+        _show_swipe(turn, len(swipes))
+
+    def browse(self, step: int, chat: Chat | None = None) -> str | None:
+        """Show the previous (`step=-1`) or next (`+1`) swipe of the last answer (the greeting's: the card's other
+        greetings); `None`, nothing changed, when there is none that way."""
+        chat = chat or self.chat
+        if not chat.turns or chat.turns[-1]["role"] != "assistant":
+            return None
+        turn = chat.turns[-1]
+        swipes, index = turn.get("swipes") or [turn["content"]], turn.get("swipe", 0) + step
+        if not 0 <= index < len(swipes):
+            return None
+        _show_swipe(turn, index)
+        return swipes[index]
+
+    def can_swipe(self, step: int, chat: Chat | None = None) -> bool:
+        """Whether `browse(step)` has a swipe to show."""
+        chat = chat or self.chat
+        if not chat.turns or chat.turns[-1]["role"] != "assistant":
+            return False
+        turn = chat.turns[-1]
+        return 0 <= turn.get("swipe", 0) + step < len(turn.get("swipes") or [turn["content"]])
+
+    def last_message(self, chat: Chat | None = None) -> int | None:
+        """The index of your last message in the conversation, or `None` when it holds only its opening."""
+        return _last_user(chat or self.chat)
+
+    def edit(self, index: int, text: str, chat: Chat | None = None) -> bool:
+        """Replace the text of turn `index` (negative counts from the end). A user message drops the turns after it
+        (answer it again with `regenerate`: `True` is returned); an answer is edited in place (its shown swipe).
+        """
+        chat = chat or self.chat
+        if not -len(chat.turns) <= index < len(chat.turns):
+            raise ValueError(f"there is no message {index} to edit (the conversation has {len(chat.turns)})")
+        if not text.strip():
+            raise ValueError("a message cannot be edited to nothing: /undo removes your last message")
+        turn = chat.turns[index]
+        _set_text(turn, text, cut=False)
+        if turn["role"] == "user":
+            del chat.turns[index % len(chat.turns) + 1 :]
+            return True
+        return False
+
+    def continue_answer(self, chat: Chat | None = None, settings: dict | None = None, info=None) -> Iterator[str]:
+        """Stream the rest of the last answer (the model goes on from where it stopped) and add it to the answer."""
+        chat, info = chat or self.chat, {} if info is None else info
+        if not chat.turns or chat.turns[-1]["role"] != "assistant":
+            raise ValueError("there is no answer to continue")
+        turn = chat.turns[-1]
+        more = yield from _collect(self.answer(chat.turns, chat, settings, info))
+        self._check(more, "the answer is as it was", what="added nothing")
+        _set_text(turn, turn["content"] + more, cut=bool(info.get("cut")))
+
+    def undo(self, chat: Chat | None = None) -> str:
+        """Remove your last message and its answer (never the greeting); returns the message's text."""
+        chat = chat or self.chat
+        last = _last_user(chat)
+        if last is None:
+            raise ValueError("there is nothing to undo: the conversation holds only its opening")
+        text = chat.turns[last]["content"]
+        del chat.turns[last:]
+        return text
+
+    def _check(self, answer: str, kept: str, what: str = "gave an empty answer") -> None:
+        if not answer.strip():  # nothing to show and nothing a next turn should build on
+            raise EmptyAnswer(f"{self.client.model_name} {what}; {kept}")
+
+    def transcript(self, chat: Chat | None = None) -> dict:
         """The conversation as a JSON-ready dict: role, model, system text, messages with timestamps."""
+        chat = chat or self.chat
         return {
-            "role": self.role,
+            "role": chat.role,
             "model": self.client.model_name,
             "base_url": self.client.base_url if isinstance(self.client, OpenAIChatClient) else None,
             "sampling": dict(self.sampling),
+            "user_name": self.user_name,
             "started": self.started,
-            "saved": _now(),
-            "system": self.messages()[0]["content"],
-            "messages": list(self.history),
+            "saved": now(),
+            "system": self.messages(chat.turns, chat.role)[0]["content"],
+            "messages": list(chat.turns),
         }
 
-    def save(self, path: str | Path) -> Path:
-        """Write `transcript()` as JSON to `path` (folders created) and return the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.transcript(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    def save(self, path: str | Path, chat: Chat | None = None) -> Path:
+        """Write the conversation to `path` (folders created): SillyTavern's chat JSONL for a `.jsonl` file, else
+        `transcript()` as JSON. Returns the path."""
+        chat = chat or self.chat
+        if Path(path).suffix == ".jsonl":
+            path = write_sillytavern_chat(path, chat.role, chat.turns, self.user_name)
+        else:
+            path = write_json_chat(path, self.transcript(chat))
+        if chat is self.chat:
+            self._saved = _contents(chat.turns)
         return path
+
+    def read(self, path: str | Path) -> tuple[Chat, dict]:
+        """The conversation saved in `path` (`read_chat`: a transcript or a SillyTavern chat) as a `Chat` with its
+        role, and what else the file holds (`user_name`, `skipped` system notes)."""
+        saved = read_chat(path)
+        role = saved["role"] or self.role
+        if self.profiles.find(role) is None:
+            raise ValueError(f"{path}: the chat is with {role!r}, not one of the roles: {', '.join(self.profiles)}")
+        user_name = saved["user_name"] if saved["user_name"] not in (None, *USER_NAMES.values()) else None
+        return Chat(self.resolve_role(role), saved["turns"]), {"user_name": user_name, "skipped": saved["skipped"]}
+
+    def load(self, path: str | Path) -> dict:
+        """Go on with the conversation saved in `path` (its role and user's name too); returns `read`'s extras."""
+        chat, extras = self.read(path)
+        chat.draws = self.chat.draws
+        self.chat, self._saved = chat, _contents(chat.turns)
+        if extras["user_name"]:
+            self.user_name = extras["user_name"]
+        return extras
+
+
+class ContextWindowError(ValueError):
+    """A message that does not fit the context window even with every earlier turn left out."""
+
+
+def model_window(client: ChatClient) -> int | None:
+    """A local model's context window (`max_position_embeddings`); `None` for an endpoint, which does not say."""
+    if isinstance(client, OpenAIChatClient):
+        return None
+    return getattr(client.model.config, "max_position_embeddings", None)
+
+
+def prompt_ids(client, messages: list[dict]) -> list[int]:
+    """The token ids a local model answers `messages` from; messages ending with an assistant turn are continued
+    (the prompt of that turn, then its text)."""
+    if messages[-1]["role"] != "assistant":
+        return client.encode_prompt(messages)
+    started = client.tokenizer(messages[-1]["content"], add_special_tokens=False)["input_ids"]
+    return client.encode_prompt(messages[:-1]) + started
+
+
+def _collect(stream: Iterator[str]):
+    """Yield `stream`'s pieces and return their text (`text = yield from _collect(...)`)."""
+    pieces = []
+    for piece in stream:
+        pieces.append(piece)
+        yield piece
+    return "".join(pieces)
+
+
+def _last_user(chat: Chat) -> int | None:
+    return max((i for i, turn in enumerate(chat.turns) if turn["role"] == "user"), default=None)
+
+
+def _cut(info: dict) -> dict:
+    return {"cut": True} if info.get("cut") else {}
+
+
+def _show_swipe(turn: dict, index: int) -> None:
+    """Make swipe `index` the turn's text (and cut mark)."""
+    turn.update(swipe=index, content=turn["swipes"][index])
+    turn.pop("cut", None)
+    if (turn.get("swipe_cuts") or [False] * len(turn["swipes"]))[index]:
+        turn["cut"] = True
+
+
+def _set_text(turn: dict, text: str, cut: bool) -> None:
+    """Replace the turn's text (its shown swipe's) and cut mark."""
+    turn["content"] = text
+    turn.pop("cut", None)
+    turn.update(_cut({"cut": cut}))
+    if "swipes" in turn:
+        turn["swipes"][turn.get("swipe", 0)] = text
+    if "swipe_cuts" in turn:
+        turn["swipe_cuts"][turn.get("swipe", 0)] = cut
+
+
+def _contents(turns: list[dict]) -> list[tuple]:
+    return [(turn["role"], turn["content"]) for turn in turns]
 
 
 class EmptyAnswer(RuntimeError):
@@ -158,20 +443,27 @@ def stream_answer(
     temperature: float = 0.7,
     top_p: float = 1.0,
     seed: int = 0,
+    finish: dict | None = None,
 ) -> Iterator[str]:
     """Stream the answer to `messages` as text pieces: from a local model (`TextIteratorStreamer`, generation in a
-    thread) or an endpoint (`stream=True`). Nothing is cached: a chat is not a benchmark run.
+    thread) or an endpoint (`stream=True`). Nothing is cached: a chat is not a benchmark run. Messages that end with
+    an assistant turn ask for its continuation (a local model goes on from its text; an endpoint is sent it last,
+    which llama.cpp's server and others take as the start of the answer).
+
+    `finish` (a dict), when given, receives `finish["reason"]` once the stream ends: `"length"` for an answer that
+    stopped at `max_new_tokens`, else `"stop"`.
 
     Raises:
         `EndpointError`: the endpoint cannot be reached or refuses the request (the message says which and why).
     """
+    finish = {} if finish is None else finish
     if isinstance(client, OpenAIChatClient):
-        yield from _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed)
+        yield from _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed, finish)
     else:
-        yield from _stream_local(client, messages, max_new_tokens, temperature, top_p, seed)
+        yield from _stream_local(client, messages, max_new_tokens, temperature, top_p, seed, finish)
 
 
-def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed) -> Iterator[str]:
+def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed, finish) -> Iterator[str]:
     import openai
 
     api = openai.OpenAI(api_key=client._api_key, base_url=client.base_url, timeout=client.timeout, max_retries=2)
@@ -182,9 +474,11 @@ def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed)
         )  # fmt: skip
         if "text/event-stream" not in raw.headers.get("content-type", ""):
             # a server that ignores `stream=True` answers once, as a plain completion
-            yield _plain_answer(client, raw.http_response)
+            yield _plain_answer(client, raw.http_response, finish)
             return
         for chunk in raw.parse():
+            if chunk.choices and chunk.choices[0].finish_reason:
+                finish["reason"] = chunk.choices[0].finish_reason
             if chunk.choices and chunk.choices[0].delta.content:
                 yield chunk.choices[0].delta.content
     except openai.APIConnectionError as error:
@@ -196,10 +490,12 @@ def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed)
         ) from error
 
 
-def _plain_answer(client, response) -> str:
+def _plain_answer(client, response, finish) -> str:
     response.read()  # the body of a response opened as a stream
     try:
-        return response.json()["choices"][0]["message"]["content"] or ""
+        choice = response.json()["choices"][0]
+        finish["reason"] = choice.get("finish_reason")
+        return choice["message"]["content"] or ""
     except (ValueError, KeyError, IndexError, TypeError) as error:
         raise EndpointError(
             f"{client.base_url} answered a streamed request with neither events nor a completion: "
@@ -207,18 +503,20 @@ def _plain_answer(client, response) -> str:
         ) from error
 
 
-def _stream_local(client, messages, max_new_tokens, temperature, top_p, seed) -> Iterator[str]:
+def _stream_local(client, messages, max_new_tokens, temperature, top_p, seed, finish) -> Iterator[str]:
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
     model, tokenizer = client.model, client.tokenizer
-    input_ids = torch.tensor([client.encode_prompt(messages)], device=model.device)
+    input_ids = torch.tensor([prompt_ids(client, messages)], device=model.device)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     stop = threading.Event()  # set when the reader stops early (Ctrl-C, a closed UI stream): generation stops too
+    last = {}
 
     class StopWhenAsked(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
-            return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+        def __call__(self, ids, scores, **kwargs):
+            last.update(length=ids.shape[1], token=int(ids[0, -1]))
+            return torch.full((ids.shape[0],), stop.is_set(), dtype=torch.bool, device=ids.device)
 
     sampling = (
         {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
@@ -248,11 +546,5 @@ def _stream_local(client, messages, max_new_tokens, temperature, top_p, seed) ->
         thread.join()
     if failure:
         raise failure[0]
-
-
-def _turn(role: str, content: str) -> dict:
-    return {"role": role, "content": content, "timestamp": _now()}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    spent = last.get("length", input_ids.shape[1]) - input_ids.shape[1]
+    finish["reason"] = "length" if spent >= max_new_tokens and last.get("token") not in client.stop_ids else "stop"

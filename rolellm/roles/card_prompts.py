@@ -16,7 +16,8 @@ as before. The card's fields go where SillyTavern puts them (`docs/character-car
 
 `{{char}}` (`<BOT>`) becomes the role's name (a V3 card's `nickname` when it has one) and `{{user}}` (`<USER>`) the
 user's name ("User", "你" in Chinese, unless one is given), in every field. `creator_notes`, `tags`, `creator`,
-`character_version`, `alternate_greetings` and the other metadata never reach a prompt.
+`character_version` and the other metadata never reach a prompt; `alternate_greetings` are the swipes of a chat's
+first message (`role_greetings`).
 
 Lorebook entries (`character_book.entries`) are scanned against the last `scan_depth` turns (the book's, default 2):
 an entry is inserted when it is `enabled` and `constant`, or one of its `keys` occurs there (whole words for keys

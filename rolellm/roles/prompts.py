@@ -24,7 +24,16 @@ from typing import Literal, get_args
 
 import jinja2
 
-from rolellm.roles.card_prompts import card_data, card_examples_text, card_field, card_system_text, post_history_text
+from rolellm.roles.card_prompts import (
+    USER_NAMES,
+    card_data,
+    card_examples_text,
+    card_field,
+    card_system_text,
+    char_name,
+    post_history_text,
+    substitute,
+)
 from rolellm.roles.lookup import same_role
 from rolellm.roles.profile import DataFormatError, RoleProfile, Utterance, read_text
 
@@ -410,10 +419,10 @@ def build_role_messages(
     return [{"role": "system", "content": instruction}, *turns, {"role": "user", "content": question}]
 
 
-def role_greeting(profile: RoleProfile) -> str | None:
+def role_greeting(profile: RoleProfile, user_name: str | None = None) -> str | None:
     """The role's opening line of a chat: a Character Card's `first_mes`, or `None` when the source has none.
 
-    `{{char}}` and `{{user}}` are replaced by the role's name and "User" ("你" in Chinese).
+    `{{char}}` and `{{user}}` are replaced by the role's name and `user_name` (default "User", "你" in Chinese).
 
     >>> card = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Po", "first_mes": "Hi {{user}}!"}}
     >>> from rolellm.roles.character_card import profile_from_card
@@ -422,7 +431,24 @@ def role_greeting(profile: RoleProfile) -> str | None:
     >>> role_greeting(RoleProfile("Po", "en")) is None
     True
     """
-    return card_field(profile, "first_mes") or None
+    return card_field(profile, "first_mes", user_name) or None
+
+
+def role_greetings(profile: RoleProfile, user_name: str | None = None) -> list[str]:
+    """Every opening line of the role: the card's `first_mes`, then its `alternate_greetings` (a chat shows them as
+    the swipes of the first message); `[]` when the source has none.
+
+    >>> card = {"spec": "chara_card_v2", "spec_version": "2.0",
+    ...         "data": {"name": "Po", "first_mes": "Hi {{user}}!", "alternate_greetings": ["Skadoosh!", " "]}}
+    >>> from rolellm.roles.character_card import profile_from_card
+    >>> role_greetings(profile_from_card(card), user_name="Tigress")
+    ['Hi Tigress!', 'Skadoosh!']
+    """
+    first = role_greeting(profile, user_name)
+    alternates = (card_data(profile) or {}).get("alternate_greetings") or []
+    user = user_name or USER_NAMES.get(profile.lang, "User")
+    others = [substitute(text, char_name(profile), user).strip() for text in alternates if isinstance(text, str)]
+    return [text for text in [first, *others] if text]
 
 
 def build_chat_messages(
@@ -431,6 +457,7 @@ def build_chat_messages(
     lang: str | None = None,
     system_template: str | None = None,
     card_extras: bool = True,
+    user_name: str | None = None,
 ) -> list[dict]:
     """The messages sent to a model playing `profile` in a multi-turn chat: the role's system text, then `history`.
 
@@ -449,6 +476,8 @@ def build_chat_messages(
         card_extras (`bool`, *optional*, defaults to `True`): add a card's `mes_example` blocks and
             `post_history_instructions`. `False` gives what `to_role_messages` trains on (the system text, then the
             turns), the conversation a model `rolellm train` wrote was trained with.
+        user_name (`str`, *optional*): the user's name: what `{{user}}` in a card stands for, and one sentence of
+            the default system instruction ("You are talking with ..."); by default none, the trained text.
 
     Returns:
         `list[dict]`: the messages, ready for a chat client or `encode_chat(..., add_generation_prompt=True)`.
@@ -458,11 +487,13 @@ def build_chat_messages(
     ['system', 'user']
     """
     context = [turn["content"] for turn in history]
-    system = build_system_instruction(profile, lang=lang, template=system_template, context=context)
+    system = build_system_instruction(
+        profile, lang=lang, template=system_template, context=context, user_name=user_name
+    )
     if card_data(profile) is None or not card_extras:
         return [{"role": "system", "content": system}, *history]
-    examples = card_examples_text(profile, lang or profile.lang)
-    post = post_history_text(profile)
+    examples = card_examples_text(profile, lang or profile.lang, user_name)
+    post = post_history_text(profile, user_name)
     if post and history and history[-1]["role"] == "user":
         # after the history, before the answer; inside the last user turn, since many chat templates (Gemma,
         # Mistral) accept a system message only at the start

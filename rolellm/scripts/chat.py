@@ -12,19 +12,21 @@ printf 'Who are you?\\nWhere is the rum?\\n' | rolellm chat --model runs/rolella
 rolellm chat --model runs/rolellama --ui --port 7860
 ```
 
-In the terminal, answers stream as they are generated; `/help` lists the commands (`/reset`, `/role NAME`,
-`/save FILE`, `/quit`). With stdin not a terminal, every line is a user message (or a command) and every answer is
+In the terminal, answers stream as they are generated; `/help` lists the commands (`/swipe`, `/edit`, `/continue`,
+`/undo`, `/reset`, `/role NAME`, `/save FILE`, `/load FILE`, `/system`, `/quit`); lines pasted at once are one
+message, and Ctrl-C at the prompt asks first when the conversation is not saved. With stdin not a terminal, every line is a user message (or a command) and every answer is
 printed on one line of stdout, its newlines written as `\\n`, carriage returns as `\\r`, backslashes as `\\\\` and the
 other line breaks of `str.splitlines` as `\\uXXXX` (`unescape_line` gives the answer back); nothing else is written to
 stdout. An empty line is answered by an empty
 line without asking the model; a message that starts with `/` is written `//...`. Exit codes: 0 at the end of the
-input, 2 a usage error (unknown role or command, missing model folder, an empty stdin: no message to answer), 3 the
-endpoint cannot be reached.
+input, 2 a usage error (unknown role or command, missing model folder, an empty stdin: no message to answer, a busy
+`--port`), 3 the endpoint cannot be reached. The oldest turns are left out of a prompt past `--context_window`.
 """
 
 import contextlib
 import itertools
 import re
+import select
 import socket
 import sys
 from dataclasses import dataclass, field, replace
@@ -40,12 +42,20 @@ from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
 COMMANDS_HELP = """commands:
+  /swipe        another answer to your last message (the earlier ones are kept; on the greeting: the card's
+                other greetings); /swipe left and /swipe right go back and forth between them
+  /edit TEXT    replace your last message with TEXT and answer it again
+  /continue     let the role go on with its last answer
+  /undo         remove your last message and its answer
   /reset        forget the conversation (the role's greeting stays)
   /role NAME    talk to another role (the conversation starts again); /role alone lists the roles
-  /save FILE    write the transcript as JSON (role, model, system text, messages with timestamps)
+  /save FILE    write the chat: a .jsonl FILE is SillyTavern's chat, any other a JSON transcript (role, model,
+                system text, messages with timestamps)
+  /load FILE    go on with a saved chat (a transcript /save wrote, or SillyTavern's .jsonl)
+  /system       the system text the role gets for its next answer
   /help         this list
-  /quit         leave (Ctrl-D too)
-a message starting with / is written //..."""
+  /quit         leave (Ctrl-D too; Ctrl-C at the prompt asks first when the chat is not saved)
+a message starting with / is written //...; lines pasted at once are one message"""
 _UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
 _ESCAPE = re.compile(r"\\(\\|n|r|u[0-9a-f]{4})")
 _LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
@@ -72,7 +82,12 @@ class ChatArguments:
         system_template (`str`, *optional*): a Jinja file replacing the paper's system instruction.
         temperature (`float`, *optional*, defaults to 0.7), top_p (`float`, *optional*, defaults to 1.0), seed
             (`int`, *optional*, defaults to 0): sampling; `--temperature 0` decodes greedily (the answer budget is
-            `--max_new_tokens`).
+            `--max_new_tokens`). The `n`-th answer drawn (a regenerated one too) is sampled with `seed + n`.
+        user_name (`str`, *optional*): your name: what `{{user}}` in a card stands for, and one sentence of the
+            default system instruction; by default none ("User" in a card).
+        context_window (`int`, *optional*): the tokens a prompt and its answer may take; the oldest turns are left
+            out beyond it (never the system text or the greeting). Defaults to a local model's
+            `max_position_embeddings`; give an endpoint's (its max model length) to have the same there.
 
     > Parameters that control the UI
 
@@ -89,12 +104,17 @@ class ChatArguments:
     lang: Literal["en", "zh"] | None = field(default=None, metadata={"help": "The profiles' language."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature; 0 decodes greedily."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
-    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed (answer n is sampled with seed + n)."})
+    user_name: str | None = field(default=None, metadata={"help": "Your name ({{user}} in a card)."})
+    context_window: int | None = field(
+        default=None,
+        metadata={"help": "Prompt + answer tokens; older turns are dropped beyond it (default: a local model's)."},
+    )
     ui: bool = field(default=False, metadata={"help": "Serve a Gradio chat on 127.0.0.1 instead."})
     port: int | None = field(default=None, metadata={"help": "The UI's port (default: a free one, printed)."})
 
     def __post_init__(self):
-        check_minimums(self, temperature=0, top_p=0.001)
+        check_minimums(self, temperature=0, top_p=0.001, context_window=1, port=1)
         if self.top_p > 1:
             raise ValueError(f"top_p={self.top_p} must be at most 1")
 
@@ -141,10 +161,60 @@ def unescape_line(line: str) -> str:
     return _ESCAPE.sub(lambda match: _UNESCAPES.get(match.group(1)) or chr(int(match.group(1)[1:], 16)), line)
 
 
-def run_command(session, line: str, out) -> bool:
-    """Carry out a `/command` line, reporting to `out`; `False` for `/quit`. A bad command is a `ValueError`."""
+class Speaker:
+    """How answers are shown: streamed into a terminal (`stream=True`, notes on `out` too), or one escaped line on
+    `out` per answer for a script (notes on `notes`, stderr)."""
+
+    def __init__(self, session, out, notes, stream: bool):
+        self.session, self.out, self.notes, self.stream = session, out, notes, stream
+        self.noted = 0  # the dropped turns last reported
+
+    def answer(self, pieces, info: dict, before: str = "") -> None:
+        """Show an answer as it streams (`before`: the text it continues), then what to know about it."""
+        if self.stream:
+            print(f"{self.session.role}: {before}", end="", file=self.out, flush=True)
+            for piece in pieces:
+                print(piece, end="", file=self.out, flush=True)
+            print(" [cut at the token budget: /continue goes on]" if info.get("cut") else "", file=self.out)
+        else:
+            text = before + "".join(pieces)
+            print(escape_line(text), file=self.out, flush=True)
+            if info.get("cut"):
+                print(f"({self.session.role}'s answer is cut at the token budget: /continue goes on)", file=self.notes)
+        if info.get("dropped", 0) != self.noted:
+            self.noted = info["dropped"]
+            print(window_note(self.session, self.noted), file=self.notes)
+
+    def show(self, text: str, position: str = "") -> None:
+        """Show an answer already made (a swipe browsed to)."""
+        if self.stream:
+            print(f"{self.session.role}: {text}{position}", file=self.out)
+        else:
+            print(escape_line(text), file=self.out, flush=True)
+
+
+def window_note(session, dropped: int) -> str:
+    """The one line saying how many of the oldest turns the prompt leaves out for the context window."""
+    if not dropped:
+        return "(the whole conversation fits the context window again)"
+    return (
+        f"(the {dropped} oldest turns are not sent: the conversation is past the {session.context_window}-token "
+        "context window; the system text and the greeting always are)"
+    )
+
+
+def swipe_position(turn: dict) -> str:
+    swipes = turn.get("swipes") or []
+    return f"  [{turn.get('swipe', 0) + 1}/{len(swipes)}]" if len(swipes) > 1 else ""
+
+
+def run_command(session, line: str, out, speaker: Speaker | None = None) -> bool:
+    """Carry out a `/command` line, reporting to `out` and showing answers with `speaker`; `False` for `/quit`.
+    A bad command is a `ValueError`."""
+    speaker = speaker or Speaker(session, out, out, stream=True)
     name, _, argument = line[1:].strip().partition(" ")
     argument = argument.strip()
+    info = {}
     if name in ("quit", "exit"):
         return False
     if name == "help":
@@ -160,12 +230,53 @@ def run_command(session, line: str, out) -> bool:
         print(f"(now talking to {session.role})", file=out)
         show_greeting(session, out)
     elif name == "save" and argument:
-        print(f"(transcript written to {session.save(argument)})", file=out)
-    elif name == "save":
-        raise ValueError("/save needs a file: /save chat.json")
+        print(f"(chat written to {session.save(argument)})", file=out)
+    elif name == "load" and argument:
+        extras = session.load(argument)
+        skipped = f"; {extras['skipped']} system notes left out" if extras["skipped"] else ""
+        print(f"(loaded {len(session.history)} messages with {session.role} from {argument}{skipped})", file=out)
+        for turn in session.history[-2:]:
+            who = session.role if turn["role"] == "assistant" else session.user_name or "you"
+            print(f"{who}: {turn['content']}", file=out)
+    elif name in ("save", "load", "edit") and not argument:
+        raise ValueError(f"/{name} needs {'a file' if name != 'edit' else 'the new text'}: /{name} {_EXAMPLE[name]}")
+    elif name == "swipe" and argument in ("left", "right"):
+        step = -1 if argument == "left" else 1
+        text = session.browse(step)
+        if text is not None:
+            speaker.show(text, swipe_position(session.history[-1]))
+        elif step == 1 and session.last_message() is not None:
+            speaker.answer(session.regenerate(info=info), info)  # past the last swipe: a new one, as SillyTavern
+        else:
+            raise ValueError(f"no answer further {argument}: /swipe makes another")
+    elif name == "swipe" and not argument:
+        if session.last_message() is not None:
+            speaker.answer(session.regenerate(info=info), info)
+        else:  # only the greeting: the card's greetings, round and round
+            turn = session.history[0] if session.history else {}
+            if len(turn.get("swipes") or []) < 2:
+                raise ValueError("there is no message to answer again, and the greeting has no other version")
+            text = session.browse(1) if session.can_swipe(1) else session.browse(-turn["swipe"])
+            speaker.show(text, swipe_position(turn))
+    elif name == "edit":
+        last = session.last_message()
+        if last is None:
+            raise ValueError("there is no message of yours to edit yet")
+        session.edit(last, argument)
+        speaker.answer(session.regenerate(info=info), info)
+    elif name == "continue":
+        before = session.history[-1]["content"] if session.history else ""
+        speaker.answer(session.continue_answer(info=info), info, before=before)
+    elif name == "undo":
+        print(f"(removed your message {session.undo()!r} and its answer)", file=out)
+    elif name == "system":
+        print(session.messages()[0]["content"], file=out)
     else:
         raise ValueError(f"unknown command {line.split()[0]!r}; {COMMANDS_HELP.splitlines()[0][:-1]}: /help")
     return True
+
+
+_EXAMPLE = {"save": "chat.json", "load": "chat.json", "edit": "What do you eat?"}
 
 
 def show_greeting(session, out) -> None:
@@ -174,22 +285,42 @@ def show_greeting(session, out) -> None:
 
 
 def chat_lines(session, lines, out=None, err=None) -> None:
-    """Answer one message per line of `lines` with one line on `out` (stdout); commands report on `err` (stderr)."""
+    """Answer one message per line of `lines` with one line on `out` (stdout); commands report on `err` (stderr),
+    and the answers of `/swipe`, `/edit` and `/continue` are lines of `out` too."""
     out, err = out or sys.stdout, err or sys.stderr
+    speaker = Speaker(session, out, err, stream=False)
     show_greeting(session, err)
     for line in lines:
         line = line.rstrip("\r\n")
         if line.startswith("/") and not line.startswith("//"):
-            if not run_command(session, line, err):
+            if not run_command(session, line, err, speaker):
                 return
             continue
         text = line[1:] if line.startswith("//") else line
-        answer = "".join(session.send(text)) if text.strip() else ""
-        print(escape_line(answer), file=out, flush=True)
+        if not text.strip():
+            print("", file=out, flush=True)
+            continue
+        info = {}
+        speaker.answer(session.send(text, info=info), info)
+
+
+def read_inputs(prompt: str = "you> ") -> list[str]:
+    """What was typed at the prompt: the lines of a paste (already waiting when the first is read) are one message;
+    lines of commands (the first a `/command`) are taken one by one."""
+    lines = [input(prompt)]
+    while select.select([sys.stdin], [], [], 0.05)[0]:
+        try:
+            lines.append(input(""))
+        except EOFError:
+            break
+    if lines[0].startswith("/") and not lines[0].startswith("//"):
+        return lines
+    return ["\n".join(lines)]
 
 
 def chat_terminal(session) -> None:
-    """The interactive chat: streamed answers, `/commands`, Ctrl-C stops an answer, Ctrl-D leaves."""
+    """The interactive chat: streamed answers, `/commands`, Ctrl-C stops an answer (at the prompt it asks first when
+    the chat is not saved), Ctrl-D leaves."""
     from rolellm.clients.base import EndpointError
     from rolellm.clients.chat_session import EmptyAnswer
 
@@ -197,27 +328,49 @@ def chat_terminal(session) -> None:
         import readline  # noqa: F401 - line editing and history for input()
     print(f"Talking to {session.role} ({session.client.model_name}); /help for commands, /quit to leave.")
     show_greeting(session, sys.stdout)
+    speaker = Speaker(session, sys.stdout, sys.stdout, stream=True)
+    warned, waiting = False, []
     while True:
         try:
-            line = input("you> ")
-        except (EOFError, KeyboardInterrupt):
+            line = waiting.pop(0) if waiting else None
+            if line is None:
+                line, *waiting = read_inputs()
+        except EOFError:
             print()
             return
+        except KeyboardInterrupt:
+            if session.unsaved and not warned:
+                print("\n(the conversation is not saved: /save FILE keeps it; Ctrl-C again or /quit leaves)")
+                warned = True
+                continue
+            print()
+            return
+        warned = False
         try:
-            if line.startswith("/") and not line.startswith("//"):
-                if not run_command(session, line, sys.stdout):
+            if line.startswith("/") and not line.startswith("//") and "\n" not in line:
+                if not run_command(session, line, sys.stdout, speaker):
                     return
                 continue
             if not line.strip():
                 continue
-            print(f"{session.role}: ", end="", flush=True)
-            for piece in session.send(line[1:] if line.startswith("//") else line):
-                print(piece, end="", flush=True)
-            print()
+            info = {}
+            speaker.answer(session.send(line[1:] if line.startswith("//") else line, info=info), info)
         except KeyboardInterrupt:
             print(" [stopped; not kept in the conversation]")
         except (ValueError, EndpointError, EmptyAnswer) as error:
             print(f"error: {error}")
+
+
+def check_port(port: int) -> None:
+    """A `ValueError` naming `port` when something already listens on it at 127.0.0.1."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise ValueError(
+                f"--port {port}: the port is in use on 127.0.0.1 ({error.strerror}); pick another, or leave --port "
+                "out for a free one"
+            ) from None
 
 
 def free_port() -> int:
@@ -244,6 +397,8 @@ def main(args=None):
         raise ValueError(f"--role is needed: the profiles hold {len(profiles)} roles: {', '.join(profiles)}")
     role = config.role or next(iter(profiles))
     select_roles(profiles, [role], where="the profiles")  # an unknown role fails before the model is loaded
+    if config.ui and config.port:
+        check_port(config.port)  # a busy port fails before the model is loaded too
     lines = None
     if not (config.ui or sys.stdin.isatty()):  # a script reads stdout and stderr: no loading bars
         from transformers.utils import logging as transformers_logging
@@ -265,15 +420,18 @@ def main(args=None):
     session = ChatSession(
         load_client(client), profiles, role, lang=args.lang, system_template=template,
         max_new_tokens=client.max_new_tokens, temperature=config.temperature, top_p=config.top_p, seed=config.seed,
-        card_extras=resolve_card_extras(client),
+        card_extras=resolve_card_extras(client), user_name=config.user_name, context_window=config.context_window,
     )  # fmt: skip
     if config.ui:
         from rolellm.scripts.chat_ui import build_chat_ui
 
         app = build_chat_ui(session)
-        app.launch(
-            server_name="127.0.0.1", server_port=config.port or free_port(), quiet=True, prevent_thread_lock=True
-        )
+        port = config.port or free_port()
+        try:
+            app.launch(server_name="127.0.0.1", server_port=port, quiet=True, prevent_thread_lock=True)
+        except OSError:  # taken while the model loaded
+            check_port(port)
+            raise
         print(f"rolellm chat: serving {session.client.model_name} on {app.local_url} (Ctrl-C stops)", flush=True)
         app.block_thread()
     elif sys.stdin.isatty():
