@@ -268,40 +268,52 @@ def test_gradio_ui_answers_two_messages_like_encode_chat_and_generate(chat_model
     assert GREETING in json.dumps(components["Po"]["value"])  # the chat opens with the greeting
 
 
-def test_terminal_chat_streams_answers_and_takes_commands(cards, tmp_path):
-    import pty
-    import select
+class Terminal:
+    """`rolellm chat` on a pseudo-terminal, as a person runs it: `type` sends keys, `read_until` reads the screen up
+    to a marker (say, the next `you> ` prompt) and returns what appeared."""
 
-    def read_until(fd, marker, screen):
-        """Read the terminal until `marker` shows after what `screen` already held; return the new part."""
-        start = len(screen[0])
-        while marker not in screen[0][start:]:
-            ready, _, _ = select.select([fd], [], [], 60)
-            assert ready, f"no {marker!r} in {screen[0][start:]!r}"
-            screen[0] += os.read(fd, 4096).decode(errors="replace")
-        return screen[0][start:]
+    def __init__(self, argv: list[str]):
+        import pty
 
-    argv = ["chat", "--model", "m", "--profiles", str(cards), "--role", "Po"]
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "TERM": "dumb"}
-    with ChatCompletionsServer(lambda body: f"Dumplings, {len(body['messages'])} messages!") as server:
-        primary, secondary = pty.openpty()
-        process = subprocess.Popen(
-            [*ROLELLM, *argv, "--base_url", server.base_url], stdin=secondary, stdout=secondary, stderr=secondary,
-            env=env, close_fds=True,
-        )  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "TERM": "dumb"}
+        self.fd, secondary = pty.openpty()
+        self.process = subprocess.Popen([*ROLELLM, *argv], stdin=secondary, stdout=secondary, stderr=secondary,
+                                        env=env, close_fds=True)  # fmt: skip
         os.close(secondary)
-        screen = [""]
+        self.screen = ""
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def read_until(self, marker: str) -> str:
+        import select
+
+        start = len(self.screen)
+        while marker not in self.screen[start:]:
+            ready, _, _ = select.select([self.fd], [], [], 60)
+            assert ready, f"no {marker!r} after {self.screen!r}"
+            self.screen += os.read(self.fd, 4096).decode(errors="replace")
+        return self.screen[start:]
+
+    def close(self) -> None:
+        self.process.kill()
+        os.close(self.fd)
+
+
+def test_terminal_chat_streams_answers_and_takes_commands(cards, tmp_path):
+    argv = ["chat", "--model", "m", "--profiles", str(cards), "--role", "Po"]
+    with ChatCompletionsServer(lambda body: f"Dumplings, {len(body['messages'])} messages!") as server:
+        terminal = Terminal([*argv, "--base_url", server.base_url])
         try:
-            opening = read_until(primary, "you> ", screen)
-            os.write(primary, b"What do you eat?\n")
-            answer = read_until(primary, "you> ", screen)
-            os.write(primary, b"/role Oogway\n")
-            mistake = read_until(primary, "you> ", screen)
-            os.write(primary, b"/save " + str(tmp_path / "t.json").encode() + b"\n/quit\n")
-            assert process.wait(timeout=60) == 0
+            opening = terminal.read_until("you> ")
+            terminal.type(b"What do you eat?\n")
+            answer = terminal.read_until("you> ")
+            terminal.type(b"/role Oogway\n")
+            mistake = terminal.read_until("you> ")
+            terminal.type(b"/save " + str(tmp_path / "t.json").encode() + b"\n/quit\n")
+            assert terminal.process.wait(timeout=60) == 0
         finally:
-            process.kill()
-            os.close(primary)
+            terminal.close()
     assert "Talking to Po (m); /help for commands" in opening and f"Po: {GREETING}" in opening
     assert "Po: Dumplings, 3 messages!" in answer
     assert "error: roles ['Oogway'] are not in the profiles" in mistake  # the chat goes on after a mistake
@@ -481,8 +493,6 @@ def test_the_oldest_turns_leave_a_prompt_past_the_window_and_the_note_says_so(ca
 
 
 def test_terminal_ctrl_c_keeps_an_unsaved_chat_and_a_paste_is_one_message(cards, tmp_path):
-    import pty
-    import select
     import signal
     import time
 
@@ -492,37 +502,21 @@ def test_terminal_ctrl_c_keeps_an_unsaved_chat_and_a_paste_is_one_message(cards,
         time.sleep(0.3)
         process.send_signal(signal.SIGINT)
 
-    def read_until(fd, marker, screen):
-        start = len(screen[0])
-        while marker not in screen[0][start:]:
-            ready, _, _ = select.select([fd], [], [], 60)
-            assert ready, f"no {marker!r} after {screen[0]!r}"
-            screen[0] += os.read(fd, 4096).decode(errors="replace")
-        return screen[0][start:]
-
     argv = ["chat", "--model", "m", "--profiles", str(cards), "--role", "Po", "--user_name", "Tigress"]
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "TERM": "dumb"}
     with ChatCompletionsServer(lambda body: f"Got {body['messages'][-1]['content']!r}") as server:
-        primary, secondary = pty.openpty()
-        process = subprocess.Popen(
-            [*ROLELLM, *argv, "--base_url", server.base_url], stdin=secondary, stdout=secondary, stderr=secondary,
-            env=env, close_fds=True,
-        )  # fmt: skip
-        os.close(secondary)
-        screen = [""]
+        terminal = Terminal([*argv, "--base_url", server.base_url])
         try:
-            read_until(primary, "you> ", screen)
-            os.write(primary, b"First line of a paste\nsecond line\n")  # arrives at once, as a paste does
-            pasted = read_until(primary, "you> ", screen)
-            ctrl_c(process)  # at the prompt
-            asked = read_until(primary, "you> ", screen)
-            os.write(primary, b"/save " + str(tmp_path / "t.json").encode() + b"\n")
-            read_until(primary, "you> ", screen)
-            ctrl_c(process)  # saved: Ctrl-C leaves
-            assert process.wait(timeout=60) == 0
+            terminal.read_until("you> ")
+            terminal.type(b"First line of a paste\nsecond line\n")  # arrives at once, as a paste does
+            pasted = terminal.read_until("you> ")
+            ctrl_c(terminal.process)  # at the prompt
+            asked = terminal.read_until("you> ")
+            terminal.type(b"/save " + str(tmp_path / "t.json").encode() + b"\n")
+            terminal.read_until("you> ")
+            ctrl_c(terminal.process)  # saved: Ctrl-C leaves
+            assert terminal.process.wait(timeout=60) == 0
         finally:
-            process.kill()
-            os.close(primary)
+            terminal.close()
     assert [request["body"]["messages"][-1]["content"] for request in server.requests] == [
         "First line of a paste\nsecond line"
     ]
