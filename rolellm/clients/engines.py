@@ -1,7 +1,8 @@
 """The optional inference engines and the versions rolellm supports, checked before a run starts.
 
-`--backend vllm` needs vLLM, `--backend ray` needs Ray Data; both are optional extras (`pip install "rolellm[vllm]"`,
-`pip install "rolellm[ray]"`). `require_engine` imports the engine only after checking that it is installed at a
+`--backend vllm` needs vLLM, `--backend ray` needs Ray Data, `--backend llamacpp` (and `rolellm export --gguf` to a
+quantized type) llama-cpp-python; all are optional extras (`pip install "rolellm[vllm]"`, `"rolellm[ray]"`,
+`"rolellm[llamacpp]"`). `require_engine` imports the engine only after checking that it is installed at a
 supported version (as lm-evaluation-harness and lighteval gate their backends), so a missing or unsupported engine is
 one line naming the extra and the versions, exit code 2 in the CLI, instead of an `ImportError` from deep inside a
 run.
@@ -32,11 +33,19 @@ class Engine:
 # The ranges are the ones the code is written against: vLLM 0.12 removed the `guided_*` sampling parameters for
 # `StructuredOutputsParams`; Ray 2.60 is the release whose `ray.data.llm.build_processor` and
 # `vLLMEngineProcessorConfig` (and streaming generator tasks, for the HTTP mode) the Ray backend was tested with
-# (`build_llm_processor` is gone). The same ranges
+# (`build_llm_processor` is gone); llama-cpp-python 0.3.36 is the release whose llama.cpp reads the files its own
+# source's converter writes (`rolellm.training.gguf_export`). The same ranges
 # are the extras' pins in setup.cfg (`tests/test_engines.py` checks they agree).
 ENGINES = {
     "vllm": Engine("vllm", "vllm", "vllm", SpecifierSet(">=0.12,<1"), "structured outputs (StructuredOutputsParams)"),
     "ray": Engine("ray", "ray.data.llm", "ray", SpecifierSet(">=2.60,<3"), "ray.data.llm.build_processor"),
+    "llamacpp": Engine(
+        "llama-cpp-python",
+        "llama_cpp",
+        "llamacpp",
+        SpecifierSet(">=0.3.36,<0.4"),
+        "the llama.cpp its converter matches",
+    ),
 }
 
 
@@ -53,7 +62,7 @@ def engine_version(name: str) -> Version | None:
 
 
 def require_engine(name: str, flag: str | None = None, module: str | None = None):
-    """Import engine `name` (`"vllm"` or `"ray"`) after checking its version; the imported module.
+    """Import engine `name` (`"vllm"`, `"ray"` or `"llamacpp"`) after checking its version; the imported module.
 
     Args:
         name (`str`): a key of `ENGINES`.

@@ -6,6 +6,12 @@ Both build on `rolellm.clients.base` (the request and result types, the `parse` 
 progress bar) and `rolellm.clients.cache` (a re-run costs nothing, a crash loses nothing); their names are
 importable from `rolellm.clients`.
 
+Every request carries its answer budget (`max_tokens`) and its sampling settings, the OpenAI defaults where the request
+sets none: servers differ in theirs (llama.cpp samples at temperature 0.8 with top-k 40, top-p 0.95 and min-p 0.05,
+and writes until its context is full without `max_tokens`). A server of the llama.cpp family, known by the `owned_by`
+of its model list (`server_dialect`), is also sent its own settings at their neutral values and `cache_prompt:
+false` (its prompt cache can change a greedy answer on a repeated request); see `DIALECT_SETTINGS`.
+
 Retries are rolellm's own loop rather than the `openai` client's (`max_retries=0` is passed to it): the loop
 honours `Retry-After` without the `openai` client's 60-second cap, retries garbled and empty answers too, counts
 every retry in `client.usage`, and sleeps outside the concurrency limit so a waiting request does not hold a slot.
@@ -30,6 +36,7 @@ import socket
 import time
 from dataclasses import replace
 from typing import Literal
+from urllib.parse import urlsplit
 
 from rolellm.clients.base import (
     DEFAULT_API_KEY_ENV,
@@ -66,6 +73,17 @@ CONNECTIONS_PER_POOL = 8
 # context length concerns one request and fails only that one.
 STOP_STATUSES = (400, 401, 403, 404)
 _CONTEXT_LENGTH = re.compile(r"context.length|maximum context|too many tokens|too long", re.I)
+# the settings sent when a request does not set them: OpenAI's defaults, which other servers do not share
+SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0}
+# what a server of a known kind is sent besides (its own sampling settings at their neutral values), by the
+# `owned_by` its `GET /models` lists: llama.cpp's server (`llama-server`), llama-cpp-python's server and KoboldCpp
+DIALECTS = {"llamacpp": "llama.cpp", "me": "llama-cpp-python", "koboldcpp": "koboldcpp"}
+LLAMA_CPP_NEUTRAL = {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
+DIALECT_SETTINGS = {
+    "llama.cpp": {**LLAMA_CPP_NEUTRAL, "cache_prompt": False},
+    "llama-cpp-python": LLAMA_CPP_NEUTRAL,
+    "koboldcpp": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "rep_pen": 1.0},
+}
 
 
 class OpenAIChatClient(ChatClient):
@@ -96,6 +114,10 @@ class OpenAIChatClient(ChatClient):
             `Retry-After`; doubled on every retry (with jitter) up to `max_backoff` (defaults to 30.0).
         max_parse_attempts (`int`, *optional*, defaults to 3): answers asked for when `parse` rejects them.
 
+        > Parameters that control the answers
+
+        max_new_tokens (`int`, *optional*, defaults to 256): the `max_tokens` of a request that sets none.
+
         > Parameters that control bookkeeping
 
         cache_path (`str`, *optional*): a SQLite file caching answers by request content; `None` disables it.
@@ -106,7 +128,7 @@ class OpenAIChatClient(ChatClient):
     """
 
     config_fields = ("base_url", "api_key_env", "max_concurrency", "requests_per_minute", "timeout", "max_retries",
-                     "cache_path", "progress")  # fmt: skip
+                     "max_new_tokens", "cache_path", "progress")  # fmt: skip
 
     def __init__(
         self,
@@ -123,6 +145,7 @@ class OpenAIChatClient(ChatClient):
         initial_backoff: float = 0.5,
         max_backoff: float = 30.0,
         max_parse_attempts: int = 3,
+        max_new_tokens: int = 256,
         cache_path: str | os.PathLike | None = None,
         progress: bool = True,
         http_backend: Literal["aiohttp", "httpx"] | None = None,
@@ -167,6 +190,8 @@ class OpenAIChatClient(ChatClient):
         self.max_retries = max_retries
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
+        self.max_new_tokens = max_new_tokens
+        self.dialect: str | None = None  # the server's kind (`server_dialect`), learnt from its model list
 
     def __repr__(self) -> str:
         return (
@@ -224,7 +249,7 @@ class OpenAIChatClient(ChatClient):
                             suffix += f" ({self._key_source})"
                         raise EndpointError(
                             f"{where} refused the request for model {self.model!r}: HTTP {error.status_code} "
-                            f"{message}{suffix}"
+                            f"{message}{suffix}{route_hint(self.base_url, error.status_code)}"
                         ) from None
                     reason, reached = f"HTTP {error.status_code}: {message}", True
                 except openai.APIConnectionError as error:
@@ -246,6 +271,7 @@ class OpenAIChatClient(ChatClient):
                 if not re.search(r"HTTP (404|405) ", str(error)):
                     raise
                 listing = None  # no model list on this endpoint: the completion below tells
+            self.dialect = server_dialect(listing)
             if isinstance(listing, dict) and isinstance(listing.get("data"), list):
                 listed = [str(entry.get("id")) for entry in listing["data"] if isinstance(entry, dict)]
             if self.model in listed:
@@ -268,6 +294,15 @@ class OpenAIChatClient(ChatClient):
         """The async form of `generate` (same arguments): await it inside your own event loop. A `json_schema` is
         not sent (endpoints differ in how they take one): `parse` checks the answers."""
         requests = [as_request(r) for r in requests]
+        if self.dialect is None:
+            self.dialect = await self._learn_dialect()
+        if self.dialect in DIALECT_SETTINGS:
+            for i, request in enumerate(requests):
+                if request.messages[-1]["role"] == "assistant":
+                    raise ValueError(
+                        f"request {i} ends with an assistant turn, which {self.dialect}'s server continues instead of "
+                        "answering: end the messages with a user turn"
+                    )
         limiter = None
         if self.requests_per_minute or self.tokens_per_minute:
             limiter = RateLimiter(self.requests_per_minute, self.tokens_per_minute)
@@ -304,6 +339,36 @@ class OpenAIChatClient(ChatClient):
                 pools.append(await stack.enter_async_context(api))
             yield Slots(pools, self.max_concurrency)
 
+    async def _learn_dialect(self) -> str:
+        """The server's kind from its `GET /models` (one request per client; `check_endpoint` learns it first when
+        it runs), `"openai"` when it lists none of a known kind or cannot be asked."""
+        import httpx2
+        import openai
+
+        api = openai.AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, max_retries=0,
+                                 timeout=min(self.timeout, 10.0), http_client=self._http_client())  # fmt: skip
+        async with api:
+            try:
+                response = await api.get("/models", cast_to=httpx2.Response)
+                return server_dialect(response.json())
+            except (openai.OpenAIError, ValueError):
+                return "openai"
+
+    def request_body(self, request: ChatRequest) -> dict:
+        """The body sent for `request`: the model, the messages, `max_tokens` and the sampling settings
+        (`SAMPLING_DEFAULTS` and the server's own, `DIALECT_SETTINGS`) where the request sets none, and its params.
+
+        >>> client = OpenAIChatClient("m", base_url="http://localhost:8080/v1", max_new_tokens=64)
+        >>> client.dialect = "llama.cpp"
+        >>> body = client.request_body(ChatRequest([{"role": "user", "content": "Hi"}], params={"temperature": 0.0}))
+        >>> {k: body[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "min_p", "cache_prompt")}
+        {'max_tokens': 64, 'temperature': 0.0, 'top_p': 1.0, 'top_k': 0, 'min_p': 0.0, 'cache_prompt': False}
+        """
+        settings = {"max_tokens": self.max_new_tokens, **SAMPLING_DEFAULTS, **DIALECT_SETTINGS.get(self.dialect, {})}
+        if "max_completion_tokens" in request.params:
+            del settings["max_tokens"]
+        return {"model": self.model, "messages": request.messages, **settings, **request.params}
+
     async def _answer(self, slots, request, parse, limiter, bar, remind) -> ChatResult:
         asked = request
         for attempt in range(self.max_parse_attempts):
@@ -335,14 +400,16 @@ class OpenAIChatClient(ChatClient):
         for retry in range(self.max_retries + 1):
             unreachable = None
             if limiter is not None:
-                await limiter.acquire(self.count_prompt_tokens(request) + request.params.get("max_tokens", 0))
+                await limiter.acquire(
+                    self.count_prompt_tokens(request) + request.params.get("max_tokens", self.max_new_tokens)
+                )
             wait = None
             api = await slots.take()
             try:
                 # `post` is the openai client's documented way to send a raw body: any server-specific
                 # parameter (vLLM's `top_k`, ...) passes through, and the JSON is read without pydantic models,
                 # which at high concurrency costs more CPU than the rest of a request.
-                body = {"model": self.model, "messages": request.messages, **request.params}
+                body = self.request_body(request)
                 response = await api.post("/chat/completions", cast_to=httpx2.Response, body=body)
                 return read_completion(response.json())
             except openai.APIStatusError as error:
@@ -351,7 +418,7 @@ class OpenAIChatClient(ChatClient):
                     # Wrong key, model, URL or request shape: every request would fail the same way, so stop.
                     slots.stop = EndpointError(
                         f"{self.base_url or 'OpenAI'} refused the request for model {self.model!r}: "
-                        f"HTTP {error.status_code} {message}"
+                        f"HTTP {error.status_code} {message}{route_hint(self.base_url, error.status_code)}"
                     )
                     raise slots.stop from None
                 reason = f"HTTP {error.status_code}: {message}"
@@ -438,6 +505,32 @@ def connection_failure(error: BaseException) -> str | None:
     return None
 
 
+def route_hint(base_url: str | None, status: int) -> str:
+    """For a 404 from a `base_url` whose path does not end in `/v1`, where OpenAI-compatible servers (llama.cpp,
+    KoboldCpp on port 5001, vLLM, `transformers serve`) serve the API: the URL to try.
+
+    >>> route_hint("http://localhost:5001", 404)
+    '; the API is usually under /v1: try --base_url http://localhost:5001/v1'
+    """
+    if status != 404 or base_url is None or urlsplit(base_url).path.rstrip("/").endswith("/v1"):
+        return ""
+    return f"; the API is usually under /v1: try --base_url {base_url.rstrip('/')}/v1"
+
+
+def server_dialect(listing) -> str:
+    """The kind of server a `GET /models` body comes from, by the `owned_by` of its models (`DIALECTS`):
+    `"llama.cpp"`, `"llama-cpp-python"`, `"koboldcpp"`, else `"openai"` (any other OpenAI-compatible server).
+
+    >>> server_dialect({"data": [{"id": "smollm2.gguf", "owned_by": "llamacpp"}]}), server_dialect(None)
+    ('llama.cpp', 'openai')
+    """
+    entries = listing.get("data") if isinstance(listing, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("owned_by") in DIALECTS:
+            return DIALECTS[entry["owned_by"]]
+    return "openai"
+
+
 class RequestFailed(Exception):
     """A request that got no usable answer after all retries (counted, reported in `ChatResult.error`)."""
 
@@ -452,15 +545,20 @@ class CutBeforeAnswer(MalformedResponse):
 
 
 def read_completion(completion: dict) -> tuple[str, dict]:
-    """`(text, usage)` of a chat-completions response body; raises `MalformedResponse` when it has no answer.
+    """`(text, usage)` of a chat-completions response body; raises `MalformedResponse` when it has no answer. The
+    answer is `content`: a reasoning model's thinking, which llama.cpp and vLLM send apart in `reasoning_content`, is
+    not part of it.
 
     >>> read_completion({"choices": [{"message": {"content": "Aye"}}], "usage": {"prompt_tokens": 5}})
     ('Aye', {'prompt_tokens': 5, 'completion_tokens': 0})
     """
     try:
-        text = completion["choices"][0]["message"]["content"]
+        message = completion["choices"][0]["message"]
+        text = message["content"]
     except (KeyError, IndexError, TypeError):
         raise MalformedResponse(f"no answer in the response {str(completion)[:200]!r}") from None
+    if text is None and isinstance(message.get("reasoning_content"), str):
+        text = ""  # llama.cpp, vLLM: all of it was reasoning (kept apart), no answer after it
     if not isinstance(text, str):
         raise MalformedResponse(f"message content is {text!r}")
     if not text.strip() and completion["choices"][0].get("finish_reason") == "length":

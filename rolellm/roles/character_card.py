@@ -312,11 +312,11 @@ def write_character_card(
     if card["spec"] == "chara_card_v3":
         v2 = {**card, "spec": "chara_card_v2", "spec_version": "2.0"}
         payloads = {"ccv3": text, "chara": json.dumps(v2, ensure_ascii=False)}
-    path.write_bytes(_embed_card(base, payloads, path))
+    path.write_bytes(embed_card(base, payloads, path))
     return path
 
 
-def _embed_card(base: bytes, payloads: dict[str, str], path) -> bytes:
+def embed_card(base: bytes, payloads: dict[str, str], path) -> bytes:
     """`base` with its card chunks replaced by `payloads` (keyword -> JSON text), every other byte unchanged.
 
     The new card chunks stand where the first old one stood (before `IEND` when there was none). When the primary

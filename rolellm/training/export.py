@@ -59,18 +59,7 @@ def export_checkpoint(
         `BaseModelNotFound`: the adapter's base model cannot be loaded.
     """
     checkpoint, output_dir = Path(checkpoint), Path(output_dir)
-    if not (checkpoint / "config.json").is_file() and not is_adapter_checkpoint(checkpoint):
-        raise ValueError(
-            f"{checkpoint}: not a model checkpoint (no config.json or {ADAPTER_CONFIG}); pass the output_dir of "
-            "rolellm train or one of its checkpoint-N folders"
-        )
-    check_model_folder(checkpoint, "the checkpoint", need_base=merge)  # its JSON files, and the base of a merge
-    if output_dir.resolve().is_relative_to(checkpoint.resolve()):
-        raise ValueError(
-            f"--output_dir {output_dir} is inside the checkpoint {checkpoint}: export to a folder outside it"
-        )
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise ValueError(f"{output_dir}: exists and is not empty; pass a new --output_dir or empty it first")
+    check_export_folders(checkpoint, output_dir, merge)
     merged = merge and is_adapter_checkpoint(checkpoint)
     if merged:
         _merge_adapter(checkpoint, output_dir)
@@ -91,6 +80,23 @@ def export_checkpoint(
             repo_id=push_to_hub, folder_path=str(output_dir), commit_message="Upload with rolellm export"
         )
     return output_dir
+
+
+def check_export_folders(checkpoint: Path, output_dir: Path, merge: bool) -> None:
+    """A `ValueError` for a `checkpoint` that is not a model checkpoint (or whose files or base cannot be read) and
+    for an `output_dir` inside it or not empty, before anything is written."""
+    if not (checkpoint / "config.json").is_file() and not is_adapter_checkpoint(checkpoint):
+        raise ValueError(
+            f"{checkpoint}: not a model checkpoint (no config.json or {ADAPTER_CONFIG}); pass the output_dir of "
+            "rolellm train or one of its checkpoint-N folders"
+        )
+    check_model_folder(checkpoint, "the checkpoint", need_base=merge)  # its JSON files, and the base of a merge
+    if output_dir.resolve().is_relative_to(checkpoint.resolve()):
+        raise ValueError(
+            f"--output_dir {output_dir} is inside the checkpoint {checkpoint}: export to a folder outside it"
+        )
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise ValueError(f"{output_dir}: exists and is not empty; pass a new --output_dir or empty it first")
 
 
 def _merge_adapter(checkpoint: Path, output_dir: Path) -> None:
