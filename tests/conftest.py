@@ -20,6 +20,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # GGUF models dequantized into the cache (the embedded SmolLM2: 20 s) are kept from one test run to the next, for every
 # worker alike: the sessions' own HF_HOME (`_isolated_hf_cache`) is a new temporary folder each time.
 os.environ.setdefault("ROLELLM_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "rolellm-tests"))
+# llama.cpp's GGUF converter comes from llama-cpp-python's source archive, which `make install` downloads here
+_LLAMA_CPP_SOURCE = Path(__file__).resolve().parent.parent / ".cache" / "llama-cpp-python"
+if _LLAMA_CPP_SOURCE.is_dir():
+    os.environ.setdefault("ROLELLM_LLAMA_CPP_SOURCE", str(_LLAMA_CPP_SOURCE))
 
 import pytest  # noqa: E402
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rolellm.clients.base import ChatClient, EndpointError
 from rolellm.clients.chat_files import make_turn, now, read_chat, write_json_chat, write_sillytavern_chat
-from rolellm.clients.openai_compatible import OpenAIChatClient, server_message
+from rolellm.clients.openai_compatible import DIALECT_SETTINGS, OpenAIChatClient, route_hint, server_message
 from rolellm.roles.card_prompts import USER_NAMES, approx_tokens
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
@@ -456,9 +456,13 @@ def stream_answer(
     Raises:
         `EndpointError`: the endpoint cannot be reached or refuses the request (the message says which and why).
     """
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+
     finish = {} if finish is None else finish
     if isinstance(client, OpenAIChatClient):
         yield from _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed, finish)
+    elif isinstance(client, LlamaCppChatClient):
+        yield from client.stream(prompt_ids(client, messages), max_new_tokens, temperature, top_p, seed, finish)
     else:
         yield from _stream_local(client, messages, max_new_tokens, temperature, top_p, seed, finish)
 
@@ -467,10 +471,12 @@ def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed,
     import openai
 
     api = openai.OpenAI(api_key=client._api_key, base_url=client.base_url, timeout=client.timeout, max_retries=2)
+    if client.dialect is None:
+        client.dialect = client.learn_dialect()
     try:
         raw = api.chat.completions.with_raw_response.create(
             model=client.model, messages=messages, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-            seed=seed, stream=True,
+            seed=seed, stream=True, extra_body=DIALECT_SETTINGS.get(client.dialect),
         )  # fmt: skip
         if "text/event-stream" not in raw.headers.get("content-type", ""):
             # a server that ignores `stream=True` answers once, as a plain completion
@@ -487,6 +493,7 @@ def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed,
         what = "refused the request for" if error.status_code < 500 else "answered with an error to"
         raise EndpointError(
             f"{client.base_url} {what} model {client.model!r}: HTTP {error.status_code} {server_message(error)}"
+            f"{route_hint(client.base_url, error.status_code)}"
         ) from error
 
 

@@ -27,7 +27,7 @@ from rolellm.clients.gguf import is_gguf_source
 logger = logging.getLogger(__name__)
 
 
-BACKENDS = ("openai", "local", "vllm", "ray")  # `ClientConfig.backend`; each one's class: `backend_class`
+BACKENDS = ("openai", "local", "vllm", "ray", "llamacpp")  # `ClientConfig.backend`; each one's class: `backend_class`
 OPENAI_URL = "https://api.openai.com/v1"  # where an OpenAI client goes without base_url or $OPENAI_BASE_URL
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
@@ -66,9 +66,10 @@ class ClientConfig:
     Args:
         model (`str`): the endpoint's model name, or the local model's folder / Hub id (`--model`, also
             `--model_name_or_path`).
-        backend (`Literal["openai", "local", "vllm", "ray"]`, *optional*): an OpenAI-compatible endpoint, a
-            `transformers` model run in-process, vLLM offline on this node (`rolellm[vllm]`), or Ray Data across a
-            cluster (`rolellm[ray]`: vLLM engines on its GPUs, or with `base_url` the endpoint fanned out to);
+        backend (`Literal["openai", "local", "vllm", "ray", "llamacpp"]`, *optional*): an OpenAI-compatible
+            endpoint, a `transformers` model run in-process, vLLM offline on this node (`rolellm[vllm]`), Ray Data
+            across a cluster (`rolellm[ray]`: vLLM engines on its GPUs, or with `base_url` the endpoint fanned out
+            to), or a GGUF file run in-process by llama.cpp (`rolellm[llamacpp]`);
             defaults to `"openai"` when `base_url` is set, else `"local"` (so an endpoint without `base_url`, OpenAI
             itself or `$OPENAI_BASE_URL`, needs `backend="openai"`). See `docs/scale.md`.
         base_url (`str`, *optional*): the endpoint (`http://localhost:8000/v1`); defaults to `$OPENAI_BASE_URL`,
@@ -119,8 +120,9 @@ class ClientConfig:
     backend: Literal[BACKENDS] | None = field(
         default=None,
         metadata={
-            "help": "openai (an endpoint), local (transformers), vllm (offline vLLM) or ray (Ray Data: vLLM engines, "
-            "or the base_url endpoint); default: openai with base_url, else local."
+            "help": "openai (an endpoint), local (transformers), vllm (offline vLLM), ray (Ray Data: vLLM engines, "
+            "or the base_url endpoint) or llamacpp (a GGUF file in llama.cpp); default: openai with base_url, else "
+            "local."
         },
     )
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint."})
@@ -162,15 +164,15 @@ class ClientConfig:
             self.backend = "openai" if self.base_url is not None else "local"
         check_backend(self.backend)
         check_rate_limit(self.backend, self.requests_per_minute)
-        if self.backend in ("local", "vllm") and self.base_url is not None:
-            where = "in-process" if self.backend == "local" else "on this node"
+        if self.backend in ("local", "vllm", "llamacpp") and self.base_url is not None:
+            where = "on this node" if self.backend == "vllm" else "in-process"
             raise ValueError(f"backend={self.backend!r} runs the model {where}: drop base_url={self.base_url!r}")
 
     @property
     def runs_weights(self) -> bool:
         """Whether rolellm runs the model's own weights (`local`, `vllm`, `ray` without `base_url`), so that a
         checkpoint folder's recorded settings and profiles apply; `False` for an endpoint."""
-        return self.backend in ("local", "vllm") or (self.backend == "ray" and self.base_url is None)
+        return self.backend in ("local", "vllm", "llamacpp") or (self.backend == "ray" and self.base_url is None)
 
 
 def check_minimums(config, **minimums) -> None:
@@ -327,6 +329,10 @@ def backend_class(backend: str) -> type[ChatClient]:
         from rolellm.clients.vllm_backend import VLLMChatClient
 
         return VLLMChatClient
+    if backend == "llamacpp":
+        from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+
+        return LlamaCppChatClient
     from rolellm.clients.ray_backend import RayChatClient
 
     return RayChatClient
@@ -340,7 +346,7 @@ def check_backend(backend: str) -> None:
 
 def make_client(config: ClientConfig) -> ChatClient:
     """The chat client `config` describes: `OpenAIChatClient` for an endpoint, `LocalChatClient` for a local model,
-    `VLLMChatClient` for vLLM on this node, `RayChatClient` for Ray Data.
+    `VLLMChatClient` for vLLM on this node, `RayChatClient` for Ray Data, `LlamaCppChatClient` for llama.cpp.
 
     An engine that is missing or at an unsupported version stops here (`EngineUnavailable`, naming the extra), before
     anything is loaded. A local checkpoint's recorded inference settings (`rolellm_inference.json`) apply where

@@ -78,10 +78,9 @@ SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0}
 # what a server of a known kind is sent besides (its own sampling settings at their neutral values), by the
 # `owned_by` its `GET /models` lists: llama.cpp's server (`llama-server`), llama-cpp-python's server and KoboldCpp
 DIALECTS = {"llamacpp": "llama.cpp", "me": "llama-cpp-python", "koboldcpp": "koboldcpp"}
-LLAMA_CPP_NEUTRAL = {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
 DIALECT_SETTINGS = {
-    "llama.cpp": {**LLAMA_CPP_NEUTRAL, "cache_prompt": False},
-    "llama-cpp-python": LLAMA_CPP_NEUTRAL,
+    "llama.cpp": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "cache_prompt": False},
+    "llama-cpp-python": {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0},
     "koboldcpp": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "rep_pen": 1.0},
 }
 
@@ -351,6 +350,19 @@ class OpenAIChatClient(ChatClient):
             try:
                 response = await api.get("/models", cast_to=httpx2.Response)
                 return server_dialect(response.json())
+            except (openai.OpenAIError, ValueError):
+                return "openai"
+
+    def learn_dialect(self) -> str:
+        """`_learn_dialect` outside an event loop (a chat's streamed answers)."""
+        import httpx2
+        import openai
+
+        api = openai.OpenAI(api_key=self._api_key, base_url=self.base_url, max_retries=0,
+                            timeout=min(self.timeout, 10.0), http_client=openai.DefaultHttpxClient(verify=ssl_context()))  # fmt: skip
+        with api:
+            try:
+                return server_dialect(api.get("/models", cast_to=httpx2.Response).json())
             except (openai.OpenAIError, ValueError):
                 return "openai"
 

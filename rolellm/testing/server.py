@@ -27,6 +27,19 @@ FaultKind = Literal[
 ]
 
 
+Imitated = Literal["llama.cpp", "llama-cpp-python", "koboldcpp"]
+# what each imitated server lists as its models' `owned_by`, and the sampling settings it uses where a request sets none
+OWNED_BY = {"llama.cpp": "llamacpp", "llama-cpp-python": "me", "koboldcpp": "koboldcpp"}
+SERVER_DEFAULTS = {
+    "llama.cpp": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0,
+                  "max_tokens": -1, "cache_prompt": True},
+    "llama-cpp-python": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.1,
+                         "max_tokens": -1},
+    "koboldcpp": {"temperature": 0.75, "top_k": 100, "top_p": 0.92, "min_p": 0.0, "rep_pen": 1.07, "max_tokens": 512},
+}  # fmt: skip
+RUNAWAY_WORDS = 2048  # what an imitated llama.cpp server writes without `max_tokens`: until its context is full
+
+
 @dataclass
 class Fault:
     """One injected failure of `ChatCompletionsServer`.
@@ -85,6 +98,14 @@ class ChatCompletionsServer:
         api_key (`str`, *optional*): when set, a request without `Authorization: Bearer <api_key>` gets HTTP 401.
         models (`list[str]`, *optional*): the models `GET /v1/models` lists; when set, a chat completion for another
             model gets HTTP 404 as from OpenAI. By default the list is empty and every model is answered.
+        imitate (`Literal["llama.cpp", "llama-cpp-python", "koboldcpp"]`, *optional*): behave as that server does
+            where it differs from OpenAI: its model list names it (`owned_by`, one model `model.gguf` when `models` is
+            not given); a setting the request leaves out takes the server's own default (`SERVER_DEFAULTS`), which the
+            responder sees in the body and `requests` record; without `max_tokens` the answer runs on until the
+            context is full (`RUNAWAY_WORDS`, `finish_reason="length"`); llama.cpp's prompt cache (unless
+            `cache_prompt` is false) answers a repeated request differently; a request ending with an assistant turn
+            is continued (the answer is the rest of that turn); a `<think>...</think>` block of the answer comes back
+            in `reasoning_content`.
 
     Attributes:
         requests (`list[dict]`): every request, in the order answered, as `{"body", "status", "fault", "headers",
@@ -107,7 +128,12 @@ class ChatCompletionsServer:
         latency: float = 0.0,
         api_key: str | None = None,
         models: list[str] | None = None,
+        imitate: Imitated | None = None,
     ):
+        if imitate is not None and imitate not in OWNED_BY:
+            raise ValueError(f"imitate must be one of {sorted(OWNED_BY)}, got {imitate!r}")
+        self.imitate = imitate
+        self._seen_prompts: set[str] = set()  # an imitated llama.cpp's prompt cache
         self.responder = responder if responder is not None else (lambda body: body["messages"][-1]["content"])
         self.latency = latency
         self.api_key = api_key
@@ -158,6 +184,29 @@ class ChatCompletionsServer:
             self._idle.wait_for(lambda: self._handling <= held, timeout=timeout)
             return Counter(content_key(body) for body in self.answered)
 
+    def _quirks(self, body: dict, answer: str) -> str | dict:
+        """`answer` as the imitated server gives it (see `imitate`)."""
+        messages = body.get("messages") or [{}]
+        if messages[-1].get("role") == "assistant":  # continued, not answered
+            answer = answer.removeprefix(messages[-1].get("content", ""))
+        prompt = json.dumps(messages, sort_keys=True)
+        with self._lock:
+            cached = prompt in self._seen_prompts
+            self._seen_prompts.add(prompt)
+        if self.imitate == "llama.cpp" and body.get("cache_prompt") is not False and cached:
+            answer += " (a different greedy answer: the prompt came from the cache)"
+        finish = "stop"
+        if body.get("max_tokens") in (None, -1):
+            answer, finish = " ".join([answer] * (RUNAWAY_WORDS // max(1, len(answer.split())))), "length"
+        reasoning = re.match(r"\s*<think>(.*?)</think>\s*(.*)", answer, re.S)
+        if reasoning is None and finish == "stop":
+            return answer
+        completion = _completion(body, reasoning.group(2) if reasoning else answer)
+        completion["choices"][0]["finish_reason"] = finish
+        if reasoning:
+            completion["choices"][0]["message"]["reasoning_content"] = reasoning.group(1)
+        return completion
+
     def start(self) -> "ChatCompletionsServer":
         server = self
 
@@ -176,7 +225,9 @@ class ChatCompletionsServer:
                     return _write_json(self, 404, {"error": {"message": f"no route {self.path}"}})
                 if not self._authorized():
                     return _write_json(self, 401, _UNAUTHORIZED)
-                listed = [{"id": name, "object": "model", "owned_by": "test"} for name in server.models or []]
+                owner = OWNED_BY.get(server.imitate, "test")
+                names = server.models or (["model.gguf"] if server.imitate else [])
+                listed = [{"id": name, "object": "model", "owned_by": owner} for name in names]
                 return _write_json(self, 200, {"object": "list", "data": listed})
 
             def _authorized(self) -> bool:
@@ -202,9 +253,13 @@ class ChatCompletionsServer:
                 if server.models is not None and body.get("model") not in server.models:
                     missing = {"message": f"The model `{body.get('model')}` does not exist", "code": "model_not_found"}
                     return self._send(404, {"error": missing}, body)
+                if server.imitate is not None:
+                    body = {**SERVER_DEFAULTS[server.imitate], **body}
                 with server._lock:
                     fault = server._faults.popleft() if server._faults else None
                 answer = server.responder(body) if fault is None else None
+                if server.imitate is not None and isinstance(answer, str):
+                    answer = server._quirks(body, answer)
                 if isinstance(answer, Fault):
                     fault, answer = answer, None
                 if server.latency:

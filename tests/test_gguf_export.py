@@ -1,0 +1,257 @@
+"""`rolellm export CKPT --gguf TYPE`: a LoRA checkpoint trained from the embedded SmolLM2-135M-Instruct (one step of
+`rolellm train` on the slice's Chinese role rows) goes through llama.cpp's own converter to one GGUF file carrying the
+trained chat template, with a SillyTavern card per role whose system prompt is the trained system text; and, where
+llama-cpp-python is installed, the file answers in llama.cpp as the merged model does in transformers (teacher-forced
+next tokens and log-probabilities, greedy answers; the figures are printed with `pytest -s`). The inputs it refuses
+are one line each, exit 2, with nothing written."""
+
+import contextlib
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from rolellm.clients.engines import engine_version
+from rolellm.clients.gguf import GGUFError, embedded_model_file
+from rolellm.roles.character_card import read_character_card
+from rolellm.roles.resolve import load_profiles
+from rolellm.scripts import cli
+from rolellm.training.gguf_export import SOURCE_ENV, find_converter
+from rolellm.training.sillytavern import PROMPT_FIELDS
+
+
+try:
+    SMOLLM2 = embedded_model_file()
+except GGUFError as error:
+    pytest.skip(f"the embedded real model is not installed: {error}", allow_module_level=True)
+pytest.importorskip("gguf", reason="reading and writing .gguf files needs the gguf package: pip install gguf")
+pytest.importorskip("sentencepiece", reason="llama.cpp's converter imports sentencepiece: pip install sentencepiece")
+try:
+    find_converter()
+except GGUFError as error:
+    pytest.skip(f"llama.cpp's converter is not here ({error})", allow_module_level=True)
+pytestmark = pytest.mark.slow  # one training step and a conversion of the 135M model (about 30 s)
+
+NO_LLAMA_CPP = 'needs llama-cpp-python (pip install "rolellm[llamacpp]")'
+needs_llama_cpp = pytest.mark.skipif(engine_version("llamacpp") is None, reason=NO_LLAMA_CPP)
+ROLE = "李白"
+PROMPTS = 6  # role prompts of the round trip
+MAX_NEW_TOKENS = 16
+
+
+def run_command(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, slice_data_dir):
+    """`rolellm train` with LoRA, one step, from the embedded model's GGUF file."""
+    out = tmp_path_factory.mktemp("trained") / "rolesmol"
+    code, _, err = run_command([
+        "train", "--model_name_or_path", str(SMOLLM2), "--data_dir", str(slice_data_dir / "rolebench"),
+        "--dataset_configs", "zh-role_specific", "--output_dir", str(out), "--use_peft", "--lora_r", "8",
+        "--lora_target_modules", "q_proj", "v_proj", "--max_steps", "1", "--use_cpu", "--bf16", "false",
+        "--report_to", "none", "--activation_checkpointing", "false", "--per_device_train_batch_size", "1",
+        "--max_length", "512", "--save_strategy", "no", "--disable_tqdm", "true", "--learning_rate", "0.001",
+    ])  # fmt: skip
+    assert code == 0, err
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """The f16 GGUF folder, through the command."""
+    out = tmp_path_factory.mktemp("exported") / "rolesmol-gguf"
+    code, printed, err = run_command(["export", str(trained), "--gguf", "f16", "--output_dir", str(out)])
+    assert code == 0, err
+    return {"folder": out, "printed": printed}
+
+
+@pytest.fixture(scope="module")
+def rows(slice_data_dir):
+    path = slice_data_dir / "rolebench" / "rolebench-zh" / "role_specific" / "test.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [row for row in map(json.loads, lines) if row["role"] == ROLE][:PROMPTS]
+
+
+def test_the_gguf_carries_the_trained_template_and_each_role_a_card_of_its_trained_prompt(trained, exported, rows):
+    from gguf import GGUFReader
+
+    from rolellm.roles.prompts import to_role_messages
+
+    folder = exported["folder"]
+    [gguf_file] = folder.glob("*.gguf")
+    assert gguf_file.name == "rolesmol.F16.gguf" and f"to {gguf_file} (GGUF f16)" in exported["printed"]
+    field = GGUFReader(gguf_file).fields["tokenizer.chat_template"]
+    assert bytes(field.parts[field.data[0]]).decode() == (trained / "chat_template.jinja").read_text(encoding="utf-8")
+    assert not [path for path in folder.parent.iterdir() if path.name.startswith(".")]  # no staging folder left
+    profiles = load_profiles(trained / "role_profiles.jsonl")
+    cards = sorted(folder.glob("*.card.png"))
+    assert [path.name for path in cards] == sorted(f"{name}.card.png" for name in profiles)
+    card = read_character_card(folder / f"{ROLE}.card.png").extra["character_card"]
+    assert card["spec"] == "chara_card_v3" and card["data"]["name"] == ROLE
+    # the system text of the training samples, exactly, and no other text SillyTavern would add to a prompt
+    [sample] = to_role_messages(rows[0], profiles[ROLE])
+    assert card["data"]["system_prompt"] == sample[0]["content"] and sample[0]["role"] == "system"
+    assert all(card["data"][name] == "" for name in PROMPT_FIELDS)
+    assert {"role_profiles.jsonl", "rolellm_inference.json"} <= {path.name for path in folder.iterdir()}
+
+
+def merged_model(trained):
+    from rolellm.clients.loading import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(trained)
+    return model.merge_and_unload().eval(), tokenizer
+
+
+def role_chats(trained, rows) -> list[list[dict]]:
+    from rolellm.roles.prompts import to_role_messages
+
+    profile = load_profiles(trained / "role_profiles.jsonl")[ROLE]
+    return [to_role_messages(row, profile)[0] for row in rows]
+
+
+def teacher_forced(gguf_file: Path, model, tokenizer, chats) -> dict:
+    """Over the answer positions of `chats` (system, question, reference answer): how often llama.cpp and
+    transformers pick the same next token, the largest log-probability gap among each position's ten likeliest
+    tokens (by transformers), and over the whole vocabulary."""
+    import numpy as np
+    import torch
+    from llama_cpp import Llama
+
+    from rolellm.encoding.encode import encode_chat
+
+    same = positions = 0
+    top10_gap = full_gap = 0.0
+    llama = Llama(str(gguf_file), n_ctx=1024, n_threads=1, logits_all=True, verbose=False)
+    try:
+        for chat in chats:
+            encoded = encode_chat(tokenizer, chat)
+            ids, mask = encoded["input_ids"], encoded["assistant_masks"]
+            llama.reset()
+            llama.eval(ids)
+            theirs = torch.log_softmax(torch.tensor(np.array(llama.scores[: len(ids)]), dtype=torch.float32), -1)
+            with torch.no_grad():
+                ours = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+            answer = [k - 1 for k in range(1, len(ids)) if mask[k]]  # positions predicting an answer token
+            same += int((ours[answer].argmax(-1) == theirs[answer].argmax(-1)).sum())
+            positions += len(answer)
+            top = ours[answer].topk(10, -1).indices
+            top10_gap = max(
+                top10_gap, float((ours[answer].gather(-1, top) - theirs[answer].gather(-1, top)).abs().max())
+            )
+            full_gap = max(full_gap, float((ours[answer] - theirs[answer]).abs().max()))
+    finally:
+        llama.close()
+    return {"same": same, "positions": positions, "top10_gap": top10_gap, "full_gap": full_gap}
+
+
+def greedy_agreement(gguf_file: Path, model, tokenizer, chats) -> tuple[int, list[tuple[str, str]]]:
+    """Greedy answers of `--backend llamacpp` on the file and of the local backend on the merged model."""
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+    from rolellm.clients.local import LocalChatClient
+
+    prompts = [chat[:2] for chat in chats]
+    local = LocalChatClient(model=model, tokenizer=tokenizer, max_new_tokens=MAX_NEW_TOKENS, progress=False)
+    llama = LlamaCppChatClient(gguf_file, max_new_tokens=MAX_NEW_TOKENS, progress=False)
+    try:
+        assert [llama.encode_prompt(p) for p in prompts] == [local.encode_prompt(p) for p in prompts]
+        pairs = [(a.text, b.text) for a, b in zip(local.generate(prompts), llama.generate(prompts))]
+    finally:
+        llama.close()
+    return sum(a == b for a, b in pairs), pairs
+
+
+@needs_llama_cpp
+def test_the_f16_gguf_answers_in_llama_cpp_as_the_merged_model_in_transformers(trained, exported, rows):
+    model, tokenizer = merged_model(trained)
+    chats = role_chats(trained, rows)
+    [gguf_file] = exported["folder"].glob("*.gguf")
+    forced = teacher_forced(gguf_file, model, tokenizer, chats)
+    agreed, pairs = greedy_agreement(gguf_file, model, tokenizer, chats)
+    print(f"\nf16: next token {forced['same']}/{forced['positions']}, top-10 gap {forced['top10_gap']:.4f}, "
+          f"vocabulary gap {forced['full_gap']:.4f}, greedy {agreed}/{len(pairs)}")  # fmt: skip
+    assert forced["same"] >= 0.97 * forced["positions"] and forced["positions"] >= 50
+    assert forced["top10_gap"] < 0.05
+    assert agreed >= len(pairs) - 1, pairs
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize(("gguf_type", "least_same", "most_gap"), [("q8_0", 0.95, 0.3), ("q4_k_m", 0.75, 3.0)])
+def test_quantized_ggufs_stay_close(gguf_type, least_same, most_gap, trained, rows, tmp_path):
+    code, _, err = run_command(["export", str(trained), "--gguf", gguf_type, "--output_dir", str(tmp_path / "out")])
+    assert code == 0, err
+    [gguf_file] = (tmp_path / "out").glob("*.gguf")
+    model, tokenizer = merged_model(trained)
+    chats = role_chats(trained, rows)
+    forced = teacher_forced(gguf_file, model, tokenizer, chats)
+    agreed, pairs = greedy_agreement(gguf_file, model, tokenizer, chats)
+    print(f"\n{gguf_type}: next token {forced['same']}/{forced['positions']}, top-10 gap {forced['top10_gap']:.4f}, "
+          f"greedy {agreed}/{len(pairs)}")  # fmt: skip
+    assert forced["same"] >= least_same * forced["positions"] and forced["top10_gap"] < most_gap
+
+
+# --- what it refuses ------------------------------------------------------------------------------------------------
+
+
+def assert_refused(argv, message, out_dir, capsys):
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.splitlines() == [err.strip()] and "Traceback" not in err, err
+    assert message in err, err
+    assert not out_dir.exists() or not any(out_dir.iterdir())
+    assert not [path for path in out_dir.parent.iterdir() if path.name.startswith(f".{out_dir.name}")]
+
+
+def test_an_architecture_the_converter_does_not_know_is_one_line(tiny_model_path, tmp_path, capsys):
+    model = tmp_path / "foo"
+    shutil.copytree(tiny_model_path, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"]}))
+    out = tmp_path / "out"
+    assert_refused(["export", str(model), "--gguf", "f16", "--output_dir", str(out)],
+                   "llama.cpp's converter (convert_hf_to_gguf.py) cannot convert it: Model FooForCausalLM is not "
+                   "supported", out, capsys)  # fmt: skip
+
+
+def test_an_output_folder_that_exists_is_refused_before_any_conversion(trained, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code = cli.main(["export", str(trained), "--gguf", "f16", "--output_dir", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "exists and is not empty; pass a new --output_dir" in err and len(err.splitlines()) == 1
+    assert [path.name for path in out.iterdir()] == ["keep.txt"]
+
+
+def test_no_converter_names_the_archive_to_fetch(trained, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(SOURCE_ENV)
+    out = tmp_path / "out"
+    assert_refused(["export", str(trained), "--gguf", "q8_0", "--output_dir", str(out)],
+                   "--gguf needs llama.cpp's converter (convert_hf_to_gguf.py): pass --llama_cpp_source", out, capsys)  # fmt: skip
+    assert_refused(["export", str(trained), "--gguf", "q8_0", "--output_dir", str(out), "--llama_cpp_source",
+                    str(tmp_path)], f"--llama_cpp_source {tmp_path}: holds no convert_hf_to_gguf.py", out, capsys)  # fmt: skip
+
+
+def test_a_quantized_type_without_llama_cpp_python_names_the_extra(trained, tmp_path):
+    """A llama-cpp-python of another version stands for a missing one (`require_engine` checks the version first)."""
+    fake = tmp_path / "site"
+    (fake / "llama_cpp_python-0.1.0.dist-info").mkdir(parents=True)
+    (fake / "llama_cpp_python-0.1.0.dist-info" / "METADATA").write_text("Name: llama-cpp-python\nVersion: 0.1.0\n")
+    out = tmp_path / "out"
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(Path.cwd())])}
+    done = subprocess.run([sys.executable, "-m", "rolellm", "export", str(trained), "--gguf", "q4_k_m",
+                           "--output_dir", str(out)], capture_output=True, text=True, env=env)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert 'needs llama-cpp-python<0.4,>=0.3.36 (pip install "rolellm[llamacpp]")' in line, line
+    assert not out.exists()
