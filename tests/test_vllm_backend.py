@@ -136,6 +136,7 @@ def test_engine_ranges_are_the_extras_pins():
     extras = setup["options.extras_require"]
     assert extras["vllm"].split() == [f"vllm{ENGINES['vllm'].versions}"]
     assert extras["ray"].split() == [f"ray[data]{ENGINES['ray'].versions}"]
+    assert extras["llamacpp"].split() == [f"llama-cpp-python[server]{ENGINES['llamacpp'].versions}"]
 
 
 def test_backend_vllm_refuses_a_base_url():

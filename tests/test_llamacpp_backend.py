@@ -1,0 +1,127 @@
+"""`--backend llamacpp`: the embedded model's GGUF file run in-process by llama.cpp, fed rolellm's own token ids (the
+local backend's, to the token), through `rolellm evaluate` (resumed from its cache) and `rolellm chat`; and the
+command without llama-cpp-python, or with an endpoint, is one line and exit 2."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rolellm.clients.base import ChatRequest
+from rolellm.clients.config import ClientConfig
+from rolellm.clients.engines import engine_version
+from rolellm.clients.gguf import GGUFError, embedded_model_file
+from rolellm.roles.profile import RoleProfile
+from rolellm.roles.release import write_release_profiles
+from rolellm.scripts import cli
+
+
+try:
+    SMOLLM2 = embedded_model_file()
+except GGUFError as error:
+    pytest.skip(f"the embedded real model is not installed: {error}", allow_module_level=True)
+pytest.importorskip("gguf", reason="reading the embedded model's .gguf file needs the gguf package: pip install gguf")
+needs_llama_cpp = pytest.mark.skipif(
+    engine_version("llamacpp") is None, reason='needs llama-cpp-python (pip install "rolellm[llamacpp]")'
+)
+MAX_NEW_TOKENS = "12"
+QUESTION = [
+    {"role": "system", "content": "You are Po, a kung fu panda."},
+    {"role": "user", "content": "Hi, who are you?"},
+]
+
+
+@pytest.fixture(scope="module")
+def llama_client():
+    from rolellm.clients.config import make_client
+
+    client = make_client(ClientConfig(str(SMOLLM2), backend="llamacpp", max_new_tokens=int(MAX_NEW_TOKENS)))
+    yield client
+    client.close()
+
+
+@needs_llama_cpp
+def test_llama_cpp_is_fed_the_local_backend_s_token_ids_and_answers(llama_client):
+    from rolellm.clients.gguf import embedded_model
+    from rolellm.clients.local import LocalChatClient
+
+    local = LocalChatClient(embedded_model(), max_new_tokens=int(MAX_NEW_TOKENS), progress=False)
+    prompt = llama_client.encode_prompt(QUESTION)
+    assert prompt == local.encode_prompt(QUESTION)
+    assert llama_client.stop_ids == local.stop_ids
+    [result] = llama_client.generate([QUESTION])
+    assert result.ok and result.text.strip() and result.usage["prompt_tokens"] == len(prompt)
+    assert 1 <= result.usage["completion_tokens"] <= int(MAX_NEW_TOKENS)
+    [again] = llama_client.generate([QUESTION])
+    assert again.text == result.text  # greedy: the same answer
+    samples = [ChatRequest(QUESTION, params={"temperature": 1.0, "seed": 0}, sample_index=i) for i in range(2)]
+    sampled = [r.text for r in llama_client.generate(samples)]
+    assert sampled == [r.text for r in llama_client.generate(samples)]  # seeded by the request: a re-run agrees
+
+
+@needs_llama_cpp
+def test_evaluate_with_llamacpp_resumes_from_its_cache(slice_data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2), "--dataset_name", "zh-role_specific",
+            "--data_dir", str(slice_data_dir / "rolebench"), "--roles", "李白", "--max_samples_per_role", "2",
+            "--max_new_tokens", MAX_NEW_TOKENS, "--output_dir", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    first = (out / "generations.jsonl").read_text(encoding="utf-8")
+    predictions = [json.loads(line)["prediction"] for line in first.splitlines()]
+    assert len(predictions) == 2 and all(p.strip() for p in predictions)
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert (out / "generations.jsonl").read_text(encoding="utf-8") == first
+    assert "requests=0" in err or "cached=2" in err or "already" in err, err
+
+
+@needs_llama_cpp
+def test_chat_with_llamacpp_answers_on_stdin(tmp_path, capsys, monkeypatch):
+    write_release_profiles({"Po": RoleProfile("Po", "en", "A kung fu panda who loves dumplings.")}, tmp_path / "p")
+    transcript = tmp_path / "po.json"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"What do you eat?\n/save {transcript}\n"))
+    code = cli.main(["chat", "--backend", "llamacpp", "--model", str(SMOLLM2), "--profiles", str(tmp_path / "p"),
+                     "--temperature", "0", "--max_new_tokens", MAX_NEW_TOKENS])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    saved = json.loads(transcript.read_text(encoding="utf-8"))
+    answer = saved["messages"][-1]["content"]
+    assert saved["messages"][-1]["role"] == "assistant" and answer.strip()
+    assert out.strip() == answer.strip().replace("\n", "\\n") or answer.strip()[:20] in out
+
+
+def test_llamacpp_with_a_base_url_is_refused():
+    with pytest.raises(ValueError, match="backend='llamacpp' runs the model in-process: drop base_url"):
+        ClientConfig("m.gguf", backend="llamacpp", base_url="http://localhost:8080/v1")
+
+
+def test_without_llama_cpp_python_the_command_names_the_extra(slice_data_dir, tmp_path):
+    """A llama-cpp-python of an unsupported version stands for a missing one, whether or not it is installed:
+    `require_engine` checks the version before importing it (`rolellm.clients.engines`)."""
+    fake = tmp_path / "site"
+    (fake / "llama_cpp_python-0.1.0.dist-info").mkdir(parents=True)
+    (fake / "llama_cpp_python-0.1.0.dist-info" / "METADATA").write_text("Name: llama-cpp-python\nVersion: 0.1.0\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(Path.cwd())])}
+    done = subprocess.run(
+        [sys.executable, "-m", "rolellm", "evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2),
+         "--dataset_name", "zh-role_specific", "--data_dir", str(slice_data_dir / "rolebench"),
+         "--output_dir", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("rolellm evaluate: --backend llamacpp needs llama-cpp-python<0.4,>=0.3.36 (pip install "
+                           '"rolellm[llamacpp]"); llama-cpp-python 0.1.0 is installed'), line  # fmt: skip
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.skipif(engine_version("llamacpp") is not None, reason="llama-cpp-python is installed")
+def test_without_llama_cpp_python_installed(tmp_path, capsys):
+    code = cli.main(["evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2), "--output_dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and 'pip install "rolellm[llamacpp]"); it is not installed' in err
