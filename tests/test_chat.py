@@ -365,6 +365,8 @@ def test_an_endpoint_that_answers_a_stream_with_one_json_body_is_read(cards, cap
     answers = iter(["Skadoosh!", "   "])  # the second answer is empty: an error, never part of the history
 
     def plain(method):  # ignores stream=True, as some OpenAI-compatible servers do
+        if method == "GET":  # the model list the client reads once (which kind of server it is)
+            return 200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "me"}]}
         message = {"role": "assistant", "content": next(answers)}
         return 200, {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip

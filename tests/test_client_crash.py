@@ -64,7 +64,14 @@ def test_sigkill_mid_run_then_restart_sends_nothing_twice_and_loses_nothing(tmp_
     # every request content was answered exactly once over both runs
     expected = {
         content_key(
-            {"messages": [{"role": "user", "content": f"question {i}"}], "model": "test-model", "max_tokens": 20}
+            # the sampling settings the request left out are sent explicitly (OpenAI's defaults)
+            {
+                "messages": [{"role": "user", "content": f"question {i}"}],
+                "model": "test-model",
+                "max_tokens": 20,
+                "temperature": 1.0,
+                "top_p": 1.0,
+            }
         )
         for i in range(30)
     }

@@ -15,6 +15,7 @@ never downloaded at run time.
 (True, False)
 """
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -189,6 +190,35 @@ def dequantize_gguf(gguf_file: Path, folder: Path, sha256: str, flag: str = "--m
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def gguf_tokenizer(gguf_file: Path):
+    """The tokenizer a GGUF file carries (with its chat template), read by transformers once and kept in the cache
+    (`$ROLELLM_CACHE/gguf-tokenizers`, keyed like the models by the file's content hash): reading it from the file
+    takes seconds, from the cache a fraction of one. A file already dequantized gives its folder's tokenizer."""
+    from transformers import AutoTokenizer
+
+    sha256 = file_sha256(gguf_file)
+    model_folder = gguf_cache_dir() / f"{gguf_file.stem}-{sha256[:16]}"
+    if (model_folder / SOURCE_FILE).is_file():
+        return AutoTokenizer.from_pretrained(model_folder)
+    folder = gguf_cache_dir().parent / "gguf-tokenizers" / f"{gguf_file.stem}-{sha256[:16]}"
+    if (folder / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(folder)
+    check_gguf_header(gguf_file, "--model")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
+    except (ValueError, KeyError, OSError, IndexError, EOFError, struct.error) as error:
+        raise GGUFError(describe_unreadable(gguf_file, error, "--model")) from error
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        tokenizer.save_pretrained(staging)
+        with contextlib.suppress(OSError):  # another process saved the same tokenizer first
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return tokenizer
 
 
 def embedded_model_file() -> Path:

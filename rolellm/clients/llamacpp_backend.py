@@ -2,9 +2,10 @@
 (`pip install "rolellm[llamacpp]"`), fed the token ids of rolellm's own encoder, so the prompt is the training
 prompt token for token (not llama.cpp's rendering of the chat template).
 
-The tokenizer is the GGUF file's own, read by transformers (`AutoTokenizer.from_pretrained(..., gguf_file=...)`);
+The tokenizer is the GGUF file's own, read by transformers once and cached (`rolellm.clients.gguf.gguf_tokenizer`);
 answers are decoded with it, go through the same cache, `parse` re-asks and usage totals as every backend, and are
-made one prompt at a time (llama.cpp's CPU decoding of one sequence is as fast as transformers' batches).
+made one prompt at a time, in the order of their token ids, so that llama.cpp keeps the prefix a prompt shares with
+the one before (a role's system text) instead of computing it again.
 
 A folder written by `rolellm export --gguf` holds the file beside the checkpoint's `rolellm_inference.json` and
 `role_profiles.jsonl`: given the folder, the client takes the settings the model was trained with from it.
@@ -15,7 +16,7 @@ import os
 import weakref
 
 from rolellm.clients.base import ChatRequest, ChatResult, as_request
-from rolellm.clients.gguf import find_gguf_file
+from rolellm.clients.gguf import find_gguf_file, gguf_tokenizer
 from rolellm.clients.local import TokenPromptClient, stop_token_ids
 from rolellm.encoding.chat_template import read_chat_template
 
@@ -91,14 +92,12 @@ class LlamaCppChatClient(TokenPromptClient):
         max_parse_attempts: int = 3,
         progress: bool = True,
     ):
-        from transformers import AutoTokenizer
-
         from rolellm.clients.engines import require_engine
 
         llama_cpp = require_engine("llamacpp")
         self.gguf_file = find_gguf_file(model, "--model")
         super().__init__(str(model), cache_path, max_parse_attempts, progress)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.gguf_file.parent), gguf_file=self.gguf_file.name)
+        self.tokenizer = gguf_tokenizer(self.gguf_file)
         self.max_new_tokens = max_new_tokens
         self.chat_template = read_chat_template(chat_template)
         self.keep_think = keep_think
@@ -127,8 +126,11 @@ class LlamaCppChatClient(TokenPromptClient):
                 raise ValueError(f"LlamaCppChatClient does not support params {unknown}; supported: {sorted(_PARAMS)}")
 
         async def answer(todo, asked, settle, fail):
-            for i, attempt in todo:
-                prompt = self.encode_prompt(asked[i].messages)
+            prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}
+            # in the order of their ids: prompts of one role follow each other, and llama.cpp keeps the prefix a
+            # prompt shares with the one before (the role's system text) instead of computing it again
+            for i, attempt in sorted(todo, key=lambda item: prompts[item[0]]):
+                prompt = prompts[i]
                 budget = asked[i].params.get("max_tokens", asked[i].params.get("max_new_tokens", self.max_new_tokens))
                 if len(prompt) + budget > self.llama.n_ctx():
                     fail(
