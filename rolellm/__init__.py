@@ -57,6 +57,7 @@ _EXPORTS = {
     "embedded_model_file": "rolellm.clients.gguf",
     "VLLMChatClient": "rolellm.clients.vllm_backend",
     "RayChatClient": "rolellm.clients.ray_backend",
+    "LlamaCppChatClient": "rolellm.clients.llamacpp_backend",
     "ChatSession": "rolellm.clients.chat_session",
     "stream_answer": "rolellm.clients.chat_session",
     "DialogueRetriever": "rolellm.roles.retrieval",
