@@ -743,7 +743,7 @@ CASES = [
     ("recipe-float-for-int", recipe(GOOD_RECIPE + "num_examples: 2.5\n"), cli(*EVALUATE),
      error(r"recipe\.yaml: num_examples must be int, got 2\.5")),
     ("recipe-generate-bad-backend", recipe("model: m\nbackend: tgi\n"), cli(*GENERATE),
-     error(r"recipe\.yaml: backend: 'tgi' is not one of \['openai', 'local', 'vllm', 'ray'\]")),
+     error(r"recipe\.yaml: backend: 'tgi' is not one of \['openai', 'local', 'vllm', 'ray', 'llamacpp'\]")),
     ("recipe-bad-config-name", recipe("model_name_or_path: rolegpt\ndataset_name: english\noutput_dir: out\n"),
      cli(*EVALUATE), error(r"unknown RoleBench config 'english'")),
     ("recipe-invalid-utf8", recipe("", raw=b"model_name_or_path: rolegpt\noutput_dir: \xff\n"), cli(*EVALUATE),
