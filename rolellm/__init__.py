@@ -141,6 +141,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/
     from rolellm.clients.chat_session import ChatSession, stream_answer
     from rolellm.clients.config import ClientConfig, make_client
     from rolellm.clients.gguf import embedded_model, embedded_model_file
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
     from rolellm.clients.local import LocalChatClient
     from rolellm.clients.openai_compatible import OpenAIChatClient
     from rolellm.clients.ray_backend import RayChatClient
