@@ -4,7 +4,6 @@ command without llama-cpp-python, or with an endpoint, is one line and exit 2.""
 
 import io
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -37,50 +36,67 @@ QUESTION = [
 
 
 @pytest.fixture(scope="module")
-def llama_client():
+def llama_client(tmp_path_factory):
     from rolellm.clients.config import make_client
 
-    client = make_client(ClientConfig(str(SMOLLM2), backend="llamacpp", max_new_tokens=int(MAX_NEW_TOKENS)))
+    cache = tmp_path_factory.mktemp("llamacpp") / "cache.sqlite"
+    config = ClientConfig(str(SMOLLM2), backend="llamacpp", max_new_tokens=int(MAX_NEW_TOKENS), cache_path=str(cache))
+    client = make_client(config)
     yield client
     client.close()
 
 
 @needs_llama_cpp
 def test_llama_cpp_is_fed_the_local_backend_s_token_ids_and_answers(llama_client):
-    from rolellm.clients.gguf import embedded_model
-    from rolellm.clients.local import LocalChatClient
+    """The ids the local backend would give the same model (its dequantized folder's tokenizer and generation
+    config), to the token; greedy answers that repeat, seeded samples a re-run repeats, and a new client on the same
+    cache that sends nothing."""
+    from transformers import AutoTokenizer, GenerationConfig
 
-    local = LocalChatClient(embedded_model(), max_new_tokens=int(MAX_NEW_TOKENS), progress=False)
+    from rolellm.clients.gguf import embedded_model
+    from rolellm.clients.local import encode_prompt, stop_token_ids
+
+    folder = embedded_model()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     prompt = llama_client.encode_prompt(QUESTION)
-    assert prompt == local.encode_prompt(QUESTION)
-    assert llama_client.stop_ids == local.stop_ids
+    assert prompt == encode_prompt(tokenizer, QUESTION, None, False)
+    assert llama_client.stop_ids == stop_token_ids(
+        tokenizer, None, False, GenerationConfig.from_pretrained(folder).eos_token_id
+    )
     [result] = llama_client.generate([QUESTION])
     assert result.ok and result.text.strip() and result.usage["prompt_tokens"] == len(prompt)
     assert 1 <= result.usage["completion_tokens"] <= int(MAX_NEW_TOKENS)
-    [again] = llama_client.generate([QUESTION])
-    assert again.text == result.text  # greedy: the same answer
     samples = [ChatRequest(QUESTION, params={"temperature": 1.0, "seed": 0}, sample_index=i) for i in range(2)]
     sampled = [r.text for r in llama_client.generate(samples)]
-    assert sampled == [r.text for r in llama_client.generate(samples)]  # seeded by the request: a re-run agrees
+    assert all(text.strip() for text in sampled)
+    # a new client (a re-run) on the same cache: every answer from it, nothing generated
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+
+    again = LlamaCppChatClient(SMOLLM2, max_new_tokens=int(MAX_NEW_TOKENS), cache_path=llama_client.cache.path,
+                               progress=False)  # fmt: skip
+    try:
+        assert [r.text for r in again.generate([QUESTION, *samples])] == [result.text, *sampled]
+        assert (again.usage.requests, again.usage.cached) == (0, 3)
+        again.cache = None  # the same requests generated anew: greedy repeats, seeded samples repeat
+        assert [r.text for r in again.generate([QUESTION, *samples])] == [result.text, *sampled]
+    finally:
+        again.close()
 
 
 @needs_llama_cpp
-def test_evaluate_with_llamacpp_resumes_from_its_cache(slice_data_dir, tmp_path, capsys, caplog):
+def test_evaluate_with_llamacpp(slice_data_dir, tmp_path, capsys):
     out = tmp_path / "out"
-    argv = ["evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2), "--dataset_name", "zh-role_specific",
-            "--data_dir", str(slice_data_dir / "rolebench"), "--roles", "李白", "--max_samples_per_role", "1",
-            "--max_new_tokens", MAX_NEW_TOKENS, "--output_dir", str(out)]  # fmt: skip
-    assert cli.main(argv) == 0, capsys.readouterr().err
-    first = (out / "generations.jsonl").read_text(encoding="utf-8")
-    predictions = [json.loads(line)["prediction"] for line in first.splitlines()]
-    assert len(predictions) == 1 and all(p.strip() for p in predictions)
-    (out / "generations.jsonl").unlink()  # the run log gone, the answer cache is what is left to resume from
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="rolellm"):
-        assert cli.main(argv) == 0
-    assert (out / "generations.jsonl").read_text(encoding="utf-8") == first
-    usage = [r.getMessage() for r in caplog.records if "requests=" in r.getMessage()]
-    assert usage and all("requests=0, cached=1" in line for line in usage), usage  # nothing generated again
+    code = cli.main([
+        "evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2), "--dataset_name", "zh-role_specific",
+        "--data_dir", str(slice_data_dir / "rolebench"), "--roles", "李白", "--max_samples_per_role", "1",
+        "--max_new_tokens", MAX_NEW_TOKENS, "--output_dir", str(out),
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    predictions = [
+        json.loads(line)["prediction"] for line in (out / "generations.jsonl").read_text("utf-8").splitlines()
+    ]
+    assert len(predictions) == 1 and predictions[0].strip()
+    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["counts"]["rows"] == 1
 
 
 @needs_llama_cpp

@@ -377,9 +377,14 @@ class ContextWindowError(ValueError):
 
 
 def model_window(client: ChatClient) -> int | None:
-    """A local model's context window (`max_position_embeddings`); `None` for an endpoint, which does not say."""
+    """A local model's context window (`max_position_embeddings`, llama.cpp's `n_ctx`); `None` for an endpoint,
+    which does not say."""
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+
     if isinstance(client, OpenAIChatClient):
         return None
+    if isinstance(client, LlamaCppChatClient):
+        return client.llama.n_ctx()
     return getattr(client.model.config, "max_position_embeddings", None)
 
 

@@ -44,6 +44,7 @@ CONVERTED_TYPES = ("f32", "f16", "bf16", "q8_0")  # written by the converter its
 # written by llama.cpp's quantizer from the f16 file: `llama_cpp.LLAMA_FTYPE_MOSTLY_*`
 QUANTIZED_TYPES = {"q6_k": "Q6_K", "q5_k_m": "Q5_K_M", "q4_k_m": "Q4_K_M", "q4_0": "Q4_0"}
 GGUF_TYPES = (*CONVERTED_TYPES, *QUANTIZED_TYPES)
+QUANTIZER_TYPES = {**QUANTIZED_TYPES, "q8_0": "Q8_0"}  # what `quantize` makes (q8_0 too, which the converter writes)
 
 
 def gguf_file_name(checkpoint: str | os.PathLike, gguf_type: str) -> str:
@@ -173,7 +174,7 @@ def quantize(f16_file: Path, outfile: Path, gguf_type: str) -> None:
 
     llama_cpp = require_engine("llamacpp", f"--gguf {gguf_type}")
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{QUANTIZED_TYPES[gguf_type]}")
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{QUANTIZER_TYPES[gguf_type]}")
     params.nthread = len(os.sched_getaffinity(0))
     if llama_cpp.llama_model_quantize(str(f16_file).encode(), str(outfile).encode(), ctypes.byref(params)) != 0:
         raise GGUFError(f"{f16_file}: llama.cpp's quantizer could not write {gguf_type}")
