@@ -170,8 +170,8 @@ class ClientConfig:
 
     @property
     def runs_weights(self) -> bool:
-        """Whether rolellm runs the model's own weights (`local`, `vllm`, `ray` without `base_url`), so that a
-        checkpoint folder's recorded settings and profiles apply; `False` for an endpoint."""
+        """Whether rolellm runs the model's own weights (`local`, `vllm`, `llamacpp`, `ray` without `base_url`), so
+        that a checkpoint folder's recorded settings and profiles apply; `False` for an endpoint."""
         return self.backend in ("local", "vllm", "llamacpp") or (self.backend == "ray" and self.base_url is None)
 
 

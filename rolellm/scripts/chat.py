@@ -404,7 +404,11 @@ def main(args=None):
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
-        if client.runs_weights:  # a missing model folder is named first, as when a message was read
+        if client.backend == "llamacpp":  # a missing GGUF file is named first (llama.cpp reads the file itself)
+            from rolellm.clients.gguf import find_gguf_file
+
+            find_gguf_file(client.model, "--model")
+        elif client.runs_weights:  # a missing model folder is named first, as when a message was read
             from rolellm.clients.loading import check_model_source
 
             check_model_source(client.model, "--model")
