@@ -92,3 +92,15 @@ def test_keep_think_reaches_the_local_client_from_evaluate(tiny_model_path, tmp_
     assert isinstance(local, LocalChatClient) and local.keep_think is True
     default = EvaluateConfig(str(tmp_path), ClientConfig(str(tiny_model_path), chat_template="chatml"))
     assert make_client(default.client).keep_think is False
+
+
+def test_every_backend_names_a_client_class_that_maps_the_config():
+    """`BACKEND_CLASSES` is the one table of backends: each names a `ChatClient` (built with `from_config`), importable
+    without its engine (vLLM, Ray, llama.cpp are imported when a client is built)."""
+    from rolellm.clients.base import ChatClient
+    from rolellm.clients.config import BACKEND_CLASSES, BACKENDS, backend_class
+
+    assert BACKENDS == tuple(BACKEND_CLASSES) == ("openai", "local", "vllm", "ray", "llamacpp")
+    for backend in BACKENDS:
+        client = backend_class(backend)
+        assert issubclass(client, ChatClient) and callable(client.from_config), backend

@@ -27,7 +27,16 @@ from rolellm.clients.gguf import is_gguf_source
 logger = logging.getLogger(__name__)
 
 
-BACKENDS = ("openai", "local", "vllm", "ray", "llamacpp")  # `ClientConfig.backend`; each one's class: `backend_class`
+# `ClientConfig.backend` -> the module and class of its client, imported when asked for (`backend_class`); a new
+# backend is a `ChatClient` subclass with `from_config`, added here
+BACKEND_CLASSES = {
+    "openai": ("rolellm.clients.openai_compatible", "OpenAIChatClient"),
+    "local": ("rolellm.clients.local", "LocalChatClient"),
+    "vllm": ("rolellm.clients.vllm_backend", "VLLMChatClient"),
+    "ray": ("rolellm.clients.ray_backend", "RayChatClient"),
+    "llamacpp": ("rolellm.clients.llamacpp_backend", "LlamaCppChatClient"),
+}
+BACKENDS = tuple(BACKEND_CLASSES)
 OPENAI_URL = "https://api.openai.com/v1"  # where an OpenAI client goes without base_url or $OPENAI_BASE_URL
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # the fields a derived endpoint (`endpoint_options`) may set; the others are inherited from the main client
@@ -314,28 +323,13 @@ def same_host(url: str | None, other: str | None) -> bool:
 
 
 def backend_class(backend: str) -> type[ChatClient]:
-    """The client class of a backend (`ClientConfig.backend`), imported when asked for: each class maps the config
-    to its own arguments (`ChatClient.from_config`)."""
+    """The client class of a backend (`ClientConfig.backend`, `BACKEND_CLASSES`), imported when asked for: each class
+    maps the config to its own arguments (`ChatClient.from_config`)."""
+    import importlib
+
     check_backend(backend)
-    if backend == "openai":
-        from rolellm.clients.openai_compatible import OpenAIChatClient
-
-        return OpenAIChatClient
-    if backend == "local":
-        from rolellm.clients.local import LocalChatClient
-
-        return LocalChatClient
-    if backend == "vllm":
-        from rolellm.clients.vllm_backend import VLLMChatClient
-
-        return VLLMChatClient
-    if backend == "llamacpp":
-        from rolellm.clients.llamacpp_backend import LlamaCppChatClient
-
-        return LlamaCppChatClient
-    from rolellm.clients.ray_backend import RayChatClient
-
-    return RayChatClient
+    module, name = BACKEND_CLASSES[backend]
+    return getattr(importlib.import_module(module), name)
 
 
 def check_backend(backend: str) -> None:
