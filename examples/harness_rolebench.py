@@ -19,8 +19,8 @@ from lm_eval.tasks import TaskManager
 
 import rolellm
 from rolellm.clients.config import ClientConfig
-from rolellm.rouge.score import rouge_l
 from rolellm.lm_eval_tasks.model import harness_model
+from rolellm.rouge.score import rouge_l
 from rolellm.testing.data import find_rolebench_data
 from rolellm.testing.models import build_tiny_llama
 

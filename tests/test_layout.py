@@ -138,6 +138,6 @@ def test_evaluation_rooms_import_only_earlier_rooms():
                 wrong.append(f"{name} -> {target}")
     assert wrong == []
     inside = (PACKAGE / "evaluation").iterdir()
-    assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == sorted(
-        ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py", "runlog.py"]
-    )
+    rooms = ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py",
+             "runlog.py"]  # fmt: skip
+    assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == rooms
