@@ -5,14 +5,13 @@ llama-cpp-python is installed, the file answers in llama.cpp as the merged model
 next tokens and log-probabilities, greedy answers; the figures are printed with `pytest -s`). The inputs it refuses
 are one line each, exit 2, with nothing written."""
 
-import contextlib
-import io
 import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from fixtures.commands import run_command
 
 from rolellm.clients.engines import engine_version
 from rolellm.clients.gguf import GGUFError, embedded_model_file
@@ -40,13 +39,6 @@ needs_llama_cpp = pytest.mark.skipif(engine_version("llamacpp") is None, reason=
 ROLE = "李白"
 PROMPTS = 4  # role prompts of the round trip
 MAX_NEW_TOKENS = 16
-
-
-def run_command(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ are the stand-in server). Requests are few and short (16 tokens): what is checke
 the served model's own, reach the files it writes, and that every request carried its budget and sampling settings.
 """
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -18,13 +16,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fixtures.commands import run_command
 
 from rolellm.clients.engines import engine_version
 from rolellm.clients.gguf import GGUFError, embedded_model_file, resolve_model_name_or_path
 from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME, read_transcripts
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
-from rolellm.scripts import cli
 from rolellm.scripts.chat import free_port
 from rolellm.testing.server import ChatCompletionsServer
 
@@ -124,18 +122,6 @@ def jack(tmp_path_factory):
     profile = RoleProfile(JACK, "en", "The captain of the Black Pearl, a pirate who trusts his compass.")
     write_release_profiles({JACK: profile}, folder / "profiles")
     return folder / "profiles"
-
-
-def run_command(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.stdin
-    sys.stdin = io.StringIO(stdin)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(argv)
-    finally:
-        sys.stdin = saved
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_served(text: str) -> None:

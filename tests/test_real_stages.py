@@ -7,22 +7,19 @@ stand-in server's, not empty) and reach every file the command writes. Each test
 (`pytest -s`); the docs quote such samples under "On the embedded real model".
 """
 
-import contextlib
 import html
-import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures.commands import run_command
 
 from rolellm.clients.gguf import GGUFError, embedded_model_file, resolve_model_name_or_path
 from rolellm.evaluation.coser.thoughts import remove_inner_thoughts
 from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME, TURNS_NAME, read_transcripts
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
-from rolellm.scripts import cli
 from rolellm.scripts.chat import escape_line, free_port
 from rolellm.testing.server import ChatCompletionsServer
 
@@ -64,20 +61,6 @@ def assert_real_english(text: str, canned: list[str]) -> None:
     letters = [c for c in text if c.isalpha()]
     assert sum(c.isascii() for c in letters) >= 0.95 * len(letters), text
     assert all(line not in text and text not in line for line in canned), text
-
-
-def run_command(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
-    """`rolellm ARGV` in this process with `stdin`: its exit code, stdout and stderr (kept from pytest's capture, so
-    that what the tests `show` stays visible with `pytest -s`)."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.stdin
-    sys.stdin = io.StringIO(stdin)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(argv)
-    finally:
-        sys.stdin = saved
-    return code, out.getvalue(), err.getvalue()
 
 
 def show(title: str, text: str) -> None:

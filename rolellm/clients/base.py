@@ -143,6 +143,14 @@ def read_api_key(name: str | None, where: str = "api_key_env") -> str | None:
     return os.environ[name] if name else None
 
 
+def refuse_unknown_params(requests: Sequence["ChatRequest"], supported, client: str) -> None:
+    """A `ValueError` naming the sampling params of `requests` that `client` cannot honour, before anything runs."""
+    for request in requests:
+        unknown = sorted(set(request.params) - set(supported))
+        if unknown:
+            raise ValueError(f"{client} does not support params {unknown}; supported: {sorted(supported)}")
+
+
 def error_chain(error: BaseException | None) -> Iterator[BaseException]:
     """`error`, then the errors under it (each one's `__cause__`, else its `__context__`), each once: a chain may come
     back on itself (an error re-raised from inside the handler of the error that wraps it).

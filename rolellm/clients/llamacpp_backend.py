@@ -15,7 +15,7 @@ import asyncio
 import os
 import weakref
 
-from rolellm.clients.base import ChatRequest, ChatResult, as_request
+from rolellm.clients.base import ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.gguf import find_gguf_file, gguf_tokenizer
 from rolellm.clients.local import TokenPromptClient, stop_token_ids
 from rolellm.encoding.chat_template import read_chat_template
@@ -120,10 +120,7 @@ class LlamaCppChatClient(TokenPromptClient):
         """The async form of `generate`; decoding runs in a worker thread, one prompt at a time (a `json_schema` is
         left to `parse`)."""
         requests = [as_request(r) for r in requests]
-        for request in requests:
-            unknown = sorted(set(request.params) - set(_PARAMS))
-            if unknown:
-                raise ValueError(f"LlamaCppChatClient does not support params {unknown}; supported: {sorted(_PARAMS)}")
+        refuse_unknown_params(requests, _PARAMS, "LlamaCppChatClient")
 
         async def answer(todo, asked, settle, fail):
             prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}

@@ -18,7 +18,7 @@ import hashlib
 import os
 from typing import Any
 
-from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request
+from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.cache import request_key
 from rolellm.clients.loading import check_model_source, load_model_and_tokenizer
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_template
@@ -158,10 +158,7 @@ class LocalChatClient(TokenPromptClient):
         """The async form of `generate`; generation runs in a worker thread so the event loop stays free (a
         `json_schema` is left to `parse`: transformers has no constrained decoding here)."""
         requests = [as_request(r) for r in requests]
-        for request in requests:
-            unknown = sorted(set(request.params) - set(_PARAMS))
-            if unknown:
-                raise ValueError(f"LocalChatClient does not support params {unknown}; supported: {sorted(_PARAMS)}")
+        refuse_unknown_params(requests, _PARAMS, "LocalChatClient")
 
         async def answer(todo, asked, settle, fail):
             prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}
