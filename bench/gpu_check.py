@@ -19,6 +19,7 @@ where there is no GPU (`tests/test_gpu_check.py`). The table format is documente
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -206,6 +207,7 @@ def rocit_trainer(model_dir, output_dir, gpu: bool, dry_run: bool, **overrides):
     return RoCITTrainer(str(model_dir), args=args, train_dataset=rows, profiles=profiles, **overrides)
 
 
+@functools.cache  # once per check: every TRL setup trains on the same rows
 def role_token_rows(model_dir, work, gpu: bool, dry_run: bool):
     """RoCIT's tokenized samples, one a row (its system prompt, question, answer; `labels` -100 outside the answer):
     the rows TRL's side trains on, so both sides see the same tokens and train the same ones."""
