@@ -14,11 +14,15 @@ override them, and `dataclasses_from` turns the parsed namespace into the comman
 
 import argparse
 import dataclasses
+import hashlib
 import math
+import os
+import shutil
 import sys
 import types
 import typing
 from dataclasses import fields
+from pathlib import Path
 
 import yaml
 
@@ -272,123 +276,59 @@ def recipe_parser_class():
     return RecipeParser
 
 
-# Where a name imported from a package's lazy `__init__` is defined, for `source_fields` (it reads files, not modules).
-SOURCE_HOMES = {
-    "TrainingArguments": "transformers.training_args",
-    "SFTConfig": "trl.trainer.sft_config",
-    "DPOConfig": "trl.trainer.dpo_config",
-    "KTOConfig": "trl.trainer.kto_config",
-    "GRPOConfig": "trl.trainer.grpo_config",
-    "ModelConfig": "trl.trainer.model_config",
-}
-# fields whose type is a dataclass, which `is_flag` leaves out and the source alone cannot tell
-SOURCE_NOT_FLAGS = {"parallelism_config"}
+def help_cache_dir() -> Path:
+    """Where the help texts of slow parsers are kept: `$ROLELLM_CACHE/help`, by default under the Hugging Face home
+    (`$HF_HOME/rolellm/help`, `~/.cache/huggingface/rolellm/help`)."""
+    if os.environ.get("ROLELLM_CACHE"):
+        return Path(os.environ["ROLELLM_CACHE"]).expanduser() / "help"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "rolellm" / "help"
 
 
-def _module_file(module: str):
-    """The source file of a module, found without importing it (only its top-level package is looked up)."""
-    import importlib.util
-    from pathlib import Path
+def help_key(name: str, packages=("rolellm", "transformers", "trl", "peft")) -> str:
+    """The cache key of a help text: the command, the versions of `packages` (read from their metadata, not their
+    source), the time rolellm's own modules last changed (an editable install's edits) and the terminal's width.
 
-    top, *parts = module.split(".")
-    spec = importlib.util.find_spec(top)
-    root = Path(spec.origin).parent
-    path = root.joinpath(*parts)
-    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-
-
-def source_fields(module: str, name: str) -> dict[str, dict]:
-    """The flags of a dataclass and its bases, read from their source with `ast`, without importing them.
-
-    `rolellm train --help` lists every field of `transformers.TrainingArguments`, whose module imports `torch`; this
-    gives the same flags in a fraction of a second. Returns `{field: {"type", "default", "help"}}` in the order
-    `HfArgumentParser` adds them; fields with `init=False` or `metadata={"flag": False}` are left out, as
-    `is_flag` leaves them out. `tests/test_train_help.py` checks the flags equal those of the real parser.
-
-    >>> fields = source_fields("rolellm.training.config", "RoCITConfig")
-    >>> fields["reference"]["default"], "learning_rate" in fields, "_n_gpu" in fields
-    ("'first'", True, False)
+    >>> help_key("train-sft").startswith("train-sft-")
+    True
     """
-    import ast
+    from importlib.metadata import PackageNotFoundError, version
 
-    path = _module_file(module)
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    imports = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(
-                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
-                )
-            for alias in node.names:
-                imports[alias.asname or alias.name] = (base, alias.name)
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    if name not in classes:
-        if name in SOURCE_HOMES and SOURCE_HOMES[name] != module:
-            return source_fields(SOURCE_HOMES[name], name)
-        raise LookupError(f"no class {name} in {path}")
-    fields = {}
-    for base in reversed(classes[name].bases):  # the last base's fields first, as `dataclasses` collects them
-        if isinstance(base, ast.Name) and base.id in classes:
-            fields.update(source_fields(module, base.id))
-        elif isinstance(base, ast.Name) and base.id in imports:
-            fields.update(source_fields(*imports[base.id]))
-    for node in classes[name].body:
-        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
-            continue
-        if node.target.id in SOURCE_NOT_FLAGS or ast.unparse(node.annotation).startswith("ClassVar"):
-            continue  # a `ClassVar` is no dataclass field
-        info = {"type": ast.unparse(node.annotation), "default": None, "help": ""}
-        value = node.value
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-            keywords = {k.arg: k.value for k in value.keywords}
-            if isinstance(keywords.get("init"), ast.Constant) and keywords["init"].value is False:
-                fields.pop(node.target.id, None)
-                continue
-            metadata = keywords.get("metadata")
-            if isinstance(metadata, ast.Dict):
-                entries = {k.value: v for k, v in zip(metadata.keys, metadata.values) if isinstance(k, ast.Constant)}
-                if isinstance(entries.get("flag"), ast.Constant) and entries["flag"].value is False:
-                    fields.pop(node.target.id, None)
-                    continue
-                keywords.setdefault("help", entries.get("help"))
-            if keywords.get("help") is not None:
-                try:
-                    info["help"] = str(ast.literal_eval(keywords["help"]))
-                except ValueError:
-                    info["help"] = ast.unparse(keywords["help"])
-            if "default" in keywords:
-                info["default"] = ast.unparse(keywords["default"])
-            elif "default_factory" in keywords:
-                factory = keywords["default_factory"]
-                info["default"] = ast.unparse(factory.body if isinstance(factory, ast.Lambda) else factory) + (
-                    "" if isinstance(factory, ast.Lambda) else "()"
-                )
-            elif value.func.id != "field":  # a field helper (`profiles_field`) with its own default
-                info["default"] = "None"
-        elif value is not None:
-            info["default"] = ast.unparse(value)
-        fields.pop(node.target.id, None)
-        fields[node.target.id] = info
-    return fields
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "none"
+
+    newest = max(path.stat().st_mtime_ns for path in Path(__file__).parents[1].rglob("*.py"))
+    parts = [name, *map(installed, packages), str(newest), str(shutil.get_terminal_size().columns)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16].join([f"{name}-", ".txt"])
 
 
-def source_help_parser(prog: str, description: str, classes) -> argparse.ArgumentParser:
-    """A parser that only prints help: the flags of `classes` (`(module, class name)` pairs), read by
-    `source_fields`, one group per class. Parsing is left to the real recipe parser."""
-    usage = f"{prog} [--config RECIPE] [--FIELD VALUE ...]"
-    parser = argparse.ArgumentParser(prog=prog, description=description, usage=usage)
-    parser.add_argument("--config", help="YAML recipe of the fields below (flags given here override it).")
-    seen = set()
-    for module, name in classes:
-        group = parser.add_argument_group(name)
-        for flag, info in source_fields(module, name).items():
-            if flag in seen:
-                continue
-            seen.add(flag)
-            default = f" (default: {info['default']})" if info["default"] not in (None, "None") else ""
-            text = (info["help"] + default).replace("%", "%%")
-            group.add_argument(f"--{flag}", metavar=info["type"].replace(" ", ""), help=text)
-    return parser
+def cached_help(name: str, make_parser) -> str:
+    """The `--help` text of the parser `make_parser()` builds, printed once from the real parser and then from a cache
+    file (`help_cache_dir`), so that a command whose parser imports torch (`rolellm train`: every field of
+    `transformers.TrainingArguments` and TRL's configs) answers `--help` at once from the second call on. The key
+    (`help_key`) changes with the installed versions, rolellm's modules and the terminal's width; a cache that
+    cannot be written only costs the next call the time of the real parser.
+
+    >>> import os, tempfile
+    >>> os.environ["ROLELLM_CACHE"] = tempfile.mkdtemp()
+    >>> first = cached_help("demo", lambda: argparse.ArgumentParser(prog="demo"))
+    >>> first == cached_help("demo", None), first.splitlines()[0]
+    (True, 'usage: demo [-h]')
+    >>> del os.environ["ROLELLM_CACHE"]
+    """
+    path = help_cache_dir() / help_key(name)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    text = make_parser().format_help()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)  # whole or absent: a concurrent call never reads half a text
+    except OSError:
+        pass  # a read-only or full disk: the text is printed all the same, and built again next time
+    return text

@@ -33,8 +33,9 @@ with its rewards and endpoints). Every stage selects its rows and profiles the s
 rolellm train --stage dpo --config examples/recipes/dpo-tiny-cpu.yaml --model_name_or_path runs/rocit-adapter
 ```
 
-`rolellm train --help` reads the flags from the source of the configurations (`rolellm.scripts.recipe.source_fields`),
-so it prints in a fraction of a second, without importing torch.
+`rolellm train --help` lists every flag of the stage, those of `transformers.TrainingArguments` and TRL's configs
+included; the text is kept in a cache (`rolellm.scripts.recipe.cached_help`), so from the second call on it prints in a
+fraction of a second, without importing torch.
 """
 
 import argparse
@@ -51,7 +52,7 @@ from rolellm.data.selection import (
     train_and_eval_rows,
 )
 from rolellm.scripts.cli import lighten_imports
-from rolellm.scripts.recipe import dataclasses_from, make_command_parser, source_help_parser
+from rolellm.scripts.recipe import cached_help, dataclasses_from, make_command_parser
 
 
 STAGES = ("sft", "dpo", "kto", "grpo")
@@ -61,7 +62,6 @@ STAGE_CONFIGS = {
     "dpo": ("rolellm.training.preference", "RoleDPOConfig"),
     "kto": ("rolellm.training.preference", "RoleKTOConfig"),
 }
-MODEL_CONFIG = ("trl.trainer.model_config", "ModelConfig")
 DESCRIPTION = (
     "Train a role-playing model on RoleBench data and role profiles: RoCIT (--stage sft), then DPO or KTO on "
     "preference pairs, or GRPO with role-play rewards (LoRA, QLoRA, full)."
@@ -218,21 +218,16 @@ def given_stage(args: list[str]) -> str:
 
 class TrainParser(argparse.ArgumentParser):
     """The parser of `rolellm train`: it reads `--stage` (or the recipe's `stage`) and hands the command line to the
-    recipe parser of that stage's dataclasses (`make_stage_parser`); `--help` of `sft`, `dpo` and `kto` is printed from
-    the configurations' source (`source_help_parser`), without importing torch, transformers or TRL."""
+    recipe parser of that stage's dataclasses (`make_stage_parser`); a stage's `--help` is that parser's, printed from
+    the cache of help texts (`recipe.cached_help`) from the second call on, without importing torch."""
 
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
         stage = given_stage(args)
         if stage not in STAGES:  # before a stage's parser reads the recipe, whose fields depend on the stage
             self.error(f"--stage (or the recipe's stage): {stage!r} is not one of {list(STAGES)}")
-        if {"-h", "--help"} & set(args) and stage in STAGE_CONFIGS:
-            classes = [(__name__, "StageArguments"), STAGE_CONFIGS[stage], MODEL_CONFIG]
-            try:
-                help_parser = source_help_parser(self.prog, f"{DESCRIPTION} Stage: {stage}.", classes)
-            except (LookupError, OSError, SyntaxError, AttributeError):  # a library's source laid out otherwise
-                help_parser = make_stage_parser(stage)  # the real parser: the same flags, after importing torch
-            help_parser.print_help()
+        if {"-h", "--help"} & set(args):
+            sys.stdout.write(cached_help(f"train-{stage}", lambda: stage_help_parser(stage, self.prog)))
             self.exit()
         return make_stage_parser(stage).parse_known_args(args, namespace)
 
@@ -244,6 +239,13 @@ class TrainParser(argparse.ArgumentParser):
         """`(script_args, *stage configs, model_args)` of the stage the command line (or recipe) names."""
         args = list(sys.argv[1:] if args is None else args)
         return make_stage_parser(given_stage(args)).parse_args_into_dataclasses(args, **kwargs)
+
+
+def stage_help_parser(stage: str, prog: str):
+    """The parser of a stage, with a usage line of one line (the stage's flags are listed below it)."""
+    parser = make_stage_parser(stage)
+    parser.usage = f"{prog} --stage {stage} [--config RECIPE] [--FIELD VALUE ...]"
+    return parser
 
 
 def make_stage_parser(stage: str = "sft", subparsers: argparse._SubParsersAction | None = None):
