@@ -1,5 +1,5 @@
-"""The package layout is the pipeline: every stage folder imports only the stages before it, and no module imports
-itself back through others (lazy imports inside functions included)."""
+"""The package layout is the pipeline: every stage folder imports only the stages before it, no module imports
+itself back through others (lazy imports inside functions included), and private names stay in their module."""
 
 import ast
 from pathlib import Path
@@ -141,3 +141,89 @@ def test_evaluation_rooms_import_only_earlier_rooms():
     rooms = ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py",
              "runlog.py"]  # fmt: skip
     assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == rooms
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(source: str, module: str, modules: set[str], is_package: bool = False) -> list[str]:
+    """The private names (`_name`, not `__dunder__`) that the source of `module` takes from other modules of
+    `modules`, as `line: module._name`: `from rolellm.m import _name` (relative imports too), or an attribute
+    `_name` of a module it imported (`from rolellm import m` / `import rolellm.m as m` then `m._name`,
+    `import rolellm.m` then `rolellm.m._name`). `is_package`: the source is a package's `__init__`, for which `.` is
+    the package itself."""
+    package = module if is_package else module.rpartition(".")[0]
+    bound, found = {}, []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            origin = ".".join([*base, node.module] if node.module else base)
+            if origin.split(".")[0] != "rolellm":
+                continue
+            for alias in node.names:
+                if is_private(alias.name) and origin != module:
+                    found.append((node.lineno, f"{origin}.{alias.name}"))
+                if f"{origin}.{alias.name}" in modules:
+                    bound[alias.asname or alias.name] = f"{origin}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "rolellm":
+                    bound[alias.asname or "rolellm"] = alias.name if alias.asname else "rolellm"
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or not is_private(node.attr):
+            continue
+        chain, value = [], node.value
+        while isinstance(value, ast.Attribute):
+            chain.insert(0, value.attr)
+            value = value.value
+        if isinstance(value, ast.Name) and value.id in bound:
+            owner = ".".join([bound[value.id], *chain])
+            if owner in modules and owner != module:
+                found.append((node.lineno, f"{owner}.{node.attr}"))
+    return [f"{line}: {name}" for line, name in sorted(found)]
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A private name is its module's: a room that needs one of another's names needs a public name (the stricter
+    rule of "private names stay in their room": across modules of one room too)."""
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    wrong = [
+        f"{name}:{hit}"
+        for name, path in sorted(paths.items())
+        for hit in private_imports(path.read_text(encoding="utf-8"), name, set(paths), path.name == "__init__.py")
+    ]
+    assert wrong == []
+
+
+def test_the_private_import_finder_finds_planted_ones():
+    modules = {"rolellm", "rolellm.clients", "rolellm.clients.base", "rolellm.roles", "rolellm.roles.profile"}
+    source = """
+import argparse
+import rolellm.roles.profile
+import rolellm.roles.profile as profile_module
+from rolellm.clients import base
+from rolellm.clients.base import EndpointError, _Hidden
+from rolellm.roles import profile as p
+from . import base as sibling
+from .base import _helper, __version__
+
+
+def use(parser: argparse.ArgumentParser, client):
+    rolellm.roles.profile._read(p._cache, profile_module._LIMIT, base.EndpointError, sibling._retry)
+    return parser._actions, client._session, base.__name__, EndpointError
+"""
+    assert private_imports(source, "rolellm.clients.chat", modules) == [
+        "6: rolellm.clients.base._Hidden",
+        "9: rolellm.clients.base._helper",
+        "13: rolellm.clients.base._retry",
+        "13: rolellm.roles.profile._LIMIT",
+        "13: rolellm.roles.profile._cache",
+        "13: rolellm.roles.profile._read",
+    ]
+    # a module's own private names are its own to use
+    assert private_imports("from rolellm.clients.base import _helper", "rolellm.clients.base", modules) == []
+    # in a package's `__init__`, `.` is the package itself
+    assert private_imports("from .base import _x", "rolellm.clients", modules, is_package=True) == [
+        "1: rolellm.clients.base._x"
+    ]
