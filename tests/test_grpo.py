@@ -2,10 +2,13 @@
 writes self-contained checkpoints, starts from an adapter, and stops with a clear error on the failure paths."""
 
 import json
+import re
+import sys
 
 import datasets
 import pytest
 import torch
+from fixtures.docs import write_shown_file
 
 from rolellm.clients.config import ClientConfig
 from rolellm.encoding.encode import encode_chat
@@ -344,24 +347,23 @@ def test_rolellm_train_stage_grpo_fails_fast_in_a_line(tiny_model_path, tmp_path
 
 
 def test_rolellm_train_stage_grpo_takes_a_reward_by_its_dotted_path(tiny_model_path, tmp_path, capsys, monkeypatch):
-    """`--rewards package.module.function` trains with the user's own reward function, beside a registered one."""
+    """`--rewards package.module.function` trains with the user's own reward function, beside a registered one: the
+    `my_rewards.py` of docs/development.md, from outside the package."""
     from rolellm.scripts import cli
 
-    calls = tmp_path / "calls.txt"
-    (tmp_path / "my_rewards.py").write_text(
-        "def brevity(prompts, completions, **columns):\n"
-        f"    with open({str(calls)!r}, 'a') as log:\n"
-        "        log.write(f'{len(completions)}\\n')\n"
-        "    return [-float(len(str(c))) for c in completions]\n"
-    )
+    write_shown_file("development.md", "my_rewards.py", tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     flags = ["--model_name_or_path", str(tiny_model_path), "--data_dir", DEMO, "--dataset_configs", "en-instruction",
-             "--rewards", "reference_rouge_l", "my_rewards.brevity", "--max_steps", "1", "--max_completion_length", "8",
-             "--num_generations", "2", "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "out"),
-             "--use_cpu", "--bf16", "false", "--activation_checkpointing", "false", "--report_to", "none"]  # fmt: skip
+             "--rewards", "reference_rouge_l", "my_rewards.brevity", "--reward_weights", "1", "0.1", "--max_steps", "1",
+             "--max_completion_length", "8", "--num_generations", "2", "--per_device_train_batch_size", "4",
+             "--output_dir", str(tmp_path / "out"), "--use_cpu", "--bf16", "false", "--activation_checkpointing",
+             "false", "--report_to", "none", "--logging_steps", "1"]  # fmt: skip
     assert cli.main(["train", "--stage", "grpo", *flags]) == 0
-    assert "rewards reference_rouge_l, brevity" in capsys.readouterr().out
-    assert calls.read_text().split() == ["4"]  # one call for the step's 4 completions
+    printed = capsys.readouterr().out
+    assert "rewards reference_rouge_l, brevity" in printed, printed
+    assert "| `brevity` | 0.1 |" in (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"'rewards/brevity/mean': '-\d", printed), printed  # TRL's log of it: minus the words
+    sys.modules.pop("my_rewards", None)
 
 
 def corpus_folders() -> list:

@@ -397,13 +397,14 @@ class ChatClient:
         self._forget(request, attempt)
         return result
 
-    async def _answer_in_rounds(self, requests: list[ChatRequest], parse, desc, remind, answer) -> list[ChatResult]:
-        """The attempt rounds of a batch backend (local, vLLM, Ray): each round takes what the cache holds, hands the
-        rest to `await answer(todo, asked, settle, fail)` and asks again in the next round what `parse` rejected.
+    async def answer_in_rounds(self, requests: list[ChatRequest], parse, desc, remind, answer) -> list[ChatResult]:
+        """The attempt rounds of a batch backend (local, vLLM, Ray, llama.cpp, a backend of one's own): each round
+        takes what the cache holds, hands the rest to `await answer(todo, asked, settle, fail)` and asks again in the
+        next round what `parse` rejected. A backend's `agenerate` is this call with its own `answer`.
 
         `todo` is a list of `(request index, attempt)`, `asked[i]` what is sent for request `i`'s attempt (the
-        request, or its re-ask); `answer` records each answer (`_record`) and then calls `settle(i, attempt, text,
-        usage)`, or `fail(i, attempt, error)` for a request that failed for good."""
+        request, or its re-ask); `answer` calls `settle(i, attempt, text, usage)` for each answer as it comes (which
+        writes it to the cache at once), or `fail(i, attempt, error)` for a request that failed for good."""
         results: list[ChatResult | None] = [None] * len(requests)
         bar = self._progress(len(requests), desc)
         pending = [(i, 0) for i in range(len(requests))]
@@ -412,6 +413,8 @@ class ChatClient:
             next_pending, todo = [], []
 
             def settle(i, attempt, text, usage, cached=False, next_pending=next_pending):
+                if not cached:
+                    self._record(requests[i], attempt, text, usage)  # on disk before the next answer comes
                 result = self._finish(requests[i], attempt, text, usage, cached, parse)
                 if result.ok or attempt + 1 == self.max_parse_attempts:
                     results[i] = result

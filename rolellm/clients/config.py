@@ -17,7 +17,6 @@ import logging
 import os
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
-from typing import Literal
 from urllib.parse import urlsplit
 
 from rolellm.clients.base import ChatClient, check_api_key_env, check_base_url, check_rate_limit
@@ -28,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 # `ClientConfig.backend` -> the module and class of its client, imported when asked for (`backend_class`); a new
-# backend is a `ChatClient` subclass with `from_config`, added here
+# backend is a `ChatClient` subclass with `from_config`, added here (or named by its dotted path, from outside)
 BACKEND_CLASSES = {
     "openai": ("rolellm.clients.openai_compatible", "OpenAIChatClient"),
     "local": ("rolellm.clients.local", "LocalChatClient"),
@@ -75,12 +74,13 @@ class ClientConfig:
     Args:
         model (`str`): the endpoint's model name, or the local model's folder / Hub id (`--model`, also
             `--model_name_or_path`).
-        backend (`Literal["openai", "local", "vllm", "ray", "llamacpp"]`, *optional*): an OpenAI-compatible
+        backend (`str`, *optional*): `"openai"`, `"local"`, `"vllm"`, `"ray"`, `"llamacpp"`: an OpenAI-compatible
             endpoint, a `transformers` model run in-process, vLLM offline on this node (`rolellm[vllm]`), Ray Data
             across a cluster (`rolellm[ray]`: vLLM engines on its GPUs, or with `base_url` the endpoint fanned out
-            to), or a GGUF file run in-process by llama.cpp (`rolellm[llamacpp]`);
-            defaults to `"openai"` when `base_url` is set, else `"local"` (so an endpoint without `base_url`, OpenAI
-            itself or `$OPENAI_BASE_URL`, needs `backend="openai"`). See `docs/scale.md`.
+            to), a GGUF file run in-process by llama.cpp (`rolellm[llamacpp]`), or the dotted path of a `ChatClient`
+            subclass of one's own (`my_backends.EchoClient`, see `docs/development.md`); defaults to `"openai"`
+            when `base_url` is set, else `"local"` (so an endpoint without `base_url`, OpenAI itself or
+            `$OPENAI_BASE_URL`, needs `backend="openai"`). See `docs/scale.md`.
         base_url (`str`, *optional*): the endpoint (`http://localhost:8000/v1`); defaults to `$OPENAI_BASE_URL`,
             else OpenAI.
         api_key_env (`str`, *optional*): the environment variable holding the endpoint's API key (`MY_LLM_KEY`),
@@ -126,12 +126,12 @@ class ClientConfig:
             "aliases": ["--model_name_or_path", "--model-name-or-path"],
         }
     )
-    backend: Literal[BACKENDS] | None = field(
+    backend: str | None = field(
         default=None,
         metadata={
             "help": "openai (an endpoint), local (transformers), vllm (offline vLLM), ray (Ray Data: vLLM engines, "
-            "or the base_url endpoint) or llamacpp (a GGUF file in llama.cpp); default: openai with base_url, else "
-            "local."
+            "or the base_url endpoint), llamacpp (a GGUF file in llama.cpp), or the dotted path of a ChatClient "
+            "class of your own (package.module.Class); default: openai with base_url, else local."
         },
     )
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint."})
@@ -171,7 +171,8 @@ class ClientConfig:
                        max_new_tokens=1, tensor_parallel_size=1)  # fmt: skip
         if self.backend is None:
             self.backend = "openai" if self.base_url is not None else "local"
-        check_backend(self.backend)
+        if self.backend not in BACKENDS:
+            backend_class(self.backend)  # a dotted path that names no client class stops here, before any work
         check_rate_limit(self.backend, self.requests_per_minute)
         if self.backend in ("local", "vllm", "llamacpp") and self.base_url is not None:
             where = "on this node" if self.backend == "vllm" else "in-process"
@@ -323,19 +324,52 @@ def same_host(url: str | None, other: str | None) -> bool:
 
 
 def backend_class(backend: str) -> type[ChatClient]:
-    """The client class of a backend (`ClientConfig.backend`, `BACKEND_CLASSES`), imported when asked for: each class
-    maps the config to its own arguments (`ChatClient.from_config`)."""
+    """The client class of a backend (`ClientConfig.backend`), imported when asked for: a name of `BACKEND_CLASSES`,
+    or the dotted path of a `ChatClient` subclass (`package.module.Class`, as `--rewards` takes a reward function).
+    Each class maps the config to its own arguments (`ChatClient.from_config`).
+
+    >>> backend_class("rolellm.clients.openai_compatible.OpenAIChatClient") is backend_class("openai")
+    True
+    >>> backend_class("rolellm.clients.config.ClientConfig")
+    Traceback (most recent call last):
+    ...
+    ValueError: backend='rolellm.clients.config.ClientConfig': ClientConfig is no ChatClient subclass
+    """
     import importlib
 
     check_backend(backend)
-    module, name = BACKEND_CLASSES[backend]
-    return getattr(importlib.import_module(module), name)
+    module_name, name = BACKEND_CLASSES.get(backend) or backend.rsplit(".", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        if backend in BACKEND_CLASSES:
+            raise
+        raise ValueError(f"backend={backend!r}: cannot import {module_name} ({error})") from None
+    found = getattr(module, name, None)
+    if found is None:
+        raise ValueError(f"backend={backend!r}: {module_name} has no {name}")
+    if not (isinstance(found, type) and issubclass(found, ChatClient)):
+        raise ValueError(f"backend={backend!r}: {name} is no ChatClient subclass")
+    return found
 
 
 def check_backend(backend: str) -> None:
-    """A `ValueError` for a backend that is not one of `BACKENDS`."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not one of {list(BACKENDS)}")
+    """A `ValueError` for a backend that is neither one of `BACKENDS` nor a dotted path (`package.module.Class`)."""
+    if backend not in BACKENDS and not is_dotted_path(backend):
+        raise ValueError(
+            f"backend={backend!r} is not one of {list(BACKENDS)}, nor the dotted path of a ChatClient class "
+            "(package.module.Class)"
+        )
+
+
+def is_dotted_path(name: str) -> bool:
+    """Whether `name` reads as `package.module.Class`: identifiers joined by dots.
+
+    >>> is_dotted_path("my_backends.EchoClient"), is_dotted_path("vlm"), is_dotted_path("my-backends.Echo")
+    (True, False, False)
+    """
+    parts = name.split(".")
+    return len(parts) > 1 and all(part.isidentifier() for part in parts)
 
 
 def make_client(config: ClientConfig) -> ChatClient:

@@ -137,10 +137,9 @@ class LlamaCppChatClient(TokenPromptClient):
                     )
                     continue
                 text, usage = await asyncio.to_thread(self._generate_one, asked[i], prompt, budget)
-                self._record(requests[i], attempt, text, usage)  # on disk before the next prompt starts
                 settle(i, attempt, text, usage)
 
-        return await self._answer_in_rounds(requests, parse, desc, remind, answer)
+        return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
     def _tokens(self, request: ChatRequest, prompt: list[int], budget: int):
         """The answer's token ids as llama.cpp makes them, up to an end token or `budget`."""

@@ -168,10 +168,9 @@ class LocalChatClient(TokenPromptClient):
                     self._generate_batch, [asked[i] for i, _ in batch], [prompts[i] for i, _ in batch]
                 )
                 for (i, attempt), (text, usage) in zip(batch, outputs):
-                    self._record(requests[i], attempt, text, usage)  # on disk before the next batch starts
                     settle(i, attempt, text, usage)
 
-        return await self._answer_in_rounds(requests, parse, desc, remind, answer)
+        return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
     def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
         import torch

@@ -230,7 +230,6 @@ class RayChatClient(ChatClient):
                 if error is not None:
                     fail(i, attempt, error)
                     return
-                self._record(requests[i], attempt, text, usage)
                 settle(i, attempt, text, usage)
 
             run = self._send if self.base_url is not None else self._run
@@ -243,7 +242,7 @@ class RayChatClient(ChatClient):
                     "are cached, a re-run sends only the rest"
                 ) from error
 
-        return await self._answer_in_rounds(requests, parse, desc, remind, answer)
+        return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
     def _send(self, requests: list[ChatRequest], json_schema, receive) -> None:
         """Send `requests` to the endpoint from Ray tasks (`http_shares`), each answering its share with the built-in

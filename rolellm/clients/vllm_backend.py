@@ -207,10 +207,9 @@ class VLLMChatClient(TokenPromptClient):
                 answers = await asyncio.to_thread(self.engine.generate, prompts, settings)
                 for (i, attempt), prompt, (text, completion_tokens) in zip(chunk, prompts, answers):
                     usage = {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens}
-                    self._record(requests[i], attempt, text, usage)
                     settle(i, attempt, text, usage)
 
-        return await self._answer_in_rounds(requests, parse, desc, remind, answer)
+        return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
 
 def smoke(model: str, requests: int = 256, max_new_tokens: int = 128, **client_options) -> dict:
