@@ -59,7 +59,7 @@ _EXPORTS = {
     "RayChatClient": "rolellm.clients.ray_backend",
     "LlamaCppChatClient": "rolellm.clients.llamacpp_backend",
     "ChatSession": "rolellm.clients.chat_session",
-    "stream_answer": "rolellm.clients.chat_session",
+    "stream_answer": "rolellm.clients.chat_answer",
     "DialogueRetriever": "rolellm.roles.retrieval",
     "dialogue_to_messages": "rolellm.roles.retrieval",
     "RoleGPT": "rolellm.generation.rolegpt",
@@ -138,7 +138,8 @@ _EXPORTS = {
 
 if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/test_package.py keeps both in step)
     from rolellm.clients.base import ChatRequest, ChatResult, EndpointError
-    from rolellm.clients.chat_session import ChatSession, stream_answer
+    from rolellm.clients.chat_answer import stream_answer
+    from rolellm.clients.chat_session import ChatSession
     from rolellm.clients.config import ClientConfig, make_client
     from rolellm.clients.gguf import embedded_model, embedded_model_file
     from rolellm.clients.llamacpp_backend import LlamaCppChatClient

@@ -530,7 +530,7 @@ def test_terminal_ctrl_c_keeps_an_unsaved_chat_and_a_paste_is_one_message(cards,
 
 
 def test_a_local_answer_cut_at_its_budget_is_marked_and_continued_from_its_text(chat_model_path, cards):
-    from rolellm.clients.chat_session import prompt_ids
+    from rolellm.clients.chat_answer import prompt_ids
     from rolellm.clients.local import LocalChatClient
     from rolellm.roles.resolve import load_profiles
 

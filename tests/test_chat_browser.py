@@ -15,7 +15,8 @@ import threading
 
 import pytest
 
-from rolellm.clients.chat_session import ChatSession, stream_answer
+from rolellm.clients.chat_answer import stream_answer
+from rolellm.clients.chat_session import ChatSession
 from rolellm.clients.gguf import GGUFError, embedded_model_file
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.roles.resolve import load_profiles

@@ -7,7 +7,8 @@
 - `llamacpp_backend`: `LlamaCppChatClient`, a `.gguf` file run by llama.cpp in-process (`--backend llamacpp`);
 - `config`: `ClientConfig` and `make_client`;
 - `cache`, `budget`: the on-disk cache (a re-run costs nothing, a crash loses nothing), rate limits and estimates;
-- `chat_session`: `ChatSession` and `stream_answer` for `rolellm chat`.
+- `chat_session`: `ChatSession` for `rolellm chat`, over `chat_answer` (`stream_answer`: one answer, fitted to the
+  context window and streamed) and `chat_files` (the turns on disk).
 
 Import names from their modules (`from rolellm.clients.openai_compatible import OpenAIChatClient`) or from `rolellm`.
 """

@@ -31,6 +31,35 @@ def make_turn(role: str, content: str, **extra) -> dict:
     return {"role": role, "content": content, "timestamp": now(), **extra}
 
 
+def show_swipe(turn: dict, index: int) -> None:
+    """Make swipe `index` an assistant turn's text (and its cut mark)."""
+    turn.update(swipe=index, content=turn["swipes"][index])
+    turn.pop("cut", None)
+    if (turn.get("swipe_cuts") or [False] * len(turn["swipes"]))[index]:
+        turn["cut"] = True
+
+
+def set_turn_text(turn: dict, text: str, cut: bool) -> None:
+    """Replace a turn's text (that of its shown swipe) and its cut mark.
+
+    >>> turn = {"role": "assistant", "content": "Hi!", "swipes": ["Hi!", "Yo!"], "swipe": 1}
+    >>> set_turn_text(turn, "Yo, dude!", cut=True)
+    >>> turn["content"], turn["swipes"], turn["cut"]
+    ('Yo, dude!', ['Hi!', 'Yo, dude!'], True)
+    >>> show_swipe(turn, 0)
+    >>> turn["content"], "cut" in turn
+    ('Hi!', False)
+    """
+    turn["content"] = text
+    turn.pop("cut", None)
+    if cut:
+        turn["cut"] = True
+    if "swipes" in turn:
+        turn["swipes"][turn.get("swipe", 0)] = text
+    if "swipe_cuts" in turn:
+        turn["swipe_cuts"][turn.get("swipe", 0)] = cut
+
+
 def write_json_chat(path: str | Path, transcript: dict) -> Path:
     """Write a transcript (`ChatSession.transcript()`) as indented JSON to `path` (folders created)."""
     path = Path(path)

@@ -1,5 +1,6 @@
-"""A chat with a role, streamed: `ChatSession` keeps the role, its greeting and the history; `stream_answer` streams
-one answer from a local `transformers` model or an OpenAI-compatible endpoint.
+"""A chat with a role, streamed: `ChatSession` keeps the role, its greeting and the history, and the commands on them
+(send, regenerate as swipes, browse, edit, continue, undo, save, load); each answer's prompt is fitted to the context
+window and streamed by `rolellm.clients.chat_answer` (`fit_to_window`, `stream_answer`).
 
 `rolellm chat` (terminal, stdin and Gradio) is a thin shell over these. The messages sent each turn come from
 `build_chat_messages` (the role's system text, the history, a card's lorebook entries and post-history
@@ -18,15 +19,23 @@ by the user that looks like a control token (`<|im_end|>`) stays plain text.
 [('user', 'Who are you?'), ('assistant', 'Skadoosh!')]
 """
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rolellm.clients.base import ChatClient, EndpointError
-from rolellm.clients.chat_files import make_turn, now, read_chat, write_json_chat, write_sillytavern_chat
-from rolellm.clients.openai_compatible import DIALECT_SETTINGS, OpenAIChatClient, route_hint, server_message
-from rolellm.roles.card_prompts import USER_NAMES, approx_tokens
+from rolellm.clients.base import ChatClient
+from rolellm.clients.chat_answer import count_prompt_tokens, fit_to_window, model_window, stream_answer
+from rolellm.clients.chat_files import (
+    make_turn,
+    now,
+    read_chat,
+    set_turn_text,
+    show_swipe,
+    write_json_chat,
+    write_sillytavern_chat,
+)
+from rolellm.clients.openai_compatible import OpenAIChatClient
+from rolellm.roles.card_prompts import USER_NAMES
 from rolellm.roles.lookup import Profiles
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_chat_messages, role_greetings
@@ -173,9 +182,7 @@ class ChatSession:
 
     def count_tokens(self, messages: list[dict]) -> int:
         """The prompt length of `messages` in tokens: exact for a local model, estimated for an endpoint."""
-        if isinstance(self.client, OpenAIChatClient):
-            return sum(approx_tokens(message["content"]) + 4 for message in messages)  # + the template's markers
-        return len(prompt_ids(self.client, messages))
+        return count_prompt_tokens(self.client, messages)
 
     def fit(self, turns: list[dict], role=None, max_new_tokens=None, user_name=None, context_window=None):
         """The messages for the answer to `turns` within the context window, and how many of the oldest turns they
@@ -187,22 +194,9 @@ class ChatSession:
         """
         budget = self.sampling["max_new_tokens"] if max_new_tokens is None else max_new_tokens
         window = context_window or self.context_window
-        messages = self.messages(turns, role, user_name)
-        if window is None:
-            return messages, 0
-        start = 1 if turns and turns[0]["role"] == "assistant" else 0  # the greeting stays
-        answered = max((i for i, turn in enumerate(turns) if turn["role"] == "user"), default=len(turns))
-        dropped = 0
-        while (tokens := self.count_tokens(messages)) + budget > window:
-            if start + dropped + 2 > answered:
-                raise ContextWindowError(
-                    f"the prompt takes {tokens} tokens and the answer up to {budget} more: over the "
-                    f"{window}-token context window with every earlier turn left out; shorten the "
-                    "message, lower max_new_tokens or raise --context_window"
-                )
-            dropped += 2
-            messages = self.messages(turns[:start] + turns[start + dropped :], role, user_name)
-        return messages, dropped
+        return fit_to_window(
+            turns, lambda kept: self.messages(kept, role, user_name), self.count_tokens, budget, window
+        )
 
     def answer(self, turns: list[dict], chat: Chat | None = None, settings: dict | None = None, info=None):
         """Stream the answer of `chat`'s role to `turns` (ending with the user's turn, or with an assistant turn to
@@ -258,7 +252,7 @@ class ChatSession:
         del chat.turns[last + 2 :]
         swipes, cuts = turn.get("swipes") or [turn["content"]], turn.get("swipe_cuts") or [bool(turn.get("cut"))]
         turn.update(swipes=[*swipes, answer], swipe_cuts=[*cuts, bool(info.get("cut"))], timestamp=now())
-        _show_swipe(turn, len(swipes))
+        show_swipe(turn, len(swipes))
 
     def browse(self, step: int, chat: Chat | None = None) -> str | None:
         """Show the previous (`step=-1`) or next (`+1`) swipe of the last answer (the greeting's: the card's other
@@ -270,7 +264,7 @@ class ChatSession:
         swipes, index = turn.get("swipes") or [turn["content"]], turn.get("swipe", 0) + step
         if not 0 <= index < len(swipes):
             return None
-        _show_swipe(turn, index)
+        show_swipe(turn, index)
         return swipes[index]
 
     def can_swipe(self, step: int, chat: Chat | None = None) -> bool:
@@ -295,7 +289,7 @@ class ChatSession:
         if not text.strip():
             raise ValueError("a message cannot be edited to nothing: /undo removes your last message")
         turn = chat.turns[index]
-        _set_text(turn, text, cut=False)
+        set_turn_text(turn, text, cut=False)
         if turn["role"] == "user":
             del chat.turns[index % len(chat.turns) + 1 :]
             return True
@@ -309,7 +303,7 @@ class ChatSession:
         turn = chat.turns[-1]
         more = yield from _collect(self.answer(chat.turns, chat, settings, info))
         self._check(more, "the answer is as it was", what="added nothing")
-        _set_text(turn, turn["content"] + more, cut=bool(info.get("cut")))
+        set_turn_text(turn, turn["content"] + more, cut=bool(info.get("cut")))
 
     def undo(self, chat: Chat | None = None) -> str:
         """Remove your last message and its answer (never the greeting); returns the message's text."""
@@ -372,31 +366,6 @@ class ChatSession:
         return extras
 
 
-class ContextWindowError(ValueError):
-    """A message that does not fit the context window even with every earlier turn left out."""
-
-
-def model_window(client: ChatClient) -> int | None:
-    """A local model's context window (`max_position_embeddings`, llama.cpp's `n_ctx`); `None` for an endpoint,
-    which does not say."""
-    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
-
-    if isinstance(client, OpenAIChatClient):
-        return None
-    if isinstance(client, LlamaCppChatClient):
-        return client.llama.n_ctx()
-    return getattr(client.model.config, "max_position_embeddings", None)
-
-
-def prompt_ids(client, messages: list[dict]) -> list[int]:
-    """The token ids a local model answers `messages` from; messages ending with an assistant turn are continued
-    (the prompt of that turn, then its text)."""
-    if messages[-1]["role"] != "assistant":
-        return client.encode_prompt(messages)
-    started = client.tokenizer(messages[-1]["content"], add_special_tokens=False)["input_ids"]
-    return client.encode_prompt(messages[:-1]) + started
-
-
 def _collect(stream: Iterator[str]):
     """Yield `stream`'s pieces and return their text (`text = yield from _collect(...)`)."""
     pieces = []
@@ -414,149 +383,9 @@ def _cut(info: dict) -> dict:
     return {"cut": True} if info.get("cut") else {}
 
 
-def _show_swipe(turn: dict, index: int) -> None:
-    """Make swipe `index` the turn's text (and cut mark)."""
-    turn.update(swipe=index, content=turn["swipes"][index])
-    turn.pop("cut", None)
-    if (turn.get("swipe_cuts") or [False] * len(turn["swipes"]))[index]:
-        turn["cut"] = True
-
-
-def _set_text(turn: dict, text: str, cut: bool) -> None:
-    """Replace the turn's text (its shown swipe's) and cut mark."""
-    turn["content"] = text
-    turn.pop("cut", None)
-    turn.update(_cut({"cut": cut}))
-    if "swipes" in turn:
-        turn["swipes"][turn.get("swipe", 0)] = text
-    if "swipe_cuts" in turn:
-        turn["swipe_cuts"][turn.get("swipe", 0)] = cut
-
-
 def _contents(turns: list[dict]) -> list[tuple]:
     return [(turn["role"], turn["content"]) for turn in turns]
 
 
 class EmptyAnswer(RuntimeError):
     """The model's answer was empty (or only whitespace): shown as an error, never added to the history."""
-
-
-def stream_answer(
-    client: ChatClient,
-    messages: list[dict],
-    max_new_tokens: int = 256,
-    temperature: float = 0.7,
-    top_p: float = 1.0,
-    seed: int = 0,
-    finish: dict | None = None,
-) -> Iterator[str]:
-    """Stream the answer to `messages` as text pieces: from a local model (`TextIteratorStreamer`, generation in a
-    thread) or an endpoint (`stream=True`). Nothing is cached: a chat is not a benchmark run. Messages that end with
-    an assistant turn ask for its continuation (a local model goes on from its text; an endpoint is sent it last,
-    which llama.cpp's server and others take as the start of the answer).
-
-    `finish` (a dict), when given, receives `finish["reason"]` once the stream ends: `"length"` for an answer that
-    stopped at `max_new_tokens`, else `"stop"`.
-
-    Raises:
-        `EndpointError`: the endpoint cannot be reached or refuses the request (the message says which and why).
-    """
-    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
-
-    finish = {} if finish is None else finish
-    if isinstance(client, OpenAIChatClient):
-        yield from _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed, finish)
-    elif isinstance(client, LlamaCppChatClient):
-        yield from client.stream(prompt_ids(client, messages), max_new_tokens, temperature, top_p, seed, finish)
-    else:
-        yield from _stream_local(client, messages, max_new_tokens, temperature, top_p, seed, finish)
-
-
-def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed, finish) -> Iterator[str]:
-    import openai
-
-    api = openai.OpenAI(api_key=client._api_key, base_url=client.base_url, timeout=client.timeout, max_retries=2)
-    if client.dialect is None:
-        client.dialect = client.learn_dialect()
-    try:
-        raw = api.chat.completions.with_raw_response.create(
-            model=client.model, messages=messages, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-            seed=seed, stream=True, extra_body=DIALECT_SETTINGS.get(client.dialect),
-        )  # fmt: skip
-        if "text/event-stream" not in raw.headers.get("content-type", ""):
-            # a server that ignores `stream=True` answers once, as a plain completion
-            yield _plain_answer(client, raw.http_response, finish)
-            return
-        for chunk in raw.parse():
-            if chunk.choices and chunk.choices[0].finish_reason:
-                finish["reason"] = chunk.choices[0].finish_reason
-            if chunk.choices and chunk.choices[0].delta.content:
-                yield chunk.choices[0].delta.content
-    except openai.APIConnectionError as error:
-        raise EndpointError(f"{client.base_url} cannot be reached ({error.__cause__ or error})") from error
-    except openai.APIStatusError as error:  # in the words of the batch client's errors, the server's message
-        what = "refused the request for" if error.status_code < 500 else "answered with an error to"
-        raise EndpointError(
-            f"{client.base_url} {what} model {client.model!r}: HTTP {error.status_code} {server_message(error)}"
-            f"{route_hint(client.base_url, error.status_code)}"
-        ) from error
-
-
-def _plain_answer(client, response, finish) -> str:
-    response.read()  # the body of a response opened as a stream
-    try:
-        choice = response.json()["choices"][0]
-        finish["reason"] = choice.get("finish_reason")
-        return choice["message"]["content"] or ""
-    except (ValueError, KeyError, IndexError, TypeError) as error:
-        raise EndpointError(
-            f"{client.base_url} answered a streamed request with neither events nor a completion: "
-            f"{response.text[:200]!r}"
-        ) from error
-
-
-def _stream_local(client, messages, max_new_tokens, temperature, top_p, seed, finish) -> Iterator[str]:
-    import torch
-    from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
-
-    model, tokenizer = client.model, client.tokenizer
-    input_ids = torch.tensor([prompt_ids(client, messages)], device=model.device)
-    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    stop = threading.Event()  # set when the reader stops early (Ctrl-C, a closed UI stream): generation stops too
-    last = {}
-
-    class StopWhenAsked(StoppingCriteria):
-        def __call__(self, ids, scores, **kwargs):
-            last.update(length=ids.shape[1], token=int(ids[0, -1]))
-            return torch.full((ids.shape[0],), stop.is_set(), dtype=torch.bool, device=ids.device)
-
-    sampling = (
-        {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
-    )
-    failure = []
-    devices = [model.device.index or 0] if model.device.type != "cpu" else []
-
-    def generate():
-        try:  # seeded in a private random stream: the caller's global RNG state is left as it was
-            with torch.no_grad(), torch.random.fork_rng(devices=devices, device_type=model.device.type):
-                torch.manual_seed(seed)
-                model.generate(
-                    input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-                    eos_token_id=client.stop_ids, pad_token_id=client.pad_id, streamer=streamer,
-                    stopping_criteria=StoppingCriteriaList([StopWhenAsked()]), **sampling,
-                )  # fmt: skip
-        except BaseException as error:  # noqa: BLE001 - handed to the reading thread, which raises it
-            failure.append(error)
-            streamer.end()
-
-    thread = threading.Thread(target=generate, daemon=True)
-    thread.start()
-    try:
-        yield from streamer
-    finally:
-        stop.set()
-        thread.join()
-    if failure:
-        raise failure[0]
-    spent = last.get("length", input_ids.shape[1]) - input_ids.shape[1]
-    finish["reason"] = "length" if spent >= max_new_tokens and last.get("token") not in client.stop_ids else "stop"
