@@ -4,7 +4,7 @@
   appended and synced, replayed after a kill, a folder never resumed by another run): shared by every evaluation;
 - `rolellm.evaluation.judge`: the paper's pairwise GPT judge with its length-controlled win rate;
 - `rolellm.evaluation.multiturn`: multi-turn evaluation (simulated users, rubric judges, agreement,
-  `run_dialogue_eval`);
+  `run_dialogue`);
 - `rolellm.evaluation.benchmark`: the single-turn benchmark (ROUGE-L RAW/CUS/SPE, `run_benchmark`, its report, which
   can score multi-turn transcripts with the rubric judges);
 - `rolellm.evaluation.coser`: CoSER's given-circumstance acting, judged by its flaw-deduction rubric;
