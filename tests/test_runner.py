@@ -196,7 +196,7 @@ def test_run_with_tiny_local_model(lang, rolebench_slice_dir, english_data_dir, 
     expected = [_paper_rouge_l(r["prediction"], released[r["question"]], lang) if r["prediction"].strip(". ") else 0.0
                 for r in specific]  # fmt: skip
     assert results.metrics["SPE"] == pytest.approx(sum(expected) / len(expected), abs=1e-12)
-    assert results.model == tiny_model_path.name and results.mode == "no-system"
+    assert results.model_label == tiny_model_path.name and results.mode == "no-system"
 
 
 def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_slice_dir, tmp_path):

@@ -80,7 +80,8 @@ class BenchmarkResult(EvaluationResult):
     `generations`, win-rate `verdicts`, `rubric verdicts`).
 
     Args:
-        model (`str`): the model's label; `dataset_name`, `split`, `mode` (`None` for RoleGPT's answers), `lang`.
+        model_label (`str`): the model's name in tables and plots (`model` in `results.json`); `dataset_name`,
+            `split`, `mode` (`None` for RoleGPT's answers), `lang`.
         metrics (`dict`): `CUS`, `RAW`, `SPE`, `avg`, `win_rate`, `rubric` (`None`: unavailable, `unavailable` says
             why); `avg_over`: the metrics `avg` is the mean of.
         counts (`dict`): rows, general and role-specific ones, RAW references, failed generations.
@@ -92,7 +93,7 @@ class BenchmarkResult(EvaluationResult):
             verdict is in `scores.json`.
     """
 
-    model: str
+    model_label: str
     dataset_name: str
     split: str
     mode: str | None
@@ -116,7 +117,7 @@ class BenchmarkResult(EvaluationResult):
 
     def to_dict(self) -> dict:
         """The content of `results.json` (what `write_report` and `update_model_card` read)."""
-        values = {key: getattr(self, key) for key in self.RESULTS_KEYS}
+        values = {key: getattr(self, "model_label" if key == "model" else key) for key in self.RESULTS_KEYS}
         return {key: value for key, value in values.items() if value is not None or key not in ("win_rate", "rubric")}
 
 
@@ -164,7 +165,7 @@ def run_benchmark(config: BenchmarkConfig, client=None) -> BenchmarkResult:
         "rubric verdicts": (scores.get("rubric") or {}).get("failed", 0),
     }
     result = BenchmarkResult(
-        model=config.model_label, dataset_name=config.dataset_name, split=config.split,
+        model_label=config.model_label, dataset_name=config.dataset_name, split=config.split,
         mode=None if config.is_rolegpt_baseline else config.mode, lang=inputs.lang, **scores, config=asdict(config),
         output_dir=config.output_dir, failed=failed,
     )  # fmt: skip
