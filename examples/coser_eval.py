@@ -71,8 +71,8 @@ def main():
         )  # fmt: skip
         result = run_coser(config)
 
-    results = result["results"]
-    print(f"{result['scored']} of {result['scenes']} scenes scored; failures: {len(result['failures'])}")
+    results = result.results
+    print(f"{result.scored} of {result.scenes} scenes scored; failures: {len(result.failures)}")
     for case_id, case in results["cases"].items():
         print(f"  {case_id}: {case['score']} ({case.get('rounds')} rounds, ended by {case.get('ended')})")
     print("| " + " | ".join(results["scores"]) + " |")
@@ -81,7 +81,7 @@ def main():
     print(
         f"Re-scored from the critiques: avg {recomputed['scores']['avg']}, {len(recomputed['mismatches'])} mismatches"
     )
-    print(f"Report: {result['report']['html']}")
+    print(f"Report: {result.report['html']}")
 
 
 if __name__ == "__main__":

@@ -35,12 +35,12 @@ def read_rows(path: Path) -> list[dict]:
         return [json.loads(line) for line in stream if line.strip()]
 
 
-def evaluate(model: str, label: str, data_dir: Path, output_dir: Path) -> dict:
+def evaluate(model: str, label: str, data_dir: Path, output_dir: Path):
     """Answer the held-out questions with `model` (greedy, each role's system instruction) and score them."""
     from rolellm.clients.config import ClientConfig
-    from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
+    from rolellm.evaluation.benchmark.runner import BenchmarkConfig, run_benchmark
 
-    config = EvaluateConfig(
+    config = BenchmarkConfig(
         client=ClientConfig(model, max_new_tokens=96, batch_size=16),
         model_label=label,
         dataset_name="en-instruction-role_specific",
@@ -92,7 +92,7 @@ def main(output_dir: Path):
 
     print("\n5. After: the trained adapter answers the same held-out questions")
     after = evaluate(str(adapter), "SmolLM2-135M + RoCIT LoRA", data_dir, output_dir / "after")
-    print(format_table([before, after]))
+    print(format_table([before.to_dict(), after.to_dict()]))
     answers_before, answers_after = read_answers(output_dir / "before"), read_answers(output_dir / "after")
     print(f"   answer length: {words(answers_before):.0f} words before, {words(answers_after):.0f} after "
           f"(references: {sum(len(row['generated'][0].split()) for row in held_out) / len(held_out):.0f})")  # fmt: skip

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import BenchmarkConfig
 from rolellm.evaluation.benchmark.report import format_table
 from rolellm.evaluation.benchmark.runner import run_benchmark
 from rolellm.roles.prompts import PROMPTING_MODES
@@ -39,7 +39,7 @@ def main(argv=None):
 
     output_dir = Path(args.output_dir)
     baseline = run_benchmark(
-        EvaluateConfig(
+        BenchmarkConfig(
             client=ClientConfig("rolegpt"),
             dataset_name="zh",
             data_dir=args.data_dir,
@@ -52,7 +52,7 @@ def main(argv=None):
     screenplays = [str(Path(args.screenplay_dir) / name) for name in ("profile_xiyou", "profile_zhenhuan")]
     results, previous = [baseline], [str(output_dir / "rolegpt" / "results.json")]
     for mode in args.modes:
-        run = EvaluateConfig(
+        run = BenchmarkConfig(
             client=ClientConfig(model, base_url=args.base_url, chat_template=chat_template, max_new_tokens=32),
             model_label=label,
             dataset_name="zh",
@@ -66,7 +66,7 @@ def main(argv=None):
         )
         results.append(run_benchmark(run))
         previous.append(str(output_dir / mode / "results.json"))
-    print(format_table(results))
+    print(format_table([result.to_dict() for result in results]))
     print(f"\nReport with all runs: {output_dir / args.modes[-1] / 'results.md'}")
 
 

@@ -99,12 +99,18 @@ _EXPORTS = {
     "judge_win_rate": "rolellm.evaluation.judge.pairwise",
     "WinRateResult": "rolellm.evaluation.judge.pairwise",
     "length_controlled_win_rate": "rolellm.evaluation.judge.length_control",
-    "EvaluateConfig": "rolellm.evaluation.benchmark.config",
+    "EvaluationConfig": "rolellm.evaluation.base",
+    "EvaluationResult": "rolellm.evaluation.base",
+    "run_evaluation": "rolellm.evaluation.base",
+    "BenchmarkConfig": "rolellm.evaluation.benchmark.config",
+    "BenchmarkResult": "rolellm.evaluation.benchmark.runner",
     "run_benchmark": "rolellm.evaluation.benchmark.runner",
     "DialogueConfig": "rolellm.evaluation.multiturn.run",
-    "run_dialogue_eval": "rolellm.evaluation.multiturn.run",
+    "DialogueResult": "rolellm.evaluation.multiturn.run",
+    "run_dialogue": "rolellm.evaluation.multiturn.run",
     "score_predictions": "rolellm.evaluation.benchmark.scoring",
     "write_report": "rolellm.evaluation.benchmark.report",
+    "write_benchmark_report": "rolellm.evaluation.benchmark.report",
     "update_model_card": "rolellm.evaluation.benchmark.report",
     "write_dialogue_report": "rolellm.evaluation.multiturn.report",
     "Scenario": "rolellm.evaluation.multiturn.dialogue",
@@ -119,6 +125,7 @@ _EXPORTS = {
     "read_human_labels": "rolellm.evaluation.multiturn.agreement",
     "compare_with_humans": "rolellm.evaluation.multiturn.agreement",
     "CoserConfig": "rolellm.evaluation.coser.run",
+    "CoserResult": "rolellm.evaluation.coser.run",
     "run_coser": "rolellm.evaluation.coser.run",
     "read_coser_test_set": "rolellm.evaluation.coser.testset",
     "rescore_coser_results": "rolellm.evaluation.coser.scoring",
@@ -155,12 +162,13 @@ if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/
     from rolellm.encoding.chat_template import set_role_chat_template
     from rolellm.encoding.check import TemplateReport, check_chat_template
     from rolellm.encoding.encode import encode_chat, encode_chat_turns
-    from rolellm.evaluation.benchmark.config import EvaluateConfig
-    from rolellm.evaluation.benchmark.report import update_model_card, write_report
-    from rolellm.evaluation.benchmark.runner import run_benchmark
+    from rolellm.evaluation.base import EvaluationConfig, EvaluationResult, run_evaluation
+    from rolellm.evaluation.benchmark.config import BenchmarkConfig
+    from rolellm.evaluation.benchmark.report import update_model_card, write_benchmark_report, write_report
+    from rolellm.evaluation.benchmark.runner import BenchmarkResult, run_benchmark
     from rolellm.evaluation.benchmark.scoring import score_predictions
     from rolellm.evaluation.coser.report import write_coser_report
-    from rolellm.evaluation.coser.run import CoserConfig, run_coser
+    from rolellm.evaluation.coser.run import CoserConfig, CoserResult, run_coser
     from rolellm.evaluation.coser.scoring import rescore_coser_results
     from rolellm.evaluation.coser.testset import read_coser_test_set
     from rolellm.evaluation.judge.length_control import length_controlled_win_rate
@@ -176,7 +184,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/
     )
     from rolellm.evaluation.multiturn.report import write_dialogue_report
     from rolellm.evaluation.multiturn.rubric import judge_answers, judge_transcripts, parse_rubric
-    from rolellm.evaluation.multiturn.run import DialogueConfig, run_dialogue_eval
+    from rolellm.evaluation.multiturn.run import DialogueConfig, DialogueResult, run_dialogue
     from rolellm.evaluation.preference import PreferenceConfig, PreferenceGenerator
     from rolellm.generation.context_instruct import ContextInstruct, ContextInstructConfig
     from rolellm.generation.filters import clean_answer
@@ -228,12 +236,21 @@ if TYPE_CHECKING:  # the same names, imported for type checkers and IDEs (tests/
 
 __all__ = ["__version__", *_EXPORTS]
 
+# names of the previous release -> their new names: they still work, with a DeprecationWarning, until the next one
+_RENAMED = {"EvaluateConfig": "BenchmarkConfig", "run_dialogue_eval": "run_dialogue"}
+
 
 def __getattr__(name):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value  # later look-ups skip __getattr__
         return value
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(f"{name} is renamed {new}; the old name goes in the next release", DeprecationWarning, 2)
+        return __getattr__(new)
     raise AttributeError(f"module 'rolellm' has no attribute {name!r}")
 
 

@@ -7,7 +7,7 @@ import pytest
 from rolellm.clients.config import ClientConfig, derive_client, endpoint_options, make_client
 from rolellm.clients.local import LocalChatClient
 from rolellm.clients.openai_compatible import OpenAIChatClient
-from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import BenchmarkConfig
 from rolellm.testing.server import ChatCompletionsServer
 
 
@@ -86,11 +86,11 @@ def test_a_derived_endpoint_inherits_from_the_main_client_by_one_rule(tiny_model
 def test_keep_think_reaches_the_local_client_from_evaluate(tiny_model_path, tmp_path):
     """A model trained with `keep_think=True` is evaluated with the prompts it was trained on."""
     client = ClientConfig(str(tiny_model_path), chat_template="chatml", keep_think=True)
-    config = EvaluateConfig(str(tmp_path), client)
+    config = BenchmarkConfig(str(tmp_path), client)
     assert config.client.keep_think is True
     local = make_client(config.client)
     assert isinstance(local, LocalChatClient) and local.keep_think is True
-    default = EvaluateConfig(str(tmp_path), ClientConfig(str(tiny_model_path), chat_template="chatml"))
+    default = BenchmarkConfig(str(tmp_path), ClientConfig(str(tiny_model_path), chat_template="chatml"))
     assert make_client(default.client).keep_think is False
 
 

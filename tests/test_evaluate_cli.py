@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
+from rolellm.evaluation.benchmark.runner import BenchmarkConfig, run_benchmark
 from rolellm.scripts import cli
 
 
@@ -22,7 +22,7 @@ def test_recipe_and_flags_give_the_api_result(rolebench_slice_dir, tmp_path, cap
     saved = json.loads((tmp_path / "cli" / "results.json").read_text(encoding="utf-8"))
     assert saved["config"]["roles"] == ["李白", "华妃"] and set(saved["per_role"]) == {"李白", "华妃"}
     api = run_benchmark(
-        EvaluateConfig(
+        BenchmarkConfig(
             client=ClientConfig("rolegpt"), dataset_name="zh-role_specific", data_dir=str(rolebench_slice_dir),
             roles=["李白", "华妃"], output_dir=str(tmp_path / "api"),
         )
@@ -30,8 +30,8 @@ def test_recipe_and_flags_give_the_api_result(rolebench_slice_dir, tmp_path, cap
     released = (rolebench_slice_dir / "rolebench-zh" / "role_specific" / "test.jsonl").read_text(encoding="utf-8")
     rows = [json.loads(line) for line in released.splitlines()]
     chosen = sum(row["role"] in ("李白", "华妃") for row in rows)
-    assert saved["metrics"] == api["metrics"] and saved["counts"]["role_specific"] == chosen
-    assert f"| RoleGPT | – | n/a | n/a | {api['metrics']['SPE']:.4f} |" in printed
+    assert saved["metrics"] == api.metrics and saved["counts"]["role_specific"] == chosen
+    assert f"| RoleGPT | – | n/a | n/a | {api.metrics['SPE']:.4f} |" in printed
     assert "RAW: unavailable (no general rows in this config)" in printed
 
 

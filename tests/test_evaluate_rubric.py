@@ -8,7 +8,7 @@ from huggingface_hub import ModelCard
 
 from rolellm.clients.base import EndpointError
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
+from rolellm.evaluation.benchmark.runner import BenchmarkConfig, run_benchmark
 from rolellm.evaluation.benchmark.scorers import NothingEvaluated
 from rolellm.evaluation.multiturn.rubric import SINGLE_TURN_DIMENSIONS
 from rolellm.scripts import cli
@@ -64,8 +64,8 @@ def expected_means(marks: list[str]) -> dict:
     return {"per_dimension": per_dimension, "overall": mean(list(per_dimension.values())), "n": len(scored)}
 
 
-def config_for(tmp_path, data_dir, model_url, judge_url, **options) -> EvaluateConfig:
-    return EvaluateConfig(
+def config_for(tmp_path, data_dir, model_url, judge_url, **options) -> BenchmarkConfig:
+    return BenchmarkConfig(
         client=ClientConfig("served-model", base_url=model_url, progress=False), dataset_name="zh",
         data_dir=str(data_dir), roles=[ROLE], max_samples_per_role=2, output_dir=str(tmp_path / "run"),
         judge=ClientConfig("judge", base_url=judge_url, progress=False, max_retries=0), rubric="rubric",
@@ -90,16 +90,16 @@ def test_the_rubric_means_are_those_of_the_judges_verdicts_and_a_garbage_verdict
         resent = judge_server.requests[asked_judge:]
         assert len(model.requests) == asked_model
     assert resent and all("GARBAGE" in json.dumps(r["body"], ensure_ascii=False) for r in resent)
-    assert again["rubric"] == results["rubric"]
+    assert again.rubric == results.rubric
 
     records = [json.loads(line) for line in (tmp_path / "run" / "generations.jsonl").read_text("utf-8").splitlines()]
     marks = {record["index"]: record["prediction"][3:-3] for record in records}
     subsets = {record["index"]: record["subset"] for record in records}
     assert sorted(marks.values()) == ["FAIR", "GARBAGE", "GOOD", "GOOD"]  # 2 general rows, 2 role-specific rows
-    rubric = results["rubric"]
+    rubric = results.rubric
     expected = expected_means(list(marks.values()))
     assert rubric["per_dimension"] == pytest.approx(expected["per_dimension"], abs=1e-4)
-    assert rubric["overall"] == pytest.approx(expected["overall"], abs=1e-4) == results["metrics"]["rubric"]
+    assert rubric["overall"] == pytest.approx(expected["overall"], abs=1e-4) == results.metrics["rubric"]
     for subset in ("general", "role_specific"):
         mine = expected_means([mark for i, mark in marks.items() if subsets[i] == subset])
         assert rubric["per_subset"][subset]["per_dimension"] == pytest.approx(mine["per_dimension"], abs=1e-4)
@@ -109,8 +109,8 @@ def test_the_rubric_means_are_those_of_the_judges_verdicts_and_a_garbage_verdict
     garbage = next(i for i, mark in marks.items() if mark == "GARBAGE")
     assert (rubric["asked"], rubric["n"], rubric["failed"], rubric["unscored"]) == (4, 3, 1, 1)
     assert rubric["errors"][0]["id"] == str(garbage) and "no JSON object" in rubric["errors"][0]["error"]
-    assert results["metrics"]["CUS"] is not None and "rubric" not in results["unavailable"]
-    assert results["unavailable"]["win_rate"] == "not requested (baseline none)"
+    assert results.metrics["CUS"] is not None and "rubric" not in results.unavailable
+    assert results.unavailable["win_rate"] == "not requested (baseline none)"
     # each answer's verdict in scores.json (what `rolellm judge agreement` reads), the table in results.md
     scores = json.loads((tmp_path / "run" / "scores.json").read_text("utf-8"))
     assert [item["id"] for item in scores["items"]] == [str(i) for i in range(4)]
@@ -204,11 +204,11 @@ def test_a_garbage_verdict_makes_the_command_exit_1_unless_a_partial_run_is_acce
 
 def test_the_rubric_needs_a_judge_and_a_judge_needs_something_to_judge():
     with pytest.raises(ValueError, match="rubric='rubric' is scored by the judge: set judge_model too"):
-        EvaluateConfig(client=ClientConfig("m"), output_dir="o", rubric="rubric")
+        BenchmarkConfig(client=ClientConfig("m"), output_dir="o", rubric="rubric")
     with pytest.raises(ValueError, match="baseline='none' leaves the judge nothing to do"):
-        EvaluateConfig(client=ClientConfig("m"), output_dir="o", judge=ClientConfig("j"), baseline="none")
+        BenchmarkConfig(client=ClientConfig("m"), output_dir="o", judge=ClientConfig("j"), baseline="none")
     with pytest.raises(ValueError, match="or baseline_model, not both"):
-        EvaluateConfig(
+        BenchmarkConfig(
             client=ClientConfig("m"), output_dir="o", judge=ClientConfig("j"), baseline="none",
             baseline_client=ClientConfig("b"), rubric="rubric",
         )  # fmt: skip
@@ -257,6 +257,6 @@ def test_the_win_rate_and_the_rubric_share_one_judge_checked_before_anyone_answe
         results = run_benchmark(config)
         assert len(judge_server.model_listings) == 1  # one pre-flight for the two judged scorers
     assert answered == ["baseline"] * 4 + ["model"] * 4 + ["judge"] * 8  # both orders of 4 rows judged
-    assert results["win_rate"]["baseline"] == "baseline-model" and results["win_rate"]["judged"] == 4
-    assert results["metrics"]["win_rate"] == 1.0 and results["rubric"]["asked"] == 4
-    assert "win_rate" not in results["unavailable"] and "rubric" not in results["unavailable"]
+    assert results.win_rate["baseline"] == "baseline-model" and results.win_rate["judged"] == 4
+    assert results.metrics["win_rate"] == 1.0 and results.rubric["asked"] == 4
+    assert "win_rate" not in results.unavailable and "rubric" not in results.unavailable

@@ -13,7 +13,7 @@ from test_runner import _paper_rouge_l, _released
 from rolellm.clients.config import ClientConfig
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.data.stats import rolebench_stats
-from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
+from rolellm.evaluation.benchmark.runner import BenchmarkConfig, run_benchmark
 from rolellm.metrics.rolebench_rouge.rolebench_rouge import RolebenchRouge
 from rolellm.roles.release import read_screenplay_folder
 from rolellm.rouge.score import rouge_l
@@ -90,16 +90,16 @@ def test_rolegpt_baseline_reproduces_the_papers_figures(full_release_dir, tmp_pa
         assert sum(map(len, release_pairs(rolebench_dir, part, split)[1])) == count
 
     english, chinese = (
-        run_benchmark(EvaluateConfig(str(tmp_path / name), ClientConfig("rolegpt"), dataset_name=name,
+        run_benchmark(BenchmarkConfig(str(tmp_path / name), ClientConfig("rolegpt"), dataset_name=name,
                                      data_dir=str(rolebench_dir)))
         for name in ("en-instruction-role_specific", "zh")
     )  # fmt: skip
     # paper Table 3 and Table 4, RoleGPT rows
-    assert round(english["metrics"]["SPE"], 4) == 0.3229
-    assert round(chinese["metrics"]["SPE"], 4) == 0.2478
+    assert round(english.metrics["SPE"], 4) == 0.3229
+    assert round(chinese.metrics["SPE"], 4) == 0.2478
     # Table 4 says CUS 0.5368; the released general files give 0.5707 (docs/evaluation.md)
-    assert round(chinese["metrics"]["CUS"], 4) == 0.5707
-    assert english["counts"] == {
+    assert round(chinese.metrics["CUS"], 4) == 0.5707
+    assert english.counts == {
         "rows": 4750,
         "general": 0,
         "role_specific": 4750,
@@ -107,19 +107,19 @@ def test_rolegpt_baseline_reproduces_the_papers_figures(full_release_dir, tmp_pa
         "RAW_missing": 0,
         "failed": 0,
     }
-    assert {k: v["n"] for k, v in english["per_type"].items()} == {
+    assert {k: v["n"] for k, v in english.per_type.items()} == {
         "mixed": 4,
         "script_agnostic": 3128,
         "script_based": 1618,
     }
-    assert len(english["per_role"]) == 95
-    assert {k: v["n"] for k, v in chinese["per_type"].items()} == {"script_agnostic": 156, "script_based": 83}
-    assert chinese["counts"]["general"] == 1451 and chinese["counts"]["role_specific"] == 239
+    assert len(english.per_role) == 95
+    assert {k: v["n"] for k, v in chinese.per_type.items()} == {"script_agnostic": 156, "script_based": 83}
+    assert chinese.counts["general"] == 1451 and chinese.counts["role_specific"] == 239
     folder = rolebench_dir / "rolebench-zh/general"
     answers = {
         r["question"]: r["generated"][0] for r in _released(folder / "rolegpt_baseline.jsonl") if r["role"] == "李白"
     }
     tests = [r for r in _released(folder / "test.jsonl") if r["role"] == "李白"]
     expected = sum(_paper_rouge_l(answers[r["question"]], r["generated"], "zh") for r in tests) / len(tests)
-    assert chinese["per_role"]["李白"]["CUS"] == pytest.approx(expected, abs=1e-12)
-    assert chinese["per_role"]["李白"]["n_CUS"] == len(tests) == 289
+    assert chinese.per_role["李白"]["CUS"] == pytest.approx(expected, abs=1e-12)
+    assert chinese.per_role["李白"]["n_CUS"] == len(tests) == 289

@@ -95,7 +95,7 @@ def test_harness_example_prompts_and_stops_as_rolellm_evaluate(
     from rolellm.clients.config import ClientConfig, make_client
     from rolellm.data.builder import load_rolebench_profiles
     from rolellm.evaluation.benchmark.answers import build_requests
-    from rolellm.evaluation.benchmark.config import EvaluateConfig
+    from rolellm.evaluation.benchmark.config import BenchmarkConfig
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -105,7 +105,7 @@ def test_harness_example_prompts_and_stops_as_rolellm_evaluate(
         chat_template="chatml",
     )  # fmt: skip
     samples = output["samples"]["rolebench_zh_spe"]
-    config = EvaluateConfig(
+    config = BenchmarkConfig(
         output_dir=str(tmp_path), dataset_name="zh",
         client=ClientConfig(str(model_ending_turns), backend="local", chat_template="chatml", max_new_tokens=16),
     )  # fmt: skip

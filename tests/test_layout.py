@@ -119,10 +119,11 @@ def test_every_module_lives_in_a_stage_folder():
     )
 
 
-# Rooms of evaluation/ bottom-up: the shared page and chart helpers, then the pairwise judge, the multi-turn
+# Rooms of evaluation/ bottom-up: the shared page and chart helpers, the run log and the interface every evaluation
+# follows (base: config, run, typed result, report), then the pairwise judge, the multi-turn
 # evaluation with its rubric judges, the single-turn benchmark (which judges against a baseline and on the rubric),
 # CoSER (on the multi-turn log, scored with the benchmark's ROUGE-L) and the preference pairs ranked by those judges.
-EVALUATION_ROOMS = ["charts", "pages", "runlog", "judge", "multiturn", "benchmark", "coser", "preference"]
+EVALUATION_ROOMS = ["charts", "pages", "runlog", "base", "judge", "multiturn", "benchmark", "coser", "preference"]
 
 
 def room(module: str) -> int | None:
@@ -138,7 +139,7 @@ def test_evaluation_rooms_import_only_earlier_rooms():
                 wrong.append(f"{name} -> {target}")
     assert wrong == []
     inside = (PACKAGE / "evaluation").iterdir()
-    rooms = ["__init__.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py",
+    rooms = ["__init__.py", "base.py", "benchmark", "charts.py", "coser", "judge", "multiturn", "pages.py", "preference.py",
              "runlog.py"]  # fmt: skip
     assert sorted(p.name for p in inside if p.suffix == ".py" or p.is_dir() and p.name != "__pycache__") == rooms
 

@@ -29,7 +29,7 @@ def rolellm_dataclasses():
 def test_no_dataclass_repeats_a_client_config_field():
     client_fields = {field.name for field in dataclasses.fields(ClientConfig)}
     checked = {name: cls for name, cls in rolellm_dataclasses().items() if cls is not ClientConfig}
-    assert "rolellm.evaluation.benchmark.config.EvaluateConfig" in checked  # the walk reaches the command configs
+    assert "rolellm.evaluation.benchmark.config.BenchmarkConfig" in checked  # the walk reaches the command configs
     assert "rolellm.evaluation.multiturn.run.DialogueConfig" in checked
     assert "rolellm.scripts.chat.ChatArguments" in checked
     repeats = {

@@ -181,19 +181,19 @@ def test_recipes_take_a_string_or_a_list_and_flags_replace_them(release, tmp_pat
 def test_the_never_released_aliases_are_gone(release, tmp_path, capsys):
     """`profiles_dir`, `profiles_path` and `generate profile` were dropped before a release: `--profiles` and
     `generate describe` are the only spellings."""
-    from rolellm.evaluation.benchmark.config import EvaluateConfig
+    from rolellm.evaluation.benchmark.config import BenchmarkConfig
     from rolellm.scripts.generate import GenerateArguments
     from rolellm.training.config import RoCITConfig
 
     with pytest.raises(TypeError, match="profiles_dir"):
         GenerateArguments(output_dir="o", profiles_dir=str(CARD))
     with pytest.raises(TypeError, match="profiles_dir"):
-        EvaluateConfig("o", ClientConfig("m"), profiles=[str(CARD)], profiles_dir=[str(SCREENPLAY)])
+        BenchmarkConfig("o", ClientConfig("m"), profiles=[str(CARD)], profiles_dir=[str(SCREENPLAY)])
     with pytest.raises(TypeError, match="profiles_path"):
         RoCITConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, profiles_path=str(release))
     with pytest.raises(SystemExit):
         main(["generate", "profile", "--profiles", str(CARD), "--model", "m", "--output_dir", "o"])
     assert "invalid choice: 'profile'" in capsys.readouterr().err
-    assert EvaluateConfig("o", ClientConfig("m"), profiles=str(CARD)).profiles == [str(CARD)]
+    assert BenchmarkConfig("o", ClientConfig("m"), profiles=str(CARD)).profiles == [str(CARD)]
     with pytest.raises(ValueError, match="required: --profiles"):
         GenerateArguments(output_dir="o")

@@ -8,7 +8,7 @@ import rouge
 from test_rouge import ENGLISH_SPE, release_pairs
 
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.runner import EvaluateConfig, run_benchmark
+from rolellm.evaluation.benchmark.runner import BenchmarkConfig, run_benchmark
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
 from rolellm.rouge.score import rouge_l
@@ -39,7 +39,7 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
     """`test_full_release.py` checks the paper's figures on the full release; here the same run on the slice, with
     expectations from its files."""
     english = run_benchmark(
-        EvaluateConfig(
+        BenchmarkConfig(
             client=ClientConfig("rolegpt"),
             dataset_name="en-instruction-role_specific",
             data_dir=str(rolebench_slice_dir),
@@ -47,7 +47,7 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
         )
     )
     chinese = run_benchmark(
-        EvaluateConfig(
+        BenchmarkConfig(
             client=ClientConfig("rolegpt"),
             dataset_name="zh",
             data_dir=str(rolebench_slice_dir),
@@ -57,15 +57,15 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
     english_rows = _released(rolebench_slice_dir / f"{ENGLISH_SPE}/test.jsonl")
     specific_rows = _released(rolebench_slice_dir / "rolebench-zh/role_specific/test.jsonl")
     general_rows = _released(rolebench_slice_dir / "rolebench-zh/general/test.jsonl")
-    assert english["metrics"]["SPE"] == pytest.approx(
+    assert english.metrics["SPE"] == pytest.approx(
         rouge_l(*release_pairs(rolebench_slice_dir, ENGLISH_SPE)), abs=1e-12
     )
     spe = rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/role_specific"))
-    assert chinese["metrics"]["SPE"] == pytest.approx(spe, abs=1e-12)  # the paper's 0.2478: `test_full_release.py`
-    assert chinese["metrics"]["CUS"] == pytest.approx(
+    assert chinese.metrics["SPE"] == pytest.approx(spe, abs=1e-12)  # the paper's 0.2478: `test_full_release.py`
+    assert chinese.metrics["CUS"] == pytest.approx(
         rouge_l(*release_pairs(rolebench_slice_dir, "rolebench-zh/general"))
     )
-    assert english["counts"] == {
+    assert english.counts == {
         "rows": len(english_rows),
         "general": 0,
         "role_specific": len(english_rows),
@@ -73,18 +73,14 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
         "RAW_missing": 0,
         "failed": 0,
     }
-    assert english["metrics"]["CUS"] is None and "no general rows" in english["unavailable"]["CUS"]
-    assert {k: v["n"] for k, v in english["per_type"].items()} == _type_counts(english_rows)
-    assert len(english["per_role"]) == len({row["role"] for row in english_rows})
-    assert {k: v["n"] for k, v in chinese["per_type"].items()} == _type_counts(specific_rows)
-    assert chinese["counts"]["general"] == len(general_rows) and chinese["counts"]["role_specific"] == len(
-        specific_rows
-    )
-    assert (
-        chinese["metrics"]["RAW"] is None and "instructions-general.jsonl not found" in chinese["unavailable"]["RAW"]
-    )
-    assert chinese["metrics"]["avg"] == pytest.approx((chinese["metrics"]["CUS"] + chinese["metrics"]["SPE"]) / 2)
-    assert chinese["avg_over"] == ["CUS", "SPE"]
+    assert english.metrics["CUS"] is None and "no general rows" in english.unavailable["CUS"]
+    assert {k: v["n"] for k, v in english.per_type.items()} == _type_counts(english_rows)
+    assert len(english.per_role) == len({row["role"] for row in english_rows})
+    assert {k: v["n"] for k, v in chinese.per_type.items()} == _type_counts(specific_rows)
+    assert chinese.counts["general"] == len(general_rows) and chinese.counts["role_specific"] == len(specific_rows)
+    assert chinese.metrics["RAW"] is None and "instructions-general.jsonl not found" in chinese.unavailable["RAW"]
+    assert chinese.metrics["avg"] == pytest.approx((chinese.metrics["CUS"] + chinese.metrics["SPE"]) / 2)
+    assert chinese.avg_over == ["CUS", "SPE"]
 
     # CUS of one role checked against the `rouge` package on the released files
     folder = rolebench_slice_dir / "rolebench-zh/general"
@@ -93,11 +89,11 @@ def test_rolegpt_baseline_scores_as_the_release_files(rolebench_slice_dir, tmp_p
     }
     tests = [r for r in general_rows if r["role"] == "李白"]
     expected = sum(_paper_rouge_l(answers[r["question"]], r["generated"], "zh") for r in tests) / len(tests)
-    assert chinese["per_role"]["李白"]["CUS"] == pytest.approx(expected, abs=1e-12)
-    assert chinese["per_role"]["李白"]["n_CUS"] == len(tests) > 0
+    assert chinese.per_role["李白"]["CUS"] == pytest.approx(expected, abs=1e-12)
+    assert chinese.per_role["李白"]["n_CUS"] == len(tests) > 0
 
     table = (tmp_path / "zh" / "results.md").read_text(encoding="utf-8")
-    cus, spe, avg = (f"{chinese['metrics'][m]:.4f}" for m in ("CUS", "SPE", "avg"))
+    cus, spe, avg = (f"{chinese.metrics[m]:.4f}" for m in ("CUS", "SPE", "avg"))
     assert f"| RoleGPT | – | {cus} | n/a | {spe} | {avg}* | n/a |" in table
     assert "### Chinese (paper Table 4)" in table and "| script_based | " in table
 
@@ -143,7 +139,7 @@ def test_run_on_endpoint_scores_and_resumes(lang, rolebench_slice_dir, english_d
     raw_file.write_text("".join(json.dumps({"instruction": q, "target": t}) + "\n" for q, t in targets.items()))
 
     with ChatCompletionsServer(_first_reference_responder(answers)) as server:
-        config = EvaluateConfig(
+        config = BenchmarkConfig(
             client=ClientConfig("served-model", base_url=server.base_url),
             dataset_name=name,
             data_dir=str(data_dir),
@@ -154,27 +150,27 @@ def test_run_on_endpoint_scores_and_resumes(lang, rolebench_slice_dir, english_d
         )
         results = run_benchmark(config)
         sent = len(server.requests)
-        assert run_benchmark(config)["metrics"] == results["metrics"]
+        assert run_benchmark(config).metrics == results.metrics
         assert len(server.requests) == sent  # the second run re-sends nothing
     n_specific = 6
     assert sent == (12 if lang == "zh" else n_specific)
-    assert results["counts"]["role_specific"] == n_specific and results["counts"]["failed"] == 0
-    assert results["metrics"]["SPE"] == 1.0
+    assert results.counts["role_specific"] == n_specific and results.counts["failed"] == 0
+    assert results.metrics["SPE"] == 1.0
     if lang == "zh":
-        assert results["metrics"]["CUS"] == 1.0
+        assert results.metrics["CUS"] == 1.0
         # RAW: the two questions with a target, scored against it with the `rouge` package
         records = _released(tmp_path / "run/generations.jsonl")
         predictions = {(r["role"], r["question"]): r["prediction"] for r in records}
         scored = [(p, targets[q.strip()]) for (role, q), p in predictions.items() if q.strip() in targets]
-        assert results["counts"]["RAW"] == len(scored) and results["counts"]["RAW_missing"] == 6 - len(scored)
+        assert results.counts["RAW"] == len(scored) and results.counts["RAW_missing"] == 6 - len(scored)
         expected = sum(_paper_rouge_l(p, [t], "zh") for p, t in scored) / len(scored)
-        assert results["metrics"]["RAW"] == pytest.approx(expected, abs=1e-12)
-        assert results["avg_over"] == ["CUS", "RAW", "SPE"]
+        assert results.metrics["RAW"] == pytest.approx(expected, abs=1e-12)
+        assert results.avg_over == ["CUS", "RAW", "SPE"]
     else:
-        assert results["unavailable"]["CUS"] == "no general rows in this config"
-    assert set(results["per_role"]) == set(roles)
+        assert results.unavailable["CUS"] == "no general rows in this config"
+    assert set(results.per_role) == set(roles)
     saved = json.loads((tmp_path / "run/results.json").read_text(encoding="utf-8"))
-    assert saved["metrics"] == results["metrics"] and saved["model"] == "served-model" and saved["mode"] == "system"
+    assert saved["metrics"] == results.metrics and saved["model"] == "served-model" and saved["mode"] == "system"
 
 
 @pytest.mark.slow
@@ -184,14 +180,14 @@ def test_run_with_tiny_local_model(lang, rolebench_slice_dir, english_data_dir, 
         (rolebench_slice_dir, "zh") if lang == "zh" else (english_data_dir, "en-instruction-role_specific")
     )
     roles = ["张飞"] if lang == "zh" else ["Jack Sparrow"]
-    config = EvaluateConfig(
+    config = BenchmarkConfig(
         client=ClientConfig(str(tiny_model_path), chat_template="chatml", max_new_tokens=12, batch_size=4),
         dataset_name=name, data_dir=str(data_dir), roles=roles, max_samples_per_role=2, mode="no-system",
         output_dir=str(tmp_path / "run"),
     )  # fmt: skip
     results = run_benchmark(config)
     records = _released(tmp_path / "run/generations.jsonl")
-    assert len(records) == results["counts"]["rows"] == (4 if lang == "zh" else 2)
+    assert len(records) == results.counts["rows"] == (4 if lang == "zh" else 2)
     # what was generated is what was scored: SPE recomputed from the saved answers with the `rouge` package
     released = {r["question"]: r["generated"] for r in _released(
         rolebench_slice_dir / ("rolebench-zh/role_specific/test.jsonl" if lang == "zh"
@@ -199,8 +195,8 @@ def test_run_with_tiny_local_model(lang, rolebench_slice_dir, english_data_dir, 
     specific = [r for r in records if r["subset"] == "role_specific"]
     expected = [_paper_rouge_l(r["prediction"], released[r["question"]], lang) if r["prediction"].strip(". ") else 0.0
                 for r in specific]  # fmt: skip
-    assert results["metrics"]["SPE"] == pytest.approx(sum(expected) / len(expected), abs=1e-12)
-    assert results["model"] == tiny_model_path.name and results["mode"] == "no-system"
+    assert results.metrics["SPE"] == pytest.approx(sum(expected) / len(expected), abs=1e-12)
+    assert results.model_label == tiny_model_path.name and results.mode == "no-system"
 
 
 def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_slice_dir, tmp_path):
@@ -218,7 +214,7 @@ def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_slice_dir, tmp
         )
 
     with ChatCompletionsServer(lambda body: marker + "！") as model, ChatCompletionsServer(judge) as judge_server:
-        config = EvaluateConfig(
+        config = BenchmarkConfig(
             client=ClientConfig("served-model", base_url=model.base_url), dataset_name="zh",
             data_dir=str(rolebench_slice_dir), roles=["孙悟空"], max_samples_per_role=2,
             judge=ClientConfig("judge", base_url=judge_server.base_url),
@@ -227,13 +223,13 @@ def test_win_rate_against_rolegpt_with_a_judge_endpoint(rolebench_slice_dir, tmp
         results = run_benchmark(config)
         assert len(judge_server.requests) == 8  # 4 rows, both orders
         again = run_benchmark(config)
-        assert len(judge_server.requests) == 8 and again["win_rate"]["cached"] == 8
-        assert again["win_rate"]["outcomes"] == results["win_rate"]["outcomes"] == ["win"] * 4
-    judged = results["win_rate"]
+        assert len(judge_server.requests) == 8 and again.win_rate["cached"] == 8
+        assert again.win_rate["outcomes"] == results.win_rate["outcomes"] == ["win"] * 4
+    judged = results.win_rate
     assert (judged["wins"], judged["ties"], judged["losses"], judged["failed"]) == (4, 0, 0, 0)
-    assert results["metrics"]["win_rate"] == judged["win_rate"] == 1.0 and judged["average_rank"] == 1.0
-    assert "win_rate" not in results["unavailable"]
+    assert results.metrics["win_rate"] == judged["win_rate"] == 1.0 and judged["average_rank"] == 1.0
+    assert "win_rate" not in results.unavailable
     assert "| served-model | system | " in (tmp_path / "results.md").read_text(encoding="utf-8")
     assert (tmp_path / "results.md").read_text(encoding="utf-8").split("\n")[4].endswith("| 100.00 |")
     with pytest.raises(ValueError, match="drop judge_model"):
-        EvaluateConfig(client=ClientConfig("rolegpt"), output_dir="o", judge=ClientConfig("judge", backend="openai"))
+        BenchmarkConfig(client=ClientConfig("rolegpt"), output_dir="o", judge=ClientConfig("judge", backend="openai"))

@@ -8,7 +8,7 @@ import pytest
 from rolellm.clients.config import ClientConfig
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.evaluation.benchmark.answers import generate_predictions
-from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import BenchmarkConfig
 from rolellm.roles.lookup import select_rows
 from rolellm.roles.prompts import PROMPTING_MODES, build_role_messages, build_system_instruction
 from rolellm.roles.resolve import profiles_for
@@ -25,7 +25,7 @@ def zh_rows(rolebench_dir):
 
 @pytest.fixture(scope="module")
 def zh_profiles(rolebench_dir, shared_data_dir):
-    config = EvaluateConfig(
+    config = BenchmarkConfig(
         client=ClientConfig("m"),
         output_dir="unused",
         data_dir=str(rolebench_dir),
@@ -114,7 +114,7 @@ def test_generation_on_server_resumes_without_resending(zh_rows, zh_profiles, ro
     rows = _select(zh_rows, 2)
     with ChatCompletionsServer(_answer) as server:
         client = ClientConfig("served-model", base_url=server.base_url)
-        config = EvaluateConfig(client=client, output_dir=str(tmp_path / "run"), save_every=7)
+        config = BenchmarkConfig(client=client, output_dir=str(tmp_path / "run"), save_every=7)
         predictions = generate_predictions(rows, zh_profiles, config)
         assert predictions == ["答：" + r["question"].strip()[:10] for r in rows]  # questions are sent stripped
         assert len(server.requests) == len(rows) == 20
@@ -140,7 +140,7 @@ def test_generation_on_server_resumes_without_resending(zh_rows, zh_profiles, ro
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert sorted(r["index"] for r in records) == list(range(20))
 
-    other = EvaluateConfig(**{**vars(config), "mode": "no-system"})
+    other = BenchmarkConfig(**{**vars(config), "mode": "no-system"})
     with pytest.raises(ValueError, match="mode: 'system' there, 'no-system' now"):
         generate_predictions(rows, zh_profiles, other)
 
@@ -154,7 +154,7 @@ def test_failed_generations_are_none_and_retried_on_rerun(zh_rows, zh_profiles, 
         return Fault("server_error") if hit else _answer(body)
 
     with ChatCompletionsServer(flaky) as server:
-        config = EvaluateConfig(client=ClientConfig("m", base_url=server.base_url), output_dir=str(tmp_path))
+        config = BenchmarkConfig(client=ClientConfig("m", base_url=server.base_url), output_dir=str(tmp_path))
         from rolellm.clients.openai_compatible import OpenAIChatClient
 
         client = OpenAIChatClient("m", base_url=server.base_url, max_retries=1, initial_backoff=0.01, progress=False)
@@ -169,8 +169,8 @@ def test_missing_profile_and_dialogue_are_clear_errors(zh_rows, zh_profiles, tmp
     rows = _select(zh_rows, 1)
     with pytest.raises(ValueError, match=r"no profile for 1 role\(s\) of the evaluation rows: \['张飞'\]"):
         profiles = {k: v for k, v in zh_profiles.items() if k != "张飞"}
-        generate_predictions(rows, profiles, EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path)))
-    config = EvaluateConfig(client=ClientConfig("m"), output_dir=str(tmp_path / "b"), mode="few-shot-dialogue")
+        generate_predictions(rows, profiles, BenchmarkConfig(client=ClientConfig("m"), output_dir=str(tmp_path)))
+    config = BenchmarkConfig(client=ClientConfig("m"), output_dir=str(tmp_path / "b"), mode="few-shot-dialogue")
     li_bai = [r for r in rows if r["role"] == "李白"]
     with pytest.raises(ValueError, match="needs script dialogue of '李白'"):
         generate_predictions(li_bai, zh_profiles, config, client=object())
@@ -180,7 +180,7 @@ def test_generation_with_tiny_local_model_resumes_without_the_model(zh_rows, zh_
     model = shutil.copytree(tiny_model_path, tmp_path / "model")
     rows = _select(zh_rows, 1)[:4]
     client = ClientConfig(str(model), chat_template="chatml", max_new_tokens=6)
-    config = EvaluateConfig(client=client, output_dir=str(tmp_path / "run"))
+    config = BenchmarkConfig(client=client, output_dir=str(tmp_path / "run"))
     predictions = generate_predictions(rows, zh_profiles, config)
     assert len(predictions) == 4 and all(isinstance(p, str) for p in predictions)
     shutil.rmtree(model)  # everything is answered: a re-run must not even load the model
@@ -205,9 +205,9 @@ def test_the_paper_names_are_aliases_of_the_registry_modes(tmp_path):
                            ("no_system", "no-system"), ("dialogue", "few-shot-dialogue")]:  # fmt: skip
         assert prompting_mode(spelling) == mode
         assert RoleGPTConfig(prompt_mode=spelling).prompt_mode == mode
-        assert EvaluateConfig(output_dir="o", client=ClientConfig("m"), mode=spelling).mode == mode
+        assert BenchmarkConfig(output_dir="o", client=ClientConfig("m"), mode=spelling).mode == mode
     assert RoleGPTConfig().prompt_mode == "few-shot-dialogue"
-    assert EvaluateConfig(output_dir="o", client=ClientConfig("m")).mode == "system"
+    assert BenchmarkConfig(output_dir="o", client=ClientConfig("m")).mode == "system"
     with pytest.raises(ValueError, match=r"prompt_mode='two_shot' is not a prompting mode; choose one of system, "):
         RoleGPTConfig(prompt_mode="two_shot")
 
@@ -233,7 +233,7 @@ def test_a_checkpoint_is_evaluated_with_the_profiles_it_was_trained_with(roleben
     checkpoint = tmp_path / "checkpoint"
     trained = RoleProfile("孙悟空", "zh", "训练时的描述：齐天大圣。", ["俺老孙来也"])
     write_profiles_jsonl({"孙悟空": trained}, checkpoint / PROFILES_FILE)
-    config = EvaluateConfig(
+    config = BenchmarkConfig(
         output_dir=str(tmp_path / "eval"), client=ClientConfig(str(checkpoint)), dataset_name="zh-general",
         data_dir=str(rolebench_dir), roles=["孙悟空"], max_samples_per_role=1,
     )  # fmt: skip

@@ -4,7 +4,7 @@
 import pytest
 
 from rolellm.clients.config import ClientConfig
-from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import BenchmarkConfig
 from rolellm.generation.rolegpt import RoleGPTConfig
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.prompts import build_system_instruction
@@ -17,9 +17,9 @@ TEXT = "You are {{ role }}. {{ desc }}\n"
 def test_a_file_and_its_text_give_one_template(tmp_path):
     path = tmp_path / "role.jinja"
     path.write_text(TEXT, encoding="utf-8")
-    from_file = EvaluateConfig(str(tmp_path / "out"), ClientConfig("m", base_url="http://127.0.0.1:9/v1"),
+    from_file = BenchmarkConfig(str(tmp_path / "out"), ClientConfig("m", base_url="http://127.0.0.1:9/v1"),
                                system_template=str(path))  # fmt: skip
-    from_text = EvaluateConfig(str(tmp_path / "out"), ClientConfig("m", base_url="http://127.0.0.1:9/v1"),
+    from_text = BenchmarkConfig(str(tmp_path / "out"), ClientConfig("m", base_url="http://127.0.0.1:9/v1"),
                                system_template=TEXT)  # fmt: skip
     assert from_file.system_template == from_text.system_template == TEXT
     assert RoleGPTConfig(system_template=str(path)).system_template == TEXT

@@ -282,7 +282,7 @@ def fingerprint_files(paths) -> str:
 
 
 def raw_targets_path(raw_targets_file: str | Path | None, data_dir: str | Path | None, lang: str) -> Path | None:
-    """The RAW references of `rolellm evaluate` (`EvaluateConfig.raw_targets_file`): `raw_targets_file`, else the
+    """The RAW references of `rolellm evaluate` (`BenchmarkConfig.raw_targets_file`): `raw_targets_file`, else the
     release's `instructions-{eng,zh}/instructions-general.jsonl` if present (in `data_dir`, or on the Hub when
     `data_dir` is not set); `None` when the release's file is unavailable."""
     if raw_targets_file is not None:

@@ -129,7 +129,7 @@ def prompting_mode(name: str, argument: str = "mode") -> PromptingMode:
 
 
 def prompting_mode_field(default: PromptingMode, help: str):
-    """The prompting-mode field of a config (`RoleGPTConfig.prompt_mode`, `EvaluateConfig.mode`): a `str` whose
+    """The prompting-mode field of a config (`RoleGPTConfig.prompt_mode`, `BenchmarkConfig.mode`): a `str` whose
     flag and recipe key take the modes and the paper's names in any spelling (argparse lists them in `--help` and
     rejects anything else). The config normalises the value with `prompting_mode` in its `__post_init__`.
 

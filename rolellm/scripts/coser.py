@@ -28,9 +28,9 @@ import sys
 from dataclasses import dataclass, field
 
 from rolellm.clients.config import ClientConfig, derive_client, endpoint_options
-from rolellm.evaluation.coser.run import DEFAULT_ENV_MODEL, DEFAULT_NSP_MODEL, CoserConfig
+from rolellm.evaluation.coser.run import DEFAULT_ENV_MODEL, DEFAULT_NSP_MODEL, CoserConfig, count
 from rolellm.scripts.cli import setup_logging
-from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
+from rolellm.scripts.exit_codes import EXIT_PARTIAL, evaluation_exit_code
 from rolellm.scripts.recipe import dataclasses_from, make_command_group, make_command_parser
 
 
@@ -104,46 +104,17 @@ def run_main(args) -> int:
     config = coser_config(args)
     result = run_coser(config)
     if config.dry_run:
-        print(format_estimate(result["scenes"], result["estimate"]))
+        print(format_estimate(result.scenes, result.estimate))
         return 0
-    results = result["results"]
-    if result["scored"]:
-        print(format_scores(results["scores"]))
-        print(f"{result['scored']} of {result['scenes']} scenes scored; wrote {config.output_dir}/results.json, "
+    if result.scored:
+        print(format_scores(result.results["scores"]))
+        print(f"{result.scored} of {result.scenes} scenes scored; wrote {config.output_dir}/results.json, "
               f"report.html and conversations.html")  # fmt: skip
-    if results["run"].get("warning"):
-        print(f"rolellm coser: warning: {results['run']['warning']}", file=sys.stderr)
-    for failure in result["failures"]:
+    if result.results["run"].get("warning"):
+        print(f"rolellm coser: warning: {result.results['run']['warning']}", file=sys.stderr)
+    for failure in result.failures:
         print(f"scene {failure['case']}: {failure['error']}", file=sys.stderr)
-    if result["scored"] == 0:
-        print("rolellm coser: no scene could be scored; run again to go on from what was saved", file=sys.stderr)
-        return EXIT_FAILED
-    if result["failures"] and not config.allow_partial:
-        print(f"rolellm coser: {describe_failures(result['failures'])} (pass --allow_partial to accept a partial "
-              "run; run again to retry them)", file=sys.stderr)  # fmt: skip
-        return EXIT_PARTIAL
-    return 0
-
-
-def count(n: int, what: str) -> str:
-    """`count(1, "scene")` -> `'1 scene'`, `count(4, "scene")` -> `'4 scenes'`."""
-    return f"{n} {what}{'' if n == 1 else 's'}"
-
-
-def describe_failures(failures: list[dict]) -> str:
-    """What failed, scenes and judge answers counted apart.
-
-    >>> describe_failures([{"case": "a", "dimension": d} for d in "wxyz"] + [{"case": "b"}])
-    '1 scene stopped early; 4 judge answers failed, in 1 scene'
-    """
-    stopped = {f["case"] for f in failures if "dimension" not in f}
-    judged = [f for f in failures if "dimension" in f]
-    parts = [f"{count(len(stopped), 'scene')} stopped early"] if stopped else []
-    if judged:
-        parts.append(
-            f"{count(len(judged), 'judge answer')} failed, in {count(len({f['case'] for f in judged}), 'scene')}"
-        )
-    return "; ".join(parts)
+    return evaluation_exit_code("coser", result, config, retry_hint="; run again to retry them")
 
 
 def format_estimate(scenes: int, estimate: dict) -> str:

@@ -30,7 +30,7 @@ from typing import Literal
 from rolellm.clients.config import ClientConfig, derive_client, endpoint_options
 from rolellm.evaluation.multiturn.run import DialogueConfig
 from rolellm.scripts.cli import setup_logging
-from rolellm.scripts.exit_codes import EXIT_FAILED, EXIT_PARTIAL
+from rolellm.scripts.exit_codes import evaluation_exit_code
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -77,41 +77,28 @@ def main(args=None):
     if args is None:
         args = make_parser().parse_args()
     from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME
-    from rolellm.evaluation.multiturn.run import run_dialogue_eval
+    from rolellm.evaluation.multiturn.run import run_dialogue
 
     setup_logging()
     config = dialogue_config(args)
     score_transcripts = None
     if args.rubric == "coser_flaws":
         from rolellm.evaluation.coser.rubric import judge_transcripts_by_flaws as score_transcripts
-    result = run_dialogue_eval(config, score_transcripts)
-    transcripts, played = result["transcripts"], result["played"]
-    output_dir = config.output_dir
-    print(f"Played {played} turns in {len(transcripts)} conversations; wrote {Path(output_dir) / TRANSCRIPTS_NAME}")
-    for transcript in transcripts:
+    result = run_dialogue(config, score_transcripts)
+    output_dir = Path(config.output_dir)
+    print(
+        f"Played {result.played} turns in {len(result.transcripts)} conversations; wrote {output_dir / TRANSCRIPTS_NAME}"
+    )
+    for transcript in result.transcripts:
         if transcript["error"]:
             print(f"conversation {transcript['id']} stopped early: {transcript['error']}", file=sys.stderr)
-    if played == 0:
-        print("rolellm dialogue: no turn could be played", file=sys.stderr)
-        return EXIT_FAILED
-    scores = result["scores"]
-    if scores is not None and scores["failures"]["unscored"] == len(scores["items"]):
-        print(
-            f"rolellm dialogue: no judge answer could be read ({scores['failures']['count']} failed), so nothing "
-            "was scored; the transcripts are kept",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    if scores is not None:
-        print(format_scores(scores))
-        print(f"Wrote {Path(output_dir) / 'scores.json'}")
-    report = result["report"]
-    print(f"Wrote {report['report']}, {report['html']} and {report['transcripts']}")
-    if result["failures"] and not config.allow_partial:
-        what = f"{result['failures']} conversations or judge answers failed"
-        print(f"rolellm dialogue: {what} (pass --allow_partial to accept a partial run)", file=sys.stderr)
-        return EXIT_PARTIAL
-    return 0
+    if result.error is None:
+        if result.scores is not None:
+            print(format_scores(result.scores))
+            print(f"Wrote {output_dir / 'scores.json'}")
+        report = result.report
+        print(f"Wrote {report['report']}, {report['html']} and {report['transcripts']}")
+    return evaluation_exit_code("dialogue", result, config)
 
 
 def format_scores(scores: dict) -> str:

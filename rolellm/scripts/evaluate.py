@@ -31,12 +31,11 @@ Command-line flags override the values of `--config`.
 """
 
 import json
-import sys
 
 from rolellm.clients.config import ClientConfig, derive_client, endpoint_options
-from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import BenchmarkConfig
 from rolellm.scripts.cli import setup_logging
-from rolellm.scripts.exit_codes import EXIT_PARTIAL
+from rolellm.scripts.exit_codes import evaluation_exit_code
 from rolellm.scripts.recipe import dataclasses_from, make_command_parser
 
 
@@ -44,7 +43,7 @@ JudgeOptions = endpoint_options("judge", model_help="Judge model for the win rat
 BaselineOptions = endpoint_options(
     "baseline", model_help="Model answering as the baseline (local folder, Hub id, or served name)."
 )
-DATACLASSES = [ClientConfig, EvaluateConfig, JudgeOptions, BaselineOptions]
+DATACLASSES = [ClientConfig, BenchmarkConfig, JudgeOptions, BaselineOptions]
 
 
 def make_parser(subparsers=None):
@@ -52,12 +51,12 @@ def make_parser(subparsers=None):
     return make_command_parser("evaluate", DATACLASSES, description, subparsers)
 
 
-def evaluate_config(args) -> EvaluateConfig:
-    """The `EvaluateConfig` of parsed flags: the model's client from the `ClientConfig` flags, the judge and the
+def evaluate_config(args) -> BenchmarkConfig:
+    """The `BenchmarkConfig` of parsed flags: the model's client from the `ClientConfig` flags, the judge and the
     baseline model derived from it with their `--judge_*` and `--baseline_*` flags."""
     client, judge, baseline = dataclasses_from(args, [ClientConfig, JudgeOptions, BaselineOptions])
     [config] = dataclasses_from(
-        args, [EvaluateConfig], client=client, judge=derive_client(client, "judge", judge),
+        args, [BenchmarkConfig], client=client, judge=derive_client(client, "judge", judge),
         baseline_client=derive_client(client, "baseline", baseline),
     )  # fmt: skip
     return config
@@ -97,27 +96,17 @@ def main(args=None):
 
     setup_logging()  # the runner logs what it will send (requests, estimated tokens), resumptions and failures
     config = evaluate_config(args)
-    results = run_benchmark(config)
-    print(format_table([results]))
-    if "win_rate" in results:
-        print(format_win_rate(results["win_rate"]))
-    if "rubric" in results:
-        print(format_rubric_scores(results["rubric"]))
-    for metric, reason in results["unavailable"].items():
+    result = run_benchmark(config)
+    print(format_table([result.to_dict()]))
+    if result.win_rate is not None:
+        print(format_win_rate(result.win_rate))
+    if result.rubric is not None:
+        print(format_rubric_scores(result.rubric))
+    for metric, reason in result.unavailable.items():
         print(f"{metric}: unavailable ({reason})")
     print(f"Wrote results.json, results.md, results.html and the charts to {args.output_dir}")
-    counts = json.dumps(results["counts"])
-    print(f"Counts: {counts}")
-    failed = {
-        "generations": results["counts"].get("failed", 0),
-        "verdicts": results.get("win_rate", {}).get("failed", 0),
-        "rubric verdicts": results.get("rubric", {}).get("failed", 0),
-    }
-    if any(failed.values()) and not config.allow_partial:
-        what = ", ".join(f"{n} {name}" for name, n in failed.items() if n)
-        print(f"rolellm evaluate: {what} failed (pass --allow_partial to accept a partial run)", file=sys.stderr)
-        return EXIT_PARTIAL
-    return 0
+    print(f"Counts: {json.dumps(result.counts)}")
+    return evaluation_exit_code("evaluate", result, config)
 
 
 if __name__ == "__main__":

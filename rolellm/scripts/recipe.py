@@ -3,10 +3,10 @@ override them, and `dataclasses_from` turns the parsed namespace into the comman
 
 >>> import tempfile
 >>> from rolellm.clients.config import ClientConfig
->>> from rolellm.evaluation.benchmark.config import EvaluateConfig
+>>> from rolellm.evaluation.benchmark.config import BenchmarkConfig
 >>> path = tempfile.mkdtemp() + "/recipe.yaml"
 >>> _ = open(path, "w").write("model_name_or_path: rolegpt\\noutput_dir: runs/rolegpt\\n")
->>> parser = recipe_parser_class()([ClientConfig, EvaluateConfig])
+>>> parser = recipe_parser_class()([ClientConfig, BenchmarkConfig])
 >>> args = parser.parse_args(["--config", path, "--output_dir", "runs/other"])
 >>> args.model, args.output_dir
 ('rolegpt', 'runs/other')
@@ -61,14 +61,14 @@ def read_recipe(path: str, dataclass_types) -> dict:
 
 def is_flag(field) -> bool:
     """Whether the recipe parser makes a flag of a dataclass field: not when its metadata says `"flag": False` or
-    its value is a dataclass (`EvaluateConfig.client`: the script assembles it from flags of its own)."""
+    its value is a dataclass (`BenchmarkConfig.client`: the script assembles it from flags of its own)."""
     kinds = typing.get_args(field.type) if isinstance(field.type, types.UnionType) else (field.type,)
     return field.init and field.metadata.get("flag", True) and not any(dataclasses.is_dataclass(k) for k in kinds)
 
 
 def dataclasses_from(namespace, dataclass_types, **values) -> tuple:
     """One instance of each of `dataclass_types` from a parsed namespace (each takes the fields it declares), with
-    `values` for the fields that are no flags (`is_flag`), such as `EvaluateConfig(client=...)`.
+    `values` for the fields that are no flags (`is_flag`), such as `BenchmarkConfig(client=...)`.
 
     >>> from argparse import Namespace
     >>> from rolellm.clients.config import ClientConfig

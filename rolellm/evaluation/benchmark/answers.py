@@ -1,7 +1,7 @@
 """A benchmark run's answers: prompted from RoleBench rows, generated, and kept in `<output_dir>/generations.jsonl`.
 
 `RowAnswers` says who answers: the model (`ModelAnswers`), the release's RoleGPT answers (`ReleaseAnswers`) or an
-earlier run's folder (`FolderAnswers`); `model_answers` and `baseline_answers` pick them from an `EvaluateConfig`.
+earlier run's folder (`FolderAnswers`); `model_answers` and `baseline_answers` pick them from an `BenchmarkConfig`.
 `GenerationLog` is the log of a model's answers beside `run_config.json` (the settings that made them): a run that
 stops resumes where it was and never sends a request twice; another run's folder is refused (`changed_settings`).
 `generate_predictions` answers every row not answered yet (`build_requests` prompts each row in the run's mode).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rolellm.clients.config import check_endpoints, make_client
 from rolellm.evaluation.benchmark.baseline import read_predictions_folder, rolegpt_predictions
-from rolellm.evaluation.benchmark.config import ROLEGPT, EvaluateConfig
+from rolellm.evaluation.benchmark.config import ROLEGPT, BenchmarkConfig
 from rolellm.roles.profile import DataFormatError, parse_json_line, read_json_object, read_text
 from rolellm.roles.release import require_release_profiles
 
@@ -23,7 +23,7 @@ from rolellm.roles.release import require_release_profiles
 logger = logging.getLogger(__name__)
 
 
-def changed_settings(config: EvaluateConfig) -> dict:
+def changed_settings(config: BenchmarkConfig) -> dict:
     """The generation settings that differ from those `run_config.json` in `output_dir` records (`{}` for a new
     folder); raises `ValueError` when they differ and `overwrite_output_dir` is not set."""
     folder = Path(config.output_dir)
@@ -49,7 +49,7 @@ class GenerationLog:
     `overwrite_output_dir`), then each answer as it arrives.
     """
 
-    def __init__(self, config: EvaluateConfig, rows: list[dict]):
+    def __init__(self, config: BenchmarkConfig, rows: list[dict]):
         self.folder = Path(config.output_dir)
         self.path = self.folder / "generations.jsonl"
         self.rows = rows
@@ -120,7 +120,7 @@ class GenerationLog:
         os.fsync(self._file.fileno())
 
 
-def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, config: EvaluateConfig) -> list:
+def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, config: BenchmarkConfig) -> list:
     """One `ChatRequest` per row index, prompted with `config.mode` (greedy unless `temperature` > 0); a role of
     these rows without a profile is a `ValueError` (`require_release_profiles`)."""
     from rolellm.clients.openai_compatible import ChatRequest
@@ -154,7 +154,7 @@ def build_requests(rows: list[dict], indices: list[int], profiles: Mapping, conf
 
 
 def generate_predictions(
-    rows: list[dict], profiles: Mapping, config: EvaluateConfig, client=None, log: GenerationLog | None = None
+    rows: list[dict], profiles: Mapping, config: BenchmarkConfig, client=None, log: GenerationLog | None = None
 ) -> list[str | None]:
     """Answer every row, resuming from `<output_dir>/generations.jsonl`; `None` marks a failed generation.
 
@@ -239,7 +239,7 @@ class FolderAnswers(RowAnswers):
 class ModelAnswers(RowAnswers):
     """A model's answers, generated and logged in `config.output_dir` (`GenerationLog`, `generate_predictions`)."""
 
-    def __init__(self, config: EvaluateConfig):
+    def __init__(self, config: BenchmarkConfig):
         self.config = config
 
     def read(self, rows, dataset) -> None:
@@ -250,12 +250,12 @@ class ModelAnswers(RowAnswers):
         return generate_predictions(rows, profiles, self.config, client=client, log=self.log)
 
 
-def model_answers(config: EvaluateConfig) -> RowAnswers:
+def model_answers(config: BenchmarkConfig) -> RowAnswers:
     """Who answers a run's rows: the release's RoleGPT answers for the model `rolegpt`, else the model."""
     return ReleaseAnswers() if config.is_rolegpt_baseline else ModelAnswers(config)
 
 
-def baseline_answers(config: EvaluateConfig) -> RowAnswers | None:
+def baseline_answers(config: BenchmarkConfig) -> RowAnswers | None:
     """What the judge compares the answers with: a baseline model's answers (in `<output_dir>/baseline/`), the
     release's RoleGPT answers or an earlier run's folder; `None` when no win rate is judged."""
     if not config.judges_win_rate:

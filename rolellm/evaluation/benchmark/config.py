@@ -1,6 +1,6 @@
-"""`EvaluateConfig`: what `run_benchmark` and `rolellm evaluate` evaluate, how, and where they write.
+"""`BenchmarkConfig`: what `run_benchmark` and `rolellm evaluate` evaluate, how, and where they write.
 
->>> config = EvaluateConfig(output_dir="runs/rolegpt-zh", client=ClientConfig("rolegpt"), dataset_name="zh")
+>>> config = BenchmarkConfig(output_dir="runs/rolegpt-zh", client=ClientConfig("rolegpt"), dataset_name="zh")
 >>> config.is_rolegpt_baseline, config.model_label, config.client.cache_path
 (True, 'RoleGPT', 'runs/rolegpt-zh/cache.sqlite')
 """
@@ -9,8 +9,9 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_minimums, with_default_cache
+from rolellm.clients.config import ClientConfig, check_minimums
 from rolellm.clients.inference_settings import resolve_keep_think
+from rolellm.evaluation.base import EvaluationConfig, deprecated_names
 from rolellm.roles.prompts import prompting_mode, prompting_mode_field, system_template_text
 from rolellm.roles.resolve import as_sources, profiles_field
 
@@ -26,8 +27,8 @@ GENERATION_FIELDS = (
 
 
 @dataclass
-class EvaluateConfig:
-    """Configuration of `run_benchmark` and `rolellm evaluate`.
+class BenchmarkConfig(EvaluationConfig):
+    """Configuration of `run_benchmark` and `rolellm evaluate` (an `EvaluationConfig`).
 
     The clients are values (`ClientConfig`): `rolellm evaluate` builds `client` from its `ClientConfig` flags
     (`--model`, `--base_url`, `--max_new_tokens`, ...) and derives `judge` and `baseline_client` from the
@@ -138,6 +139,9 @@ class EvaluateConfig:
     allow_partial: bool = field(
         default=False, metadata={"help": "Accept a run where some generations or verdicts failed (exit 0)."}
     )
+    # each client keeps its answers in its own file of output_dir (the model's in cache.sqlite), the names earlier
+    # runs used
+    CACHE_FILES = {"judge": "judge_cache.sqlite", "baseline_client": os.path.join("baseline", "cache.sqlite")}
 
     def __post_init__(self):
         self.mode = prompting_mode(self.mode)
@@ -163,12 +167,7 @@ class EvaluateConfig:
             raise ValueError("baseline='none' leaves the judge nothing to do: set rubric, or drop judge_model")
         if self.max_samples_per_role is not None and self.max_samples_per_role < 1:
             raise ValueError(f"max_samples_per_role={self.max_samples_per_role} must be at least 1")
-        # each client keeps its answers in its own file of output_dir, the names earlier runs used
-        self.client = with_default_cache(self.client, os.path.join(self.output_dir, "cache.sqlite"))
-        self.judge = with_default_cache(self.judge, os.path.join(self.output_dir, "judge_cache.sqlite"))
-        self.baseline_client = with_default_cache(
-            self.baseline_client, os.path.join(self.output_dir, "baseline", "cache.sqlite")
-        )
+        self.set_default_caches()
         if self.model_label is None:
             name = self.client.model.rstrip("/").split("/")[-1]
             self.model_label = "RoleGPT" if self.is_rolegpt_baseline else name
@@ -192,7 +191,7 @@ class EvaluateConfig:
         }  # fmt: skip
         return {name: own[name] if name in own else getattr(self, name) for name in GENERATION_FIELDS}
 
-    def baseline_config(self) -> "EvaluateConfig":
+    def baseline_config(self) -> "BenchmarkConfig":
         """The run generating the baseline's answers (`baseline_client`): this run's data, prompting and decoding, the
         baseline model, written to `<output_dir>/baseline/`."""
         return replace(
@@ -203,3 +202,6 @@ class EvaluateConfig:
     @property
     def is_rolegpt_baseline(self) -> bool:
         return self.client.model.lower() == ROLEGPT
+
+
+__getattr__ = deprecated_names(globals(), {"EvaluateConfig": "BenchmarkConfig"})

@@ -6,7 +6,8 @@ run, answer lengths with the raw and length-controlled win rates, the rubric sco
 judge's agreement with people when `agreement.json` is in the folder), `per_role.png` (a bar per role and metric), `comparison.png` (the metrics side by
 side across runs), the same two as SVG, `lengths.svg` and `win_rate.svg`. The HTML embeds the SVGs, whose text stays
 text (`rolellm.evaluation.charts`), so Chinese role names show even where no CJK font is installed for matplotlib.
-`update_model_card` writes the scores into the `model-index` of a model card.
+`update_model_card` writes the scores into the `model-index` of a model card; `write_benchmark_report` writes the report
+of a run's folder again.
 
 >>> result = {"model": "RoleGPT", "dataset_name": "zh", "mode": None, "avg_over": ["CUS", "SPE"],
 ...           "metrics": {"CUS": 0.5, "RAW": None, "SPE": 0.25, "avg": 0.375, "win_rate": None}}
@@ -278,10 +279,18 @@ def rewrite_reports(folder: str | Path) -> list[Path]:
     if (folder / "results.json").is_file():
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
         if "per_role" in results:  # a full run_benchmark result, not only verdicts
-            compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
-            others = [read_compared_results(path) for path in compared if path.is_file()]
-            written.append(write_report([*others, results], folder)["html"])
+            written.append(write_benchmark_report(folder)["html"])
     return written
+
+
+def write_benchmark_report(folder: str | Path) -> dict[str, Path]:
+    """Write again the report of a `rolellm evaluate` folder from its `results.json`, beside the runs it was compared
+    with (the `compare_with` files of its config that are still there): `write_report`'s files, which it returns."""
+    folder = Path(folder)
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    compared = [Path(path) for path in (results.get("config") or {}).get("compare_with") or []]
+    others = [read_compared_results(path) for path in compared if path.is_file()]
+    return write_report([*others, results], folder)
 
 
 def eval_results(result: dict, dataset_type: str = HUB_REPO_ID) -> list:

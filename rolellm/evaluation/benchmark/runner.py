@@ -5,7 +5,8 @@ an OpenAI-compatible endpoint such as a vLLM server (`OpenAIChatClient`: concurr
 baseline answers of the release (the model `"rolegpt"`: nothing is generated). A run reads every input first
 (`read_inputs`), answers the rows (`benchmark.answers`: appended to `<output_dir>/generations.jsonl` as they finish,
 so a run that stops resumes where it was and never sends a request twice), scores the answers (`benchmark.scorers`)
-and writes the results (`write_results`).
+and writes the results (`write_results`). It returns a `BenchmarkResult`, the interface's typed result
+(`rolellm.evaluation.base`).
 """
 
 import json
@@ -13,8 +14,9 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rolellm.evaluation.base import Evaluation, EvaluationResult, deprecated_names
 from rolellm.evaluation.benchmark.answers import RowAnswers, baseline_answers, model_answers
-from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import BenchmarkConfig
 from rolellm.evaluation.benchmark.scorers import NothingEvaluated, merge_scores, scorers_for
 from rolellm.roles.lookup import Profiles
 
@@ -35,7 +37,7 @@ class RunInputs:
     baseline: RowAnswers | None  # what the judge compares with (`baseline_answers`), read already
 
 
-def read_inputs(config: EvaluateConfig) -> RunInputs:
+def read_inputs(config: BenchmarkConfig) -> RunInputs:
     """Read every file a run needs before anything is sent: the rows, the RAW references, the runs compared with, the
     model card, the profiles, and what the answers and the baseline's answers have so far (an earlier run's log, the
     release's answers, a predictions folder). A missing or malformed one, or another run's folder, stops the run
@@ -71,19 +73,65 @@ def read_inputs(config: EvaluateConfig) -> RunInputs:
     return RunInputs(rows, lang, profiles, raw_targets, compared, answers, baseline)
 
 
-def run_benchmark(config: EvaluateConfig, client=None) -> dict:
+@dataclass
+class BenchmarkResult(EvaluationResult):
+    """What `run_benchmark` returns: the scores of the run as `results.json` holds them, field by field (`to_dict()`
+    gives that file's content, in its order), with the report's files (`report`) and what failed (`failed`:
+    `generations`, win-rate `verdicts`, `rubric verdicts`).
+
+    Args:
+        model_label (`str`): the model's name in tables and plots (`model` in `results.json`); `dataset_name`,
+            `split`, `mode` (`None` for RoleGPT's answers), `lang`.
+        metrics (`dict`): `CUS`, `RAW`, `SPE`, `avg`, `win_rate`, `rubric` (`None`: unavailable, `unavailable` says
+            why); `avg_over`: the metrics `avg` is the mean of.
+        counts (`dict`): rows, general and role-specific ones, RAW references, failed generations.
+        per_role (`dict`), per_type (`dict`): the breakdowns of the report.
+        answer_length (`dict`): mean characters per answer, and the answers counted.
+        config (`dict`): the run's `BenchmarkConfig`.
+        win_rate (`dict`, *optional*): the judge's full result, when it compares with a baseline.
+        rubric (`dict`, *optional*): the rubric scores (`RubricScorer`), when `config.rubric` is set; each answer's
+            verdict is in `scores.json`.
+    """
+
+    model_label: str
+    dataset_name: str
+    split: str
+    mode: str | None
+    lang: str
+    metrics: dict
+    unavailable: dict
+    avg_over: list
+    counts: dict
+    per_role: dict
+    per_type: dict
+    answer_length: dict
+    config: dict
+    win_rate: dict | None = None
+    rubric: dict | None = None
+
+    # the keys of `results.json`, in its order; `win_rate` and `rubric` only when the run has them
+    RESULTS_KEYS = (
+        "model", "dataset_name", "split", "mode", "lang", "metrics", "unavailable", "avg_over", "counts", "per_role",
+        "per_type", "win_rate", "rubric", "answer_length", "config",
+    )  # fmt: skip
+
+    def to_dict(self) -> dict:
+        """The content of `results.json` (what `write_report` and `update_model_card` read)."""
+        values = {key: getattr(self, "model_label" if key == "model" else key) for key in self.RESULTS_KEYS}
+        return {key: value for key, value in values.items() if value is not None or key not in ("win_rate", "rubric")}
+
+
+def run_benchmark(config: BenchmarkConfig, client=None) -> BenchmarkResult:
     """Answer a RoleBench config with a model (or take RoleGPT's answers), score it and write the report.
 
     Args:
-        config (`EvaluateConfig`): what to evaluate, how, and where to write.
+        config (`BenchmarkConfig`): what to evaluate, how, and where to write.
         client (*optional*): a chat client with `generate(requests, desc=...)` to use instead of the one `config`
             describes (an `OpenAIChatClient` with custom retries, a `LocalChatClient` holding a loaded model).
 
     Returns:
-        `dict`: the content of `results.json`: `model`, `dataset_name`, `split`, `mode`, `lang`, `metrics` (`CUS`,
-        `RAW`, `SPE`, `avg`, `win_rate`, `rubric`), `unavailable`, `counts`, `per_role`, `per_type`, `win_rate`
-        (the judge's full result, when the judge compares with a baseline), `rubric` (`RubricScorer`, when
-        `config.rubric` is set; each answer's verdict is in `scores.json`) and `config`.
+        `BenchmarkResult`: the content of `results.json` as fields (`metrics`, `counts`, `per_role`, `win_rate`, ...;
+        `to_dict()` gives the file's content), the report's files and the failures counted.
 
     Raises:
         `NothingEvaluated`: every generation failed, every win-rate verdict, or every rubric verdict;
@@ -111,40 +159,50 @@ def run_benchmark(config: EvaluateConfig, client=None) -> dict:
     scores, files = merge_scores([scorer.score(rows, predictions) for scorer in scorers])
     answered = [len(p) for p in predictions if p is not None]
     scores["answer_length"] = {"chars": sum(answered) / len(answered) if answered else None, "answers": len(answered)}
-    results = {
-        "model": config.model_label,
-        "dataset_name": config.dataset_name,
-        "split": config.split,
-        "mode": None if config.is_rolegpt_baseline else config.mode,
-        "lang": inputs.lang,
-        **scores,
-        "config": asdict(config),
+    failed = {
+        "generations": scores["counts"].get("failed", 0),
+        "verdicts": (scores.get("win_rate") or {}).get("failed", 0),
+        "rubric verdicts": (scores.get("rubric") or {}).get("failed", 0),
     }
-    write_results(config, results, files, inputs.compared)
-    return results
+    result = BenchmarkResult(
+        model_label=config.model_label, dataset_name=config.dataset_name, split=config.split,
+        mode=None if config.is_rolegpt_baseline else config.mode, lang=inputs.lang, **scores, config=asdict(config),
+        output_dir=config.output_dir, failed=failed,
+    )  # fmt: skip
+    result.report = write_results(config, result, files, inputs.compared)
+    return result
 
 
-def write_results(config: EvaluateConfig, results: dict, files: dict, compared: list[dict]) -> None:
+def write_results(config: BenchmarkConfig, result: BenchmarkResult, files: dict, compared: list[dict]) -> dict:
     """`results.json`, the scorers' `files` (`scores.json`: each rubric verdict), the report beside `compared`
-    (`write_report`), and the model card (`update_model_card`: only when nothing failed, or with `allow_partial`)."""
+    (`write_report`, whose files are returned), and the model card (`update_model_card`: only when `config` accepts
+    the result: nothing failed, or `allow_partial`)."""
     from rolellm.evaluation.benchmark.report import update_model_card, write_report
 
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         (output_dir / name).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    results = result.to_dict()
     (output_dir / "results.json").write_text(
         json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    write_report([*compared, results], output_dir)
-    failed = (
-        results["counts"].get("failed", 0)
-        + (results.get("win_rate") or {}).get("failed", 0)
-        + (results.get("rubric") or {}).get("failed", 0)
-    )
-    if config.model_card is not None and (not failed or config.allow_partial):
+    report = write_report([*compared, results], output_dir)
+    if config.model_card is not None and config.accepts(result):
         update_model_card(config.model_card, results)
     elif config.model_card is not None:
         logger.warning(
-            "%s not updated: %d generations or verdicts failed (allow_partial not set)", config.model_card, failed
-        )
+            "%s not updated: %d generations or verdicts failed (allow_partial not set)",
+            config.model_card, result.failed_count,
+        )  # fmt: skip
+    return report
+
+
+def _write_benchmark_report(folder):
+    from rolellm.evaluation.benchmark.report import write_benchmark_report
+
+    return write_benchmark_report(folder)
+
+
+BENCHMARK = Evaluation(BenchmarkConfig, run_benchmark, _write_benchmark_report)
+__getattr__ = deprecated_names(globals(), {"EvaluateConfig": "BenchmarkConfig"})

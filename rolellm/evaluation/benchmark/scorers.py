@@ -5,7 +5,7 @@
 - `RubricScorer`: the judge's 1-5 scores on the single-turn rubric dimensions (`judge_answers`).
 - `NotRequested`: a metric the run leaves out, with the reason `results.json` gives for it.
 
-`scorers_for` picks them from an `EvaluateConfig` once the run's inputs are read; `run_benchmark` calls each one's
+`scorers_for` picks them from an `BenchmarkConfig` once the run's inputs are read; `run_benchmark` calls each one's
 `prepare(rows)` before the model answers (the judge's endpoint is checked, a baseline model answers) and `score(rows,
 predictions)` after, and merges what they return (`merge_scores`). The judged scorers share one `Judge`. A scorer that
 has nothing to score raises `NothingEvaluated`, so no result is written.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rolellm.clients.config import ClientConfig, check_endpoints, make_client
 from rolellm.evaluation.benchmark.answers import RowAnswers
-from rolellm.evaluation.benchmark.config import EvaluateConfig
+from rolellm.evaluation.benchmark.config import BenchmarkConfig
 from rolellm.evaluation.benchmark.scoring import score_predictions
 
 
@@ -134,7 +134,7 @@ class WinRateScorer(Scorer):
 
 @dataclass
 class RubricScorer(Scorer):
-    """The judge's scores of the answers on `rubric` (`EvaluateConfig.rubric`): every answer scored from 1 to 5 on
+    """The judge's scores of the answers on `rubric` (`BenchmarkConfig.rubric`): every answer scored from 1 to 5 on
     the single-turn dimensions of the rubric of `rolellm dialogue`, by `judge_answers`
     (`rolellm.evaluation.multiturn.rubric`).
 
@@ -196,7 +196,7 @@ class RubricScorer(Scorer):
 
 
 def scorers_for(
-    config: EvaluateConfig, raw_targets: dict | None, baseline: RowAnswers | None, profiles: Mapping
+    config: BenchmarkConfig, raw_targets: dict | None, baseline: RowAnswers | None, profiles: Mapping
 ) -> list[Scorer]:
     """The scorers of a run: ROUGE-L always; the win rate against `baseline` (`baseline_answers`, read already) when
     the judge compares with one; the rubric when `config.rubric` is set. The judged ones share one `Judge`."""

@@ -1,5 +1,5 @@
 """`CoserConfig` and `run_coser`: CoSER's given-circumstance acting evaluation as a library call, beside
-`run_dialogue_eval(DialogueConfig)`.
+`run_dialogue(DialogueConfig)`, following the same interface (`rolellm.evaluation.base`).
 
 The actor (`client`) plays every character of each test scene, `env` plays the world and `nsp` predicts the next
 speaker (`rolellm.evaluation.coser.simulation`); the judge lists the flaws of each simulated scene on four
@@ -31,7 +31,7 @@ Writes `results.json` (the original's format, `{"scores", "cases"}`, plus `run`:
 ...                          client=ClientConfig("actor", **endpoint), env=ClientConfig("env", **endpoint),
 ...                          nsp=ClientConfig("nsp", **endpoint), judge=ClientConfig("judge", **endpoint))
 ...     result = run_coser(config)
->>> scene = result["results"]["cases"]["Othello-9-0"]  # <END CHAT> counts from round 5: 6 rounds, 3 of Iago
+>>> scene = result.results["cases"]["Othello-9-0"]  # <END CHAT> counts from round 5: 6 rounds, 3 of Iago
 >>> [m["role"] for m in scene["simulation"]], scene["score"]  # 100 - 5 * (2 - 0.3 * 3)
 (['Iago', 'Environment', 'Iago', 'Environment', 'Iago', 'Environment'], 94.5)
 """
@@ -41,7 +41,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client, with_default_cache
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
+from rolellm.evaluation.base import Evaluation, EvaluationConfig, EvaluationResult
 
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ SIMULATIONS_NAME = "simulations.jsonl"
 
 
 @dataclass
-class CoserConfig:
+class CoserConfig(EvaluationConfig):
     """What `run_coser` and `rolellm coser run` read, who plays and judges, and where they write.
 
     The clients are values (`ClientConfig`): `rolellm coser run` builds `client` (the actor) from its
@@ -116,9 +117,7 @@ class CoserConfig:
         check_minimums(self, limit=1, continue_from=0, judge_max_tokens=1)
         if self.judge is None and not self.dry_run:
             raise ValueError("the following argument is required: --judge_model")
-        cache = str(Path(self.output_dir) / "cache.sqlite")  # one cache for all: its keys hold the model's name
-        self.client, self.env, self.nsp = (with_default_cache(c, cache) for c in (self.client, self.env, self.nsp))
-        self.judge = with_default_cache(self.judge, cache)
+        self.set_default_caches()  # one cache for all: its keys hold the model's name
 
 
 def run_record(config: CoserConfig, prompts_source: str) -> dict:
@@ -229,18 +228,67 @@ def estimate_run(cases, prompts, config: CoserConfig) -> dict:
             "batches": batches if cases else 0}  # fmt: skip
 
 
-def run_coser(config: CoserConfig) -> dict:
+@dataclass
+class CoserResult(EvaluationResult):
+    """What `run_coser` returns: what `results.json` holds, the scenes played and scored, what failed (`failures`, and
+    counted in `failed`: scenes stopped early, judge answers), the report's files (`report`) and, when no scene could
+    be scored, why (`error`); a dry run's estimate.
+
+    Args:
+        results (`dict`, *optional*): the content of `results.json` (`scores`, `cases`, `run`, `failures`); `None` on
+            a dry run.
+        scenes (`int`): the scenes of the run.
+        scored (`int`): the scenes with a score.
+        failures (`list[dict]`): `{"case", "error"}` of each scene stopped early, and of each judge answer that never
+            fit (with its `dimension`).
+        requests (`int`, *optional*): a dry run's most requests, judge re-asks included; `estimate` (`dict`,
+            *optional*): its `estimate_run`.
+    """
+
+    results: dict | None
+    scenes: int
+    scored: int = 0
+    failures: list[dict] = field(default_factory=list)
+    requests: int | None = None
+    estimate: dict | None = None
+
+    def __post_init__(self):
+        stopped = {f["case"] for f in self.failures if "dimension" not in f}
+        self.failed = {"scenes": len(stopped), "judge answers": len(self.failures) - len(stopped)}
+
+    def describe_failures(self) -> str:
+        """What failed, scenes and judge answers counted apart.
+
+        >>> CoserResult(results=None, scenes=2, output_dir="o", failures=[
+        ...     *({"case": "a", "dimension": d} for d in "wxyz"), {"case": "b", "error": "timeout"}
+        ... ]).describe_failures()
+        '1 scene stopped early; 4 judge answers failed, in 1 scene'
+        """
+        stopped = {f["case"] for f in self.failures if "dimension" not in f}
+        judged = [f for f in self.failures if "dimension" in f]
+        parts = [f"{count(len(stopped), 'scene')} stopped early"] if stopped else []
+        if judged:
+            parts.append(
+                f"{count(len(judged), 'judge answer')} failed, in {count(len({f['case'] for f in judged}), 'scene')}"
+            )
+        return "; ".join(parts)
+
+
+def count(n: int, what: str) -> str:
+    """`count(1, "scene")` -> `'1 scene'`, `count(4, "scene")` -> `'4 scenes'`."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def run_coser(config: CoserConfig) -> CoserResult:
     """Play, judge and score the test scenes of `config`, and write the results and the report.
 
     Every endpoint is checked before the first request (`check_endpoints`: an `EndpointError` stops the run).
 
     Returns:
-        `dict`: `results` (what `results.json` holds; `None` on a dry run), `scenes` (how many), `failures`
-        (`[{"case", "error"}]`: scenes stopped early, and judge answers that never fit, with their `dimension`),
-        `scored` (scenes with a score), `requests` (a dry run's most requests, judge re-asks included) and its
-        `estimate` (`estimate_run`), and `report` (the written report's paths).
-        A run that scored no scene writes neither `results.json` nor the report (`report` is `None`): what was played
-        is in the log and `simulations.jsonl`, and a re-run goes on from it.
+        `CoserResult`: what `results.json` holds (`None` on a dry run), the scenes, the failures, the scenes scored,
+        a dry run's most requests and its `estimate` (`estimate_run`), and the report's files.
+        A run that scored no scene writes neither `results.json` nor the report (`report` is `None`, `error` says
+        so): what was played is in the log and `simulations.jsonl`, and a re-run goes on from it.
     """
     from rolellm.evaluation.coser.judge import judge_scenes, judged_simulation, simulation_text
     from rolellm.evaluation.coser.prompts import load_prompts
@@ -264,8 +312,9 @@ def run_coser(config: CoserConfig) -> dict:
         logger.warning("%s", record["warning"])
     if config.dry_run:  # every prompt renders, and what the run would ask is counted
         estimate = estimate_run(cases, prompts, config)
-        return {"results": None, "scenes": len(cases), "failures": [], "scored": 0,
-                "requests": sum(row["requests"] for row in estimate["agents"]), "estimate": estimate, "report": None}  # fmt: skip
+        requests = sum(row["requests"] for row in estimate["agents"])
+        return CoserResult(results=None, scenes=len(cases), requests=requests, estimate=estimate,
+                           output_dir=config.output_dir)  # fmt: skip
     output_dir = Path(config.output_dir)
     check_results_kept(output_dir / RESULTS_NAME, [case.id for case in cases])
     identity = {k: v for k, v in record.items() if k not in ("judge_model", "warning", "pinned_judge", "test_file")}
@@ -302,13 +351,23 @@ def run_coser(config: CoserConfig) -> dict:
     record["bleu_tokenizer"] = bleu_tokenizer_name()
     results = {"scores": mean_scores(cases_out), "cases": cases_out, "run": record, "failures": failures}
     scored = sum(1 for c in cases_out.values() if c["score"] is not None)
+    result = CoserResult(results=results, scenes=len(scenes), scored=scored, failures=failures,
+                         output_dir=config.output_dir)  # fmt: skip
     if scored == 0:  # no results file or report that reads like a finished run: the log and simulations are kept
-        return {"results": results, "scenes": len(scenes), "failures": failures, "scored": 0, "requests": None,
-                "report": None}  # fmt: skip
+        result.error = "no scene could be scored; run again to go on from what was saved"
+        return result
     path = output_dir / RESULTS_NAME
     partial = path.with_suffix(".json.tmp")
     partial.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     partial.replace(path)
-    report = write_coser_report(output_dir)
-    return {"results": results, "scenes": len(scenes), "failures": failures, "scored": scored, "requests": None,
-            "report": report}  # fmt: skip
+    result.report = write_coser_report(output_dir)
+    return result
+
+
+def _write_coser_report(folder):
+    from rolellm.evaluation.coser.report import write_coser_report
+
+    return write_coser_report(folder)
+
+
+COSER = Evaluation(CoserConfig, run_coser, _write_coser_report)

@@ -1,5 +1,5 @@
-"""`DialogueConfig` and `run_dialogue_eval`: the multi-turn evaluation of `rolellm dialogue` as a library call, beside
-`run_benchmark(EvaluateConfig)`.
+"""`DialogueConfig` and `run_dialogue`: the multi-turn evaluation of `rolellm dialogue` as a library call, beside
+`run_benchmark(BenchmarkConfig)`, following the same interface (`rolellm.evaluation.base`).
 
 A simulated user (`user`) talks with the evaluated model (`client`) for each scenario's turns; rubric judges
 (`judges`) score the conversations; the report is written. Every client is a `ClientConfig`, answers are cached in
@@ -22,9 +22,9 @@ run that stops, even killed, goes on where it was when started again.
 ...         client=ClientConfig("po-model", base_url=server.base_url, progress=False),
 ...         user=ClientConfig("user-sim", base_url=server.base_url, progress=False),
 ...     )
-...     result = run_dialogue_eval(config)
->>> result["played"], result["transcripts"][0]["turns"][0]["assistant"]
-(1, 'Skadoosh!')
+...     result = run_dialogue(config)
+>>> result.played, result.transcripts[0]["turns"][0]["assistant"], result.failed_count
+(1, 'Skadoosh!', 0)
 """
 
 import json
@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client, with_default_cache
+from rolellm.clients.config import ClientConfig, check_endpoints, check_minimums, make_client
 from rolellm.clients.inference_settings import resolve_card_extras
+from rolellm.evaluation.base import Evaluation, EvaluationConfig, EvaluationResult, deprecated_names
 from rolellm.roles.resolve import as_sources, profiles_field
 
 
@@ -42,8 +43,8 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class DialogueConfig:
-    """What `run_dialogue_eval` and `rolellm dialogue` read, who talks, who judges, and where they write.
+class DialogueConfig(EvaluationConfig):
+    """What `run_dialogue` and `rolellm dialogue` read, who talks, who judges, and where they write.
 
     The clients are values (`ClientConfig`): `rolellm dialogue` builds `client` from its `ClientConfig` flags
     (`--model`, `--base_url`, `--max_new_tokens`, ...) and derives `user` and `judges` from the `--user_*` and
@@ -100,9 +101,7 @@ class DialogueConfig:
             raise ValueError(f"--num_turns must be at least 1, got {self.num_turns}")
         if self.num_scenarios < 1:
             raise ValueError(f"--num_scenarios must be at least 1, got {self.num_scenarios}")
-        cache = str(Path(self.output_dir) / "cache.sqlite")  # one cache for all: its keys hold the model's name
-        self.client, self.user = with_default_cache(self.client, cache), with_default_cache(self.user, cache)
-        self.judges = [with_default_cache(judge, cache) for judge in self.judges]
+        self.set_default_caches()  # one cache for all: its keys hold the model's name
 
 
 def read_run_scenarios(config: DialogueConfig, profiles, user_client) -> list:
@@ -127,11 +126,29 @@ def read_run_scenarios(config: DialogueConfig, profiles, user_client) -> list:
     return scenarios
 
 
+FAILED_KIND = "conversations or judge answers"  # what `DialogueResult.failed` counts
 # what scoring a run writes (`scores.json` and the report), removed before the judges are asked again
 SCORED_FILES = ("scores.json", "report.md", "report.html", "transcripts.html", "radar.svg", "lengths.svg")
 
 
-def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
+@dataclass
+class DialogueResult(EvaluationResult):
+    """What `run_dialogue` returns: the conversations, the judges' scores, the report's files (`report`), what failed
+    (`failed`: conversations stopped early plus judge answers that failed) and, when nothing could be evaluated, why
+    (`error`).
+
+    Args:
+        transcripts (`list[dict]`): one per conversation, `error` set where it stopped early.
+        played (`int`): the turns played.
+        scores (`dict`, *optional*): the judges' `scores.json`; `None` without judges.
+    """
+
+    transcripts: list[dict]
+    played: int
+    scores: dict | None = None
+
+
+def run_dialogue(config: DialogueConfig, score_transcripts=None) -> DialogueResult:
     """Play the scenarios of `config` between its user simulator and its model, score them with its judges and write
     the report into `config.output_dir`.
 
@@ -144,9 +161,8 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
     run's are removed; the transcripts are kept).
 
     Returns:
-        `dict`: `transcripts` (one dict per conversation, `error` set where it stopped early), `played` (turns),
-        `scores` (the judges' `scores.json`, `None` without judges), `failures` (conversations stopped early plus
-        judge answers that failed) and `report` (the written report's paths, `None` when nothing was played).
+        `DialogueResult`: the transcripts, the turns played, the judges' scores, the failures and the report's files
+        (`None` when nothing was played or scored; `error` says why).
     """
     from rolellm.evaluation.multiturn.dialogue import (
         RUN_NAME,
@@ -193,18 +209,33 @@ def run_dialogue_eval(config: DialogueConfig, score_transcripts=None) -> dict:
         card_extras=settings["card_extras"],
     )  # fmt: skip
     played = sum(len(t["turns"]) for t in transcripts)
-    result = {"transcripts": transcripts, "played": played, "scores": None, "report": None}
-    result["failures"] = sum(1 for t in transcripts if t["error"])
+    result = DialogueResult(transcripts=transcripts, played=played, output_dir=config.output_dir)
+    result.failed = {FAILED_KIND: sum(1 for t in transcripts if t["error"])}
     if played == 0:
+        result.error = "no turn could be played"
         return result
     if judges:
         for name in SCORED_FILES:  # an earlier scoring's: never shown as this run's
             (output_dir / name).unlink(missing_ok=True)
         scores = (score_transcripts or judge_transcripts)(transcripts, profiles, judges, seed=config.seed)
-        result["scores"] = scores
-        result["failures"] += scores["failures"]["count"]
+        result.scores = scores
+        result.failed[FAILED_KIND] += scores["failures"]["count"]
         if scores["failures"]["unscored"] == len(scores["items"]):  # nothing scored: no scores.json, no report
+            result.error = (
+                f"no judge answer could be read ({scores['failures']['count']} failed), so nothing was scored; the "
+                "transcripts are kept"
+            )
             return result
         (output_dir / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False) + "\n", "utf-8")
-    result["report"] = write_dialogue_report(output_dir)
+    result.report = write_dialogue_report(output_dir)
     return result
+
+
+def _write_dialogue_report(folder):
+    from rolellm.evaluation.multiturn.report import write_dialogue_report
+
+    return write_dialogue_report(folder)
+
+
+DIALOGUE = Evaluation(DialogueConfig, run_dialogue, _write_dialogue_report)
+__getattr__ = deprecated_names(globals(), {"run_dialogue_eval": "run_dialogue"})
