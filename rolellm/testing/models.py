@@ -191,3 +191,70 @@ def build_tiny_llama(path: str | os.PathLike, tokenizer=None, seed: int = 0, **c
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def build_tiny_gguf(
+    path: str | os.PathLike, tokenizer_gguf: str | os.PathLike, vocab: int = 1024, seed: int = 0
+) -> Path:
+    """A random two-layer Llama as a GGUF file at `path`, with the first `vocab` tokens of the tokenizer of
+    `tokenizer_gguf` (a real model's byte-level BPE GGUF file: its special tokens, bytes and first merges), its chat
+    template, and weights quantized as llama.cpp quantizes a real model's (the embeddings `Q8_0`, the layers' matrices
+    `Q4_1`): transformers' GGUF reader reads and dequantizes it as it does the real file, in a fraction of the time
+    (most of which a real file spends on its 49,152 tokens and merges)."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
+
+    hidden, ffn, heads, kv_heads, layers = 64, 128, 4, 2, 2
+    source = GGUFReader(tokenizer_gguf)
+    tokens = source.fields["tokenizer.ggml.tokens"].contents()[:vocab]
+    kept = set(tokens)
+    merges = [merge for merge in source.fields["tokenizer.ggml.merges"].contents()
+              if merge.replace(" ", "", 1) in kept and set(merge.split(" ", 1)) <= kept]  # fmt: skip
+    shortened = {
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": source.fields["tokenizer.ggml.token_type"].contents()[:vocab],
+        "tokenizer.ggml.merges": merges,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(str(path), "llama")
+    for name, field in source.fields.items():
+        if name.startswith("tokenizer."):
+            value = shortened.get(name, field.contents())
+            sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
+            writer.add_key_value(name, value, field.types[0], sub_type)
+    writer.add_block_count(layers)
+    writer.add_context_length(2048)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(100000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(vocab)
+    writer.add_rope_dimension_count(hidden // heads)
+    rng = np.random.default_rng(seed)
+
+    def add(name: str, shape: tuple, kind=None) -> None:
+        if kind is None:  # a norm's weight, float32
+            writer.add_tensor(name, (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+            return
+        weight = (0.05 * rng.standard_normal(shape)).astype(np.float32)
+        writer.add_tensor(name, quants.quantize(weight, kind), raw_dtype=kind)
+
+    add("token_embd.weight", (vocab, hidden), GGMLQuantizationType.Q8_0)
+    add("output_norm.weight", (hidden,))
+    kv_width = hidden // heads * kv_heads
+    for layer in range(layers):
+        block = f"blk.{layer}"
+        add(f"{block}.attn_norm.weight", (hidden,))
+        add(f"{block}.ffn_norm.weight", (hidden,))
+        for name, shape in (("attn_q", (hidden, hidden)), ("attn_k", (kv_width, hidden)), ("attn_v", (kv_width, hidden)),
+                            ("attn_output", (hidden, hidden)), ("ffn_gate", (ffn, hidden)), ("ffn_up", (ffn, hidden)),
+                            ("ffn_down", (hidden, ffn))):  # fmt: skip
+            add(f"{block}.{name}.weight", shape, GGMLQuantizationType.Q4_1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -1,0 +1,94 @@
+"""How closely a GGUF file in llama.cpp follows the checkpoint it was exported from, in transformers: the round trip of
+`rolellm export --gguf`, measured by tests/test_gguf_export.py (the `f16` file) and bench/bench_gguf_export.py (every
+type, the table of docs/sillytavern.md).
+
+`transformers_reference(checkpoint, chats)` runs the merged checkpoint (float32) once on role chats (system, question,
+reference answer); `compare_in_llama_cpp(gguf_file, reference)` runs the file in llama.cpp (llama-cpp-python) on the
+same token ids and gives the figures: teacher-forced, how often both pick the same next token at the answer
+positions, the largest log-probability gap among transformers' ten likeliest tokens and over the whole vocabulary, and
+the mean KL divergence (transformers to llama.cpp); greedy, how many of `--backend llamacpp`'s answers equal the local
+backend's.
+"""
+
+from pathlib import Path
+
+
+def transformers_reference(checkpoint, chats: list[list[dict]], max_new_tokens: int) -> dict:
+    """The merged `checkpoint` in transformers on `chats`: each chat's prompt ids, answer positions (those that predict
+    an answer token) and their log-probabilities, and the local backend's greedy answers to `[system, question]`."""
+    import torch
+
+    from rolellm.clients.loading import load_model_and_tokenizer
+    from rolellm.clients.local import LocalChatClient
+    from rolellm.encoding.encode import encode_chat
+
+    model, tokenizer = load_model_and_tokenizer(checkpoint)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.eval()
+    forced = []
+    for chat in chats:
+        encoded = encode_chat(tokenizer, chat)
+        ids, mask = encoded["input_ids"], encoded["assistant_masks"]
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        answer = [k - 1 for k in range(1, len(ids)) if mask[k]]
+        forced.append({"ids": ids, "answer": answer, "logprobs": logprobs[answer]})
+    local = LocalChatClient(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, progress=False)
+    prompts = [chat[:2] for chat in chats]
+    return {"forced": forced, "prompts": prompts, "prompt_ids": [local.encode_prompt(p) for p in prompts],
+            "greedy": [result.text for result in local.generate(prompts)], "max_new_tokens": max_new_tokens}  # fmt: skip
+
+
+def compare_in_llama_cpp(gguf_file: Path, reference: dict, greedy: bool = True) -> dict:
+    """llama.cpp on `gguf_file` against `reference` (`transformers_reference`): the figures of the module's
+    docstring. The greedy answers are checked to come from the same prompt ids first."""
+    import numpy as np
+    import torch
+    from llama_cpp import Llama
+
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+
+    same = positions = 0
+    top10_gap = full_gap = kl = 0.0
+    llama = Llama(str(gguf_file), n_ctx=1024, n_threads=1, logits_all=True, verbose=False)
+    before: list[int] = []
+    try:
+        for chat in reference["forced"]:
+            ids, answer, ours = chat["ids"], chat["answer"], chat["logprobs"]
+            # the prefix shared with the chat before (the role's system text) stays in llama.cpp's cache and its
+            # logits in `scores`: only the rest is computed
+            shared = next((k for k, (a, b) in enumerate(zip(ids, before)) if a != b), min(len(ids), len(before)))
+            llama.n_tokens = min(shared, len(ids) - 1)
+            llama.eval(ids[llama.n_tokens :])
+            before = ids
+            logits = torch.tensor(np.array(llama.scores[: len(ids)])[answer], dtype=torch.float32)
+            theirs = torch.log_softmax(logits, -1)
+            same += int((ours.argmax(-1) == theirs.argmax(-1)).sum())
+            positions += len(answer)
+            top = ours.topk(10, -1).indices
+            top10_gap = max(top10_gap, float((ours.gather(-1, top) - theirs.gather(-1, top)).abs().max()))
+            full_gap = max(full_gap, float((ours - theirs).abs().max()))
+            kl += float((ours.exp() * (ours - theirs)).sum())
+    finally:
+        llama.close()
+    figures = {"same": same, "positions": positions, "top10_gap": top10_gap, "full_gap": full_gap,
+               "mean_kl": kl / positions}  # fmt: skip
+    if greedy:
+        client = LlamaCppChatClient(gguf_file, max_new_tokens=reference["max_new_tokens"], progress=False)
+        try:
+            if [client.encode_prompt(p) for p in reference["prompts"]] != reference["prompt_ids"]:
+                raise AssertionError(f"llama.cpp was given other prompt ids than transformers for {gguf_file}")
+            answers = [result.text for result in client.generate(reference["prompts"])]
+        finally:
+            client.close()
+        figures.update(greedy=sum(a == b for a, b in zip(answers, reference["greedy"])), prompts=len(answers))
+    return figures
+
+
+def format_figures(gguf_type: str, figures: dict) -> str:
+    """One line of `compare_in_llama_cpp`'s figures."""
+    greedy = f", same greedy answer {figures['greedy']}/{figures['prompts']}" if "greedy" in figures else ""
+    return (f"{gguf_type}: same next token {figures['same']}/{figures['positions']}, top-10 gap "
+            f"{figures['top10_gap']:.4f}, vocabulary gap {figures['full_gap']:.4f}, mean KL {figures['mean_kl']:.5f}"
+            f"{greedy}")  # fmt: skip
