@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # (2 cores: 225 s with 4 workers, 257-266 s with 3, 265 s with 5)
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 2)" 2>/dev/null || echo auto)
 
-.PHONY: install test chromium demo reproduce quality style bench docs clean
+.PHONY: install test test-all chromium demo reproduce quality style bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ install: $(STAMP)
 
 test: $(STAMP) chromium
 	$(BIN)/python -m compileall -q rolellm tests examples >/dev/null  # once, not in each of the suite's processes
+	$(BIN)/python -m pytest -m "not gpu and not exhaustive" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# the suite with the `exhaustive` tests too (walkthroughs, DDP and Ray variants, the real model on a second backend)
+test-all: $(STAMP) chromium
+	$(BIN)/python -m compileall -q rolellm tests examples >/dev/null
 	$(BIN)/python -m pytest -m "not gpu" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # headless Chromium for the browser test of `rolellm chat --ui` (tests/test_chat_browser.py), from apt when it is

@@ -98,7 +98,7 @@ def test_single_process(tmp_path, tiny_model_path, rolebench_slice_dir, monkeypa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["full", "lora"])
+@pytest.mark.parametrize("variant", [pytest.param("full", marks=pytest.mark.exhaustive), "lora"])
 def test_ddp_two_cpu_processes_train_as_one(variant, tmp_path, tiny_model_path, rolebench_slice_dir, monkeypatch):
     """DDP over gloo, 2 processes x 2 rows, against 1 process x 4 rows: the same loss at every step."""
     port = str(29517 + list(VARIANTS).index(variant))  # one port per test: pytest-xdist may run them at once

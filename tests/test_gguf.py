@@ -71,16 +71,23 @@ def test_a_gguf_file_or_its_folder_resolves_to_one_cached_folder_made_once(smoll
     assert resolve_model_name_or_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-@pytest.mark.slow
-def test_the_cached_folder_has_the_logits_of_transformers_gguf_reader(smollm2, smollm2_folder):
+def test_the_cached_folder_has_the_logits_of_transformers_gguf_reader(smollm2, empty_cache, tmp_path):
+    """On a two-layer Llama with the embedded model's tokenizer and its quantized types (`build_tiny_gguf`): what the
+    real file goes through, without reading its 49,152 tokens and 135M weights again."""
     from transformers import AutoModelForCausalLM
 
-    model, tokenizer = load_model_and_tokenizer(smollm2)  # the .gguf file itself: loaded from the cached folder
-    assert model.config.name_or_path == smollm2_folder
-    read = AutoModelForCausalLM.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name).eval()
+    from rolellm.testing.models import build_tiny_gguf
+
+    tiny = build_tiny_gguf(tmp_path / "tiny" / "tiny.gguf", smollm2)
+    model, tokenizer = load_model_and_tokenizer(tiny)  # the .gguf file itself: dequantized once, then the folder
+    assert model.config.name_or_path == resolve_model_name_or_path(tiny) and read_gguf_source(
+        model.config.name_or_path
+    ) == {"gguf_file": "tiny.gguf", "path": str(tiny), "sha256": file_sha256(tiny)}
+    read = AutoModelForCausalLM.from_pretrained(str(tiny.parent), gguf_file=tiny.name).eval()
     ids = torch.tensor([tokenizer("Skadoosh! Who is the Dragon Warrior?")["input_ids"]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, read(ids).logits)
+    assert model(ids).logits.std() > 0.1  # random weights, not zeros
 
 
 def test_rocit_from_a_gguf_file_names_the_file_and_its_hash_as_the_base(smollm2, smollm2_folder, tmp_path):

@@ -18,6 +18,7 @@ from rolellm.clients.gguf import GGUFError, embedded_model_file
 from rolellm.roles.character_card import read_character_card
 from rolellm.roles.resolve import load_profiles
 from rolellm.scripts import cli
+from rolellm.testing.gguf_roundtrip import compare_in_llama_cpp, format_figures, transformers_reference
 from rolellm.training.gguf_export import SOURCE_ENV, find_converter
 from rolellm.training.sillytavern import PROMPT_FIELDS
 
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.slow  # one training step and a conversion of the 135M 
 NO_LLAMA_CPP = 'needs llama-cpp-python (pip install "rolellm[llamacpp]")'
 needs_llama_cpp = pytest.mark.skipif(engine_version("llamacpp") is None, reason=NO_LLAMA_CPP)
 ROLE = "李白"
-PROMPTS = 4  # role prompts of the round trip
+PROMPTS = 2  # role prompts of the round trip (bench/bench_gguf_export.py: more, and every type)
 MAX_NEW_TOKENS = 16
 
 
@@ -97,109 +98,22 @@ def test_the_gguf_carries_the_trained_template_and_each_role_a_card_of_its_train
 
 @pytest.fixture(scope="module")
 def reference(trained, rows):
-    """The merged model in transformers (float32) on the role's chats (system, question, reference answer): its
-    prompt ids, answer positions and log-probabilities, and its greedy answers (the local backend), computed once."""
-    import torch
-
-    from rolellm.clients.loading import load_model_and_tokenizer
-    from rolellm.clients.local import LocalChatClient
-    from rolellm.encoding.encode import encode_chat
+    """The merged model in transformers (float32) on the role's chats (system, question, reference answer), once."""
     from rolellm.roles.prompts import to_role_messages
 
-    model, tokenizer = load_model_and_tokenizer(trained)
-    model = model.merge_and_unload().eval()
     profile = load_profiles(trained / "role_profiles.jsonl")[ROLE]
-    chats = [to_role_messages(row, profile)[0] for row in rows]
-    forced = []
-    for chat in chats:
-        encoded = encode_chat(tokenizer, chat)
-        ids, mask = encoded["input_ids"], encoded["assistant_masks"]
-        with torch.no_grad():
-            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
-        answer = [k - 1 for k in range(1, len(ids)) if mask[k]]  # the positions that predict an answer token
-        forced.append({"ids": ids, "answer": answer, "logprobs": logprobs[answer]})
-    local = LocalChatClient(model=model, tokenizer=tokenizer, max_new_tokens=MAX_NEW_TOKENS, progress=False)
-    prompts = [chat[:2] for chat in chats]
-    return {"forced": forced, "prompts": prompts, "prompt_ids": [local.encode_prompt(p) for p in prompts],
-            "greedy": [result.text for result in local.generate(prompts)]}  # fmt: skip
-
-
-def compare(gguf_file: Path, reference, greedy: bool = True) -> dict:
-    """llama.cpp on `gguf_file` against `reference`: teacher-forced, how often both pick the same next token, the
-    largest log-probability gap among transformers' ten likeliest tokens and over the whole vocabulary, and the mean
-    KL divergence (transformers to llama.cpp) at the answer positions; greedy, how many of `--backend llamacpp`'s
-    answers equal the local backend's."""
-    import numpy as np
-    import torch
-    from llama_cpp import Llama
-
-    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
-
-    same = positions = 0
-    top10_gap = full_gap = kl = 0.0
-    llama = Llama(str(gguf_file), n_ctx=1024, n_threads=1, logits_all=True, verbose=False)
-    before: list[int] = []
-    try:
-        for chat in reference["forced"]:
-            ids, answer, ours = chat["ids"], chat["answer"], chat["logprobs"]
-            # the prefix shared with the chat before (the role's system text) stays in llama.cpp's cache and its
-            # logits in `scores`: only the rest is computed
-            shared = next((k for k, (a, b) in enumerate(zip(ids, before)) if a != b), min(len(ids), len(before)))
-            llama.n_tokens = min(shared, len(ids) - 1)
-            llama.eval(ids[llama.n_tokens :])
-            before = ids
-            logits = torch.tensor(np.array(llama.scores[: len(ids)])[answer], dtype=torch.float32)
-            theirs = torch.log_softmax(logits, -1)
-            same += int((ours.argmax(-1) == theirs.argmax(-1)).sum())
-            positions += len(answer)
-            top = ours.topk(10, -1).indices
-            top10_gap = max(top10_gap, float((ours.gather(-1, top) - theirs.gather(-1, top)).abs().max()))
-            full_gap = max(full_gap, float((ours - theirs).abs().max()))
-            kl += float((ours.exp() * (ours - theirs)).sum())
-    finally:
-        llama.close()
-    figures = {"same": same, "positions": positions, "top10_gap": top10_gap, "full_gap": full_gap,
-               "mean_kl": kl / positions}  # fmt: skip
-    if greedy:
-        client = LlamaCppChatClient(gguf_file, max_new_tokens=MAX_NEW_TOKENS, progress=False)
-        try:
-            assert [client.encode_prompt(p) for p in reference["prompts"]] == reference["prompt_ids"]
-            answers = [result.text for result in client.generate(reference["prompts"])]
-        finally:
-            client.close()
-        figures.update(greedy=sum(a == b for a, b in zip(answers, reference["greedy"])), prompts=len(answers))
-    return figures
-
-
-def report(gguf_type: str, figures: dict) -> None:
-    greedy = f", same greedy answer {figures['greedy']}/{figures['prompts']}" if "greedy" in figures else ""
-    print(f"\n{gguf_type}: same next token {figures['same']}/{figures['positions']}, top-10 gap "
-          f"{figures['top10_gap']:.4f}, vocabulary gap {figures['full_gap']:.4f}, mean KL {figures['mean_kl']:.5f}"
-          f"{greedy}")  # fmt: skip
+    return transformers_reference(trained, [to_role_messages(row, profile)[0] for row in rows], MAX_NEW_TOKENS)
 
 
 @needs_llama_cpp
 def test_the_f16_gguf_answers_in_llama_cpp_as_the_merged_model_in_transformers(exported, reference):
+    """The quantized types' figures (`q8_0`, `q4_k_m`) are bench/bench_gguf_export.py's, in docs/sillytavern.md."""
     [gguf_file] = exported["folder"].glob("*.gguf")
-    figures = compare(gguf_file, reference)
-    report("f16", figures)
+    figures = compare_in_llama_cpp(gguf_file, reference)
+    print("\n" + format_figures("f16", figures))
     assert figures["same"] >= 0.97 * figures["positions"] and figures["positions"] >= 50
     assert figures["top10_gap"] < 0.1  # float16 weights: 0.051 at most over 553 answer positions measured
     assert figures["greedy"] >= figures["prompts"] - 1
-
-
-@needs_llama_cpp
-def test_a_4_bit_gguf_stays_close(exported, reference, tmp_path):
-    """`q4_k_m` as llama.cpp's quantizer makes it from the exported `f16` file (`quantize`, what `--gguf q4_k_m`
-    runs), teacher-forced; `q8_0`'s figures, and greedy ones, are in docs/sillytavern.md."""
-    from rolellm.training.gguf_export import quantize
-
-    [f16_file] = exported["folder"].glob("*.gguf")
-    quantize(f16_file, tmp_path / "rolesmol.Q4_K_M.gguf", "q4_k_m")
-    figures = compare(tmp_path / "rolesmol.Q4_K_M.gguf", reference, greedy=False)
-    report("q4_k_m", figures)
-    assert 0.75 * figures["positions"] <= figures["same"] < figures["positions"]  # close, and not the f16 file
-    assert 0.001 < figures["mean_kl"] < 0.5
 
 
 # --- what it refuses ------------------------------------------------------------------------------------------------

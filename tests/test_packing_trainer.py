@@ -140,6 +140,7 @@ trainer.end()  # destroys the process group: a rank leaving with it alive can ab
 """
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_ddp_ranks_take_whole_rows_and_match_one_process(
     tmp_path, tiny_model_path, rolebench_slice_dir, chinese_rows, profiles

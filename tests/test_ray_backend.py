@@ -81,6 +81,7 @@ def test_client_skips_cached_requests_and_reports_failures(ray_address, tmp_path
     assert (client.usage.cached, client.usage.failures) == (2, 2)
 
 
+@pytest.mark.exhaustive  # the refusal is tested on the default backend; here, on Ray tasks
 @pytest.mark.slow
 def test_an_endpoint_refusing_mid_run_stops_the_job_and_keeps_the_answers(ray_address, tmp_path):
     """A refusal (HTTP 401: every request would get it) stops the job: the refused task sends nothing more, the other
@@ -107,6 +108,7 @@ def test_an_endpoint_refusing_mid_run_stops_the_job_and_keeps_the_answers(ray_ad
     assert not sent & {f"question {i}" for i in range(21, 40, 2)}  # the refused task's rest was never sent
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_http_mode_holds_max_concurrency_requests_in_flight(ray_address, tmp_path):
     """Ray's HTTP stage sends a batch's requests one after the other: `max_concurrency` in flight come from the Ray
@@ -181,6 +183,7 @@ def release_files(folder: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_ray_generate_equals_the_default_backend_through_sigkill_and_resume(
     ray_address, screenplay_dir, shared_data_dir, tmp_path, monkeypatch

@@ -6,6 +6,7 @@ are the stand-in server). Requests are few and short (16 tokens): what is checke
 the served model's own, reach the files it writes, and that every request carried its budget and sampling settings.
 """
 
+import html
 import json
 import os
 import re
@@ -44,6 +45,9 @@ JACK = "Jack Sparrow"
 MAX_NEW_TOKENS = "16"
 STAND_IN = "Aye, the stand-in speaks."
 NO_LLAMA_CPP = 'needs llama-cpp-python (pip install "rolellm[llamacpp]")'
+# dialogue and coser run ask the served model through the same client as generate, evaluate and chat: they run against
+# transformers serve only
+ONLY_TRANSFORMERS = pytest.mark.parametrize("served", ["transformers"], indirect=True)
 SERVER_KINDS = [
     "transformers",
     pytest.param("llama_cpp", marks=pytest.mark.skipif(engine_version("llamacpp") is None, reason=NO_LLAMA_CPP)),
@@ -179,6 +183,7 @@ def test_chat_with_base_url_against_the_real_server(served, jack, tmp_path):
     assert answer.replace("\n", " ") in out.replace("\\n", " ")  # the printed line is the answer saved
 
 
+@ONLY_TRANSFORMERS
 def test_dialogue_against_the_real_server(served, stand_in, jack, tmp_path):
     scenarios = tmp_path / "scenarios.yaml"
     scenarios.write_text(
@@ -203,8 +208,17 @@ def test_dialogue_against_the_real_server(served, stand_in, jack, tmp_path):
         assert_served(turn["assistant"])
 
 
+@ONLY_TRANSFORMERS  # llama.cpp's server is asked by the same client in generate, evaluate and chat above
 def test_coser_run_against_the_real_server(served, stand_in, tmp_path):
+    """The first four rounds from the book, then the served model plays Elizabeth and Darcy (one line each): its
+    lines, without their inner thoughts, reach the log, the results, the judge and the conversations page."""
+    from rolellm.evaluation.coser.prompts import DIMENSIONS
+    from rolellm.evaluation.coser.scoring import dimension_score
+    from rolellm.evaluation.coser.testset import read_coser_test_set
+    from rolellm.evaluation.coser.thoughts import remove_inner_thoughts
+
     out = tmp_path / "run"
+    asked = len(stand_in.requests)
     code, printed, err = run_command([
         "coser", "run", "--test_file", str(COSER_TEST_SET), "--cases", PRIDE, "--continue_from", "4",
         "--actor_model", served["model"], "--base_url", served["base_url"], "--max_new_tokens", MAX_NEW_TOKENS,
@@ -213,8 +227,28 @@ def test_coser_run_against_the_real_server(served, stand_in, tmp_path):
         "--output_dir", str(out), "--progress", "false",
     ])  # fmt: skip
     assert code == 0, err
-    scene = json.loads((out / "results.json").read_text(encoding="utf-8"))["cases"][PRIDE]
+    judged = [r["body"] for r in stand_in.requests[asked:] if r["body"]["model"] == "judge"]
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    scene = results["cases"][PRIDE]
+    assert (scene["rounds"], scene["ended"], scene["nsp_fallbacks"]) == (6, "end_chat", 0)
+    [case] = read_coser_test_set(COSER_TEST_SET)[1:]
+    reference = [(m["character"], remove_inner_thoughts(m["message"])) for m in case.reference[:4]]
+    assert [(m["role"], m["content"]) for m in scene["simulation"][:4]] == reference
     played = scene["simulation"][4:]
     assert [m["role"] for m in played] == ["Elizabeth Bennet", "Mr. Darcy"]
     for message in played:
         assert_served(message["content"])
+        assert all(message["content"] not in text for _, text in reference)
+    log = [json.loads(line) for line in (out / "simulation.jsonl").read_text(encoding="utf-8").splitlines()]
+    said = [r["content"] for r in log if r["kind"] == "message" and not r["reference"]]
+    assert [remove_inner_thoughts(text) for text in said] == [m["content"] for m in played]
+    assert len(judged) == len(DIMENSIONS)
+    shown = [" ".join(m["content"] for m in body["messages"]) for body in judged]
+    assert all(m["content"] in text for m in played for text in shown)
+    actor_rounds = sum(m["role"] != "Environment" for m in scene["simulation"])  # the book's three and the two played
+    assert results["scores"]["avg"] == scene["score"] == dimension_score([{"severity": 2}], actor_rounds=actor_rounds)
+    assert f"1 of 1 scenes scored; wrote {out}/results.json" in printed
+    page = (out / "conversations.html").read_text(encoding="utf-8")
+    assert all(html.escape(m["content"]) in page or html.escape(m["content"], quote=False) in page for m in played)
+    print(f"\n--- rolellm coser run, {PRIDE} from round 5 ({served['kind']}) ---\n"
+          + "\n".join(f"{m['role']}: {m['content']}" for m in scene["simulation"]))  # fmt: skip

@@ -1,6 +1,7 @@
-"""Real role-play text through the stages that play a role: `rolellm dialogue`, `rolellm coser run` and `rolellm chat`
-(one message per stdin line, and the Gradio UI) with the embedded SmolLM2-135M-Instruct as the actor, and the test
-chat-completions server as the simulated user, the Environment, the next-speaker predictor and the judges.
+"""Real role-play text through the stages that play a role in process: `rolellm dialogue` and `rolellm chat` (one message
+per stdin line) with the embedded SmolLM2-135M-Instruct's GGUF file as `--model`, and the test chat-completions server
+as the simulated user and the judge. `rolellm coser run` plays its scene with the same model served by `transformers
+serve` (tests/test_real_servers.py), and the chat UI answers with it in a browser (tests/test_chat_browser.py).
 
 A 135M model plays a role modestly; what these tests check is that its turns are its own English text (not the
 stand-in server's, not empty) and reach every file the command writes. Each test prints one sample of the real text
@@ -16,11 +17,10 @@ import pytest
 from fixtures.commands import run_command
 
 from rolellm.clients.gguf import GGUFError, embedded_model_file, resolve_model_name_or_path
-from rolellm.evaluation.coser.thoughts import remove_inner_thoughts
 from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME, TURNS_NAME, read_transcripts
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
-from rolellm.scripts.chat import escape_line, free_port
+from rolellm.scripts.chat import escape_line
 from rolellm.testing.server import ChatCompletionsServer
 
 
@@ -29,7 +29,7 @@ try:
 except GGUFError as error:
     pytest.skip(f"the embedded real model is not installed: {error}", allow_module_level=True)
 pytest.importorskip("gguf", reason="reading the embedded model's .gguf file needs the gguf package: pip install gguf")
-pytestmark = pytest.mark.slow  # each test loads the 135M model and generates (5-15 s)
+pytestmark = [pytest.mark.slow, pytest.mark.exhaustive]  # each test loads the 135M model and generates (5-15 s)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADA_CARD = ROOT / "tests" / "fixtures" / "card_v2_ada.json"
@@ -127,70 +127,6 @@ def test_dialogue_with_the_real_model_as_the_role(smollm2, tmp_path):
                                                     for t in transcript["turns"]))  # fmt: skip
 
 
-# --- rolellm coser run --------------------------------------------------------------------------------------------------
-
-PRIDE = "Pride and Prejudice-7-1"
-WIND = "The wind rises."
-
-
-def coser_stand_in(body) -> str:
-    """The Environment; the next-speaker predictor (Mr. Darcy after Elizabeth, then the end of the scene); a judge
-    finding one flaw of severity 2 on every dimension."""
-    if body["model"] == "env":
-        return WIND
-    if body["model"] == "nsp":
-        last = [m for m in body["messages"] if m["role"] == "user"][-1]["content"].split("\n\n")[-1]
-        return "Next Speaker: Mr. Darcy" if last.startswith("Elizabeth Bennet:") else "Next Speaker: <END CHAT>"
-    system = body["messages"][0]["content"]
-    dimension = re.search(r"dimension, ([\w ]+):|terms of ([\w ]+),", system)
-    dimension = dimension.group(1) or dimension.group(2)
-    return json.dumps({dimension: {"flaws": [{"instance": "a line", "type": dimension, "severity": 2}]}})
-
-
-def test_coser_run_with_the_real_model_as_the_actor(smollm2, tmp_path):
-    from rolellm.evaluation.coser.prompts import DIMENSIONS
-    from rolellm.evaluation.coser.scoring import dimension_score
-    from rolellm.evaluation.coser.testset import read_coser_test_set
-
-    out = tmp_path / "run"
-    with ChatCompletionsServer(coser_stand_in) as server:
-        # the first four rounds from the book, then the actor plays Elizabeth and Darcy (one line each)
-        argv = ["coser", "run", "--test_file", str(COSER_TEST_SET), "--cases", PRIDE, "--continue_from", "4",
-                "--actor_model", str(smollm2), "--max_new_tokens", MAX_NEW_TOKENS,
-                "--env_model", "env", "--env_base_url", server.base_url, "--nsp_model", "nsp",
-                "--nsp_base_url", server.base_url, "--judge_model", "judge", "--judge_base_url", server.base_url,
-                "--output_dir", str(out), "--progress", "false"]  # fmt: skip
-        code, printed, err = run_command(argv)
-        judged = [b for b in (r["body"] for r in server.requests) if b["model"] == "judge"]
-    assert code == 0, err
-    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    scene = results["cases"][PRIDE]
-    assert (scene["rounds"], scene["ended"], scene["nsp_fallbacks"]) == (6, "end_chat", 0)
-    [case] = read_coser_test_set(COSER_TEST_SET)[1:]
-    reference = [(m["character"], remove_inner_thoughts(m["message"])) for m in case.reference[:4]]
-    assert [(m["role"], m["content"]) for m in scene["simulation"][:4]] == reference
-    played = scene["simulation"][4:]
-    assert [m["role"] for m in played] == ["Elizabeth Bennet", "Mr. Darcy"]
-    for message in played:
-        assert_real_english(message["content"], [WIND, *(text for _, text in reference)])
-    # the log holds the actor's lines as said, the results without their inner thoughts, as the judge saw them
-    log = [json.loads(line) for line in (out / "simulation.jsonl").read_text(encoding="utf-8").splitlines()]
-    said = [r["content"] for r in log if r["kind"] == "message" and not r["reference"]]
-    assert [remove_inner_thoughts(text) for text in said] == [m["content"] for m in played]
-    assert len(judged) == len(DIMENSIONS)
-    assert all(m["content"] in scene["simulation_str"] for m in played)
-    shown = [" ".join(m["content"] for m in body["messages"]) for body in judged]
-    assert all(m["content"] in text for m in played for text in shown)
-    actor_rounds = sum(m["role"] != "Environment" for m in scene["simulation"])  # the book's three and the two played
-    expected = dimension_score([{"severity": 2}], actor_rounds=actor_rounds)
-    assert results["scores"]["avg"] == scene["score"] == expected
-    assert f"1 of 1 scenes scored; wrote {out}/results.json" in printed
-    page = (out / "conversations.html").read_text(encoding="utf-8")
-    assert all(html.escape(m["content"]) in page or html.escape(m["content"], quote=False) in page for m in played)
-    show(f"rolellm coser run, {PRIDE} from round 5",
-         "\n".join(f"{m['role']}: {m['content']}" for m in scene["simulation"]))  # fmt: skip
-
-
 # --- rolellm chat -------------------------------------------------------------------------------------------------------
 
 QUESTION = "Can you fix the lamp before the storm?"  # "lamp" calls up the card's lorebook entry
@@ -221,33 +157,3 @@ def test_chat_on_stdin_answers_as_the_card_and_saves_what_it_printed(smollm2, st
     assert_real_english(answer, [GREETING, QUESTION])
     assert stdin_chat["out"] == escape_line(answer) + "\n"  # the one line printed is the answer saved
     show("rolellm chat, Ada Quill's card", "\n".join(f"{role}: {content}" for role, content in messages))
-
-
-def test_chat_ui_answers_like_the_terminal(smollm2, stdin_chat):
-    """The Gradio UI, served in this process and asked through `gradio_client` as a browser's page asks it, gives
-    the first answer of the stdin chat: the same greeting, message and greedy decoding."""
-    pytest.importorskip("gradio", reason="the chat UI needs gradio (the `ui` extra)")
-    from gradio_client import Client
-
-    from rolellm.clients.chat_session import ChatSession
-    from rolellm.clients.config import ClientConfig
-    from rolellm.clients.inference_settings import resolve_card_extras
-    from rolellm.roles.resolve import load_profiles
-    from rolellm.scripts.chat import load_client
-    from rolellm.scripts.chat_ui import build_chat_ui
-
-    config = ClientConfig(str(smollm2), max_new_tokens=int(MAX_NEW_TOKENS))
-    session = ChatSession(  # as `rolellm chat --ui` makes it
-        load_client(config), load_profiles(str(ADA_CARD)), "Ada Quill", max_new_tokens=config.max_new_tokens,
-        temperature=0.0, card_extras=resolve_card_extras(config),
-    )  # fmt: skip
-    app = build_chat_ui(session)
-    app.launch(server_name="127.0.0.1", server_port=free_port(), quiet=True, prevent_thread_lock=True)
-    try:
-        client = Client(app.local_url, verbose=False, download_files=False)
-        answer = client.predict(QUESTION, "Ada Quill", api_name="/chat")
-    finally:
-        app.close()
-    assert answer == stdin_chat["saved"]["messages"][2]["content"]
-    assert_real_english(answer, [GREETING, QUESTION])
-    show("rolellm chat --ui, Ada Quill's card", f"user: {QUESTION}\nAda Quill: {answer}")

@@ -128,6 +128,7 @@ def test_numba_without_a_cache_folder_falls_back_to_numpy():
     assert "set NUMBA_CACHE_DIR to a writable folder" in result.stderr
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_compiled_kernels_are_cached_for_the_next_process(tmp_path):
     # the first process compiles and writes the cache; the second one loads every kernel from it, compiling none

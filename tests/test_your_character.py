@@ -63,6 +63,7 @@ def user_env(tmp_path):
         yield env
 
 
+@pytest.mark.exhaustive  # each stage and hand-off is tested on its own in `make test`
 @pytest.mark.slow
 def test_the_example_goes_from_a_card_and_a_screenplay_to_a_chatting_model(tmp_path, user_env):
     work = tmp_path / "work"
