@@ -8,6 +8,7 @@ one of them. Needs Debian's `chromium` and `chromium-driver` (`make test` instal
 the test is skipped, saying so.
 """
 
+import importlib.util
 import json
 import re
 import shutil
@@ -24,7 +25,9 @@ from rolellm.scripts.chat import free_port
 from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="the browser test needs selenium (the `dev` extra)")
+# what the test needs, found without importing it (gradio takes seconds, and every worker collects this file)
+if importlib.util.find_spec("selenium") is None:
+    pytest.skip("the browser test needs selenium (the `dev` extra)", allow_module_level=True)
 CHROMIUM = next(filter(None, map(shutil.which, ["chromium", "chromium-browser", "google-chrome"])), None)
 CHROMEDRIVER = shutil.which("chromedriver")
 if CHROMIUM is None or CHROMEDRIVER is None:
@@ -36,7 +39,8 @@ try:
     GGUF = embedded_model_file()
 except GGUFError as error:
     pytest.skip(f"the embedded real model is not installed: {error}", allow_module_level=True)
-pytest.importorskip("gradio", reason="the chat UI needs gradio (the `ui` extra)")
+if importlib.util.find_spec("gradio") is None:
+    pytest.skip("the chat UI needs gradio (the `ui` extra)", allow_module_level=True)
 
 ADA_GREETING = "*Ada drops a crate of brass parts on the floor.* Right. Where's the patient?"
 ADA_OTHER_GREETING = "Hold this."
@@ -66,7 +70,8 @@ class RealModelEndpoint:
         from rolellm.clients.gguf import resolve_model_name_or_path
         from rolellm.clients.local import LocalChatClient
 
-        self.model = LocalChatClient(resolve_model_name_or_path(GGUF), progress=False)
+        # bfloat16: a third of float32's time on a CPU with bfloat16 units, and the page does not need float32's answers
+        self.model = LocalChatClient(resolve_model_name_or_path(GGUF), dtype="bfloat16", progress=False)
         self.reasons = []  # the finish reason of each answer: "length" when cut at the token budget
         self.gate = threading.Event()
         self.gate.set()
@@ -89,6 +94,7 @@ class Page:
     """The chat page in headless Chromium, with screenshots of each step."""
 
     def __init__(self, url: str, shots):
+        from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
         options = webdriver.ChromeOptions()
