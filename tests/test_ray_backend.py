@@ -88,15 +88,21 @@ def test_an_endpoint_refusing_mid_run_stops_the_job_and_keeps_the_answers(ray_ad
     task is ended, and what came back before is in the cache."""
     from rolellm.clients.ray_backend import RayChatClient
 
+    refused = threading.Event()
+
     def responder(body):
         question = body["messages"][-1]["content"]
-        return (
-            Fault("server_error", status=401, message="key revoked") if question == "question 5" else question.upper()
-        )
+        if question == "question 5":
+            refused.set()
+            return Fault("server_error", status=401, message="key revoked")
+        # the other answers come back after the refusal, so no slot of the refused task is freed (and filled) first
+        refused.wait(timeout=30)
+        time.sleep(0.2)
+        return question.upper()
 
     requests = [ChatRequest([{"role": "user", "content": f"question {i}"}]) for i in range(40)]
     cache = tmp_path / "cache.sqlite"
-    with ChatCompletionsServer(responder, latency=0.05) as server:
+    with ChatCompletionsServer(responder) as server:
         # two tasks of 10 requests in flight: the odd questions' task is refused in its first ten
         client = RayChatClient("test-model", server.base_url, max_concurrency=20, cache_path=cache, progress=False)
         with pytest.raises(EndpointError, match=r"the Ray job stopped after \d+ of 40 answers \(http://127.0.0.1:\d+/v1 "
