@@ -100,8 +100,9 @@ def _check_glyphs(plt, labels) -> None:
         )
 
 
-def plot_per_role(result: dict, path: str | Path) -> Path:
-    """Horizontal bars: each role's CUS, RAW and SPE (the available ones) in one run."""
+def plot_per_role(result: dict, *paths: str | Path) -> list[Path]:
+    """Horizontal bars: each role's CUS, RAW and SPE (the available ones) in one run, drawn once and saved to each of
+    `paths` (`.png`, `.svg`)."""
     plt = svg_pyplot()
     roles = list(result["per_role"])
     _check_glyphs(plt, roles)
@@ -119,11 +120,12 @@ def plot_per_role(result: dict, path: str | Path) -> Path:
     ax.set_xlabel("ROUGE-L recall")
     ax.set_title(f"{result['model']} on {result['dataset_name']}: per role")
     ax.legend(loc="best")
-    return _save(fig, plt, path)
+    return _save(fig, plt, paths)
 
 
-def plot_comparison(results: list[dict], path: str | Path) -> Path:
-    """Grouped bars: CUS, RAW, SPE and Avg. of every run side by side (unavailable metrics left empty)."""
+def plot_comparison(results: list[dict], *paths: str | Path) -> list[Path]:
+    """Grouped bars: CUS, RAW, SPE and Avg. of every run side by side (unavailable metrics left empty), drawn once and
+    saved to each of `paths`."""
     plt = svg_pyplot()
     metrics = [*METRICS, "avg"]
     width = 0.8 / len(results)
@@ -138,21 +140,23 @@ def plot_comparison(results: list[dict], path: str | Path) -> Path:
     ax.set_ylim(0, 1.1)
     ax.set_title("Models compared")
     ax.legend(fontsize=8, loc="best")
-    return _save(fig, plt, path)
+    return _save(fig, plt, paths)
 
 
 def _run_label(result: dict) -> str:
     return f"{result['model']} ({result['dataset_name']}, {result.get('mode') or 'answers'})"
 
 
-def _save(fig, plt, path) -> Path:
-    path = Path(path)
+def _save(fig, plt, paths) -> list[Path]:
+    """`fig` laid out once and saved to each of `paths` (the format from the suffix), then closed."""
+    paths = [Path(path) for path in paths]
     with warnings.catch_warnings():  # one warning about missing glyphs (`_check_glyphs`), not one per glyph
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        for path in paths:  # an SVG without its date: the same chart gives the same file
+            fig.savefig(path, dpi=120, **({"metadata": {"Date": None}} if path.suffix == ".svg" else {}))
     plt.close(fig)
-    return path
+    return paths
 
 
 def format_win_rates(results: list[dict]) -> str:
@@ -234,14 +238,11 @@ def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    written = {
-        "per_role": plot_per_role(results[-1], output_dir / "per_role.png"),
-        "comparison": plot_comparison(results, output_dir / "comparison.png"),
-    }
-    with warnings.catch_warnings():  # in an SVG the text stays text: the browser draws the names
-        warnings.filterwarnings("ignore", message="no CJK font")
-        written["per_role_svg"] = plot_per_role(results[-1], output_dir / "per_role.svg")
-        written["comparison_svg"] = plot_comparison(results, output_dir / "comparison.svg")
+    # each chart drawn once, as a PNG and as an SVG (in an SVG the text stays text: the browser draws the names)
+    written = dict(zip(("per_role", "per_role_svg"), plot_per_role(results[-1], *(output_dir / f"per_role.{kind}"
+                                                                                 for kind in ("png", "svg")))))  # fmt: skip
+    written.update(zip(("comparison", "comparison_svg"), plot_comparison(results, *(output_dir / f"comparison.{kind}"
+                                                                                  for kind in ("png", "svg")))))  # fmt: skip
     labels = [_run_label(r) if len(results) != len({x["model"] for x in results}) else r["model"] for r in results]
     lengths = {label: (r.get("answer_length") or {}).get("chars") for label, r in zip(labels, results)}
     written["lengths"] = output_dir / "lengths.svg"
