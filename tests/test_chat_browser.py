@@ -129,7 +129,7 @@ class Page:
     def enabled(self, element_id: str) -> bool:
         return self.find(f"#{element_id}").is_enabled()
 
-    def wait(self, condition, what: str, timeout: float = 60):
+    def wait(self, condition, what: str, timeout: float = 180):  # a slow machine: an answer can take a minute
         from selenium.webdriver.support.ui import WebDriverWait
 
         return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(lambda _: condition(), what)
