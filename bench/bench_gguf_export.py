@@ -10,7 +10,6 @@ log-probability gaps and the mean KL; greedy, the same answer for 16 tokens. tes
 """
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -22,13 +21,18 @@ from _common import require_rolebench_data  # sets the offline environment
 
 # isort: split
 from rolellm.clients.gguf import embedded_model_file
-from rolellm.roles.prompts import to_role_messages
-from rolellm.roles.resolve import load_profiles
 from rolellm.scripts import cli
-from rolellm.testing.gguf_roundtrip import compare_in_llama_cpp, format_figures, transformers_reference
+from rolellm.testing.gguf_roundtrip import (
+    ROLE,
+    compare_in_llama_cpp,
+    format_figures,
+    one_step_training_argv,
+    role_chats,
+    role_rows,
+    transformers_reference,
+)
 
 
-ROLE = "李白"
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = ROOT / "tests" / "fixtures" / "rolebench-slice" / "rolebench"
 # llama.cpp's converter: where `make install` downloads llama-cpp-python's source archive, unless set otherwise
@@ -43,28 +47,15 @@ def make_parser():
     return parser
 
 
-def train_one_step(data_dir: Path, out: Path) -> None:
-    code = cli.main([
-        "train", "--model_name_or_path", str(embedded_model_file()), "--data_dir", str(data_dir),
-        "--dataset_configs", "zh-role_specific", "--output_dir", str(out), "--use_peft", "--lora_r", "8",
-        "--lora_target_modules", "q_proj", "v_proj", "--max_steps", "1", "--use_cpu", "--bf16", "false",
-        "--report_to", "none", "--activation_checkpointing", "false", "--per_device_train_batch_size", "1",
-        "--max_length", "512", "--save_strategy", "no", "--disable_tqdm", "true", "--learning_rate", "0.001",
-    ])  # fmt: skip
-    if code != 0:
-        sys.exit(f"rolellm train exited with {code}")
-
-
 def main(args):
     data_dir = SLICE if SLICE.is_dir() else require_rolebench_data() / "rolebench"
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         trained = work / "rolesmol"
-        train_one_step(data_dir, trained)
-        lines = (data_dir / "rolebench-zh" / "role_specific" / "test.jsonl").read_text(encoding="utf-8").splitlines()
-        rows = [row for row in map(json.loads, lines) if row["role"] == ROLE][: args.prompts]
-        profile = load_profiles(trained / "role_profiles.jsonl")[ROLE]
-        reference = transformers_reference(trained, [to_role_messages(row, profile)[0] for row in rows], 16)
+        if cli.main(one_step_training_argv(embedded_model_file(), data_dir, trained)) != 0:
+            sys.exit("rolellm train failed")
+        rows = role_rows(data_dir, args.prompts)
+        reference = transformers_reference(trained, role_chats(trained, rows), 16)
         table = []
         for gguf_type in args.types:
             out = work / f"gguf-{gguf_type}"

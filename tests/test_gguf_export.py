@@ -18,7 +18,15 @@ from rolellm.clients.gguf import GGUFError, embedded_model_file
 from rolellm.roles.character_card import read_character_card
 from rolellm.roles.resolve import load_profiles
 from rolellm.scripts import cli
-from rolellm.testing.gguf_roundtrip import compare_in_llama_cpp, format_figures, transformers_reference
+from rolellm.testing.gguf_roundtrip import (
+    ROLE,
+    compare_in_llama_cpp,
+    format_figures,
+    one_step_training_argv,
+    role_chats,
+    role_rows,
+    transformers_reference,
+)
 from rolellm.training.gguf_export import SOURCE_ENV, find_converter
 from rolellm.training.sillytavern import PROMPT_FIELDS
 
@@ -37,7 +45,6 @@ pytestmark = pytest.mark.slow  # one training step and a conversion of the 135M 
 
 NO_LLAMA_CPP = 'needs llama-cpp-python (pip install "rolellm[llamacpp]")'
 needs_llama_cpp = pytest.mark.skipif(engine_version("llamacpp") is None, reason=NO_LLAMA_CPP)
-ROLE = "李白"
 PROMPTS = 2  # role prompts of the round trip (bench/bench_gguf_export.py: more, and every type)
 MAX_NEW_TOKENS = 16
 
@@ -46,13 +53,7 @@ MAX_NEW_TOKENS = 16
 def trained(tmp_path_factory, slice_data_dir):
     """`rolellm train` with LoRA, one step, from the embedded model's GGUF file."""
     out = tmp_path_factory.mktemp("trained") / "rolesmol"
-    code, _, err = run_command([
-        "train", "--model_name_or_path", str(SMOLLM2), "--data_dir", str(slice_data_dir / "rolebench"),
-        "--dataset_configs", "zh-role_specific", "--output_dir", str(out), "--use_peft", "--lora_r", "8",
-        "--lora_target_modules", "q_proj", "v_proj", "--max_steps", "1", "--use_cpu", "--bf16", "false",
-        "--report_to", "none", "--activation_checkpointing", "false", "--per_device_train_batch_size", "1",
-        "--max_length", "512", "--save_strategy", "no", "--disable_tqdm", "true", "--learning_rate", "0.001",
-    ])  # fmt: skip
+    code, _, err = run_command(one_step_training_argv(SMOLLM2, slice_data_dir / "rolebench", out))
     assert code == 0, err
     return out
 
@@ -68,9 +69,7 @@ def exported(trained, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rows(slice_data_dir):
-    path = slice_data_dir / "rolebench" / "rolebench-zh" / "role_specific" / "test.jsonl"
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [row for row in map(json.loads, lines) if row["role"] == ROLE][:PROMPTS]
+    return role_rows(slice_data_dir / "rolebench", PROMPTS)
 
 
 def test_the_gguf_carries_the_trained_template_and_each_role_a_card_of_its_trained_prompt(trained, exported, rows):
@@ -99,10 +98,7 @@ def test_the_gguf_carries_the_trained_template_and_each_role_a_card_of_its_train
 @pytest.fixture(scope="module")
 def reference(trained, rows):
     """The merged model in transformers (float32) on the role's chats (system, question, reference answer), once."""
-    from rolellm.roles.prompts import to_role_messages
-
-    profile = load_profiles(trained / "role_profiles.jsonl")[ROLE]
-    return transformers_reference(trained, [to_role_messages(row, profile)[0] for row in rows], MAX_NEW_TOKENS)
+    return transformers_reference(trained, role_chats(trained, rows), MAX_NEW_TOKENS)
 
 
 @needs_llama_cpp

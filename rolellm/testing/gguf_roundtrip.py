@@ -10,7 +10,39 @@ the mean KL divergence (transformers to llama.cpp); greedy, how many of `--backe
 backend's.
 """
 
+import json
 from pathlib import Path
+
+
+ROLE = "李白"  # the role whose Chinese role-specific test questions the round trip asks
+
+
+def one_step_training_argv(model, data_dir, output_dir) -> list[str]:
+    """`rolellm train`'s arguments for the checkpoint the round trip exports: one LoRA step (q and v projections,
+    rank 8) from `model` on the `zh-role_specific` rows of the RoleBench folder `data_dir`, on the CPU."""
+    return [
+        "train", "--model_name_or_path", str(model), "--data_dir", str(data_dir), "--dataset_configs",
+        "zh-role_specific", "--output_dir", str(output_dir), "--use_peft", "--lora_r", "8", "--lora_target_modules",
+        "q_proj", "v_proj", "--max_steps", "1", "--use_cpu", "--bf16", "false", "--report_to", "none",
+        "--activation_checkpointing", "false", "--per_device_train_batch_size", "1", "--max_length", "512",
+        "--save_strategy", "no", "--disable_tqdm", "true", "--learning_rate", "0.001",
+    ]  # fmt: skip
+
+
+def role_rows(data_dir, count: int) -> list[dict]:
+    """The first `count` of `ROLE`'s rows in the `zh-role_specific` test file of the RoleBench folder `data_dir`."""
+    lines = (Path(data_dir) / "rolebench-zh" / "role_specific" / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    return [row for row in map(json.loads, lines) if row["role"] == ROLE][:count]
+
+
+def role_chats(checkpoint, rows: list[dict]) -> list[list[dict]]:
+    """Each row as the chat `checkpoint` was trained on (its saved profile's system text, the question, the
+    reference answer)."""
+    from rolellm.roles.prompts import to_role_messages
+    from rolellm.roles.resolve import load_profiles
+
+    profile = load_profiles(Path(checkpoint) / "role_profiles.jsonl")[ROLE]
+    return [to_role_messages(row, profile)[0] for row in rows]
 
 
 def transformers_reference(checkpoint, chats: list[list[dict]], max_new_tokens: int) -> dict:
