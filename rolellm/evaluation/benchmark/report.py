@@ -239,10 +239,10 @@ def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     # each chart drawn once, as a PNG and as an SVG (in an SVG the text stays text: the browser draws the names)
-    written = dict(zip(("per_role", "per_role_svg"), plot_per_role(results[-1], *(output_dir / f"per_role.{kind}"
-                                                                                 for kind in ("png", "svg")))))  # fmt: skip
-    written.update(zip(("comparison", "comparison_svg"), plot_comparison(results, *(output_dir / f"comparison.{kind}"
-                                                                                  for kind in ("png", "svg")))))  # fmt: skip
+    per_role, per_role_svg = plot_per_role(results[-1], output_dir / "per_role.png", output_dir / "per_role.svg")
+    comparison, comparison_svg = plot_comparison(results, output_dir / "comparison.png", output_dir / "comparison.svg")
+    written = {"per_role": per_role, "comparison": comparison, "per_role_svg": per_role_svg,
+               "comparison_svg": comparison_svg}  # fmt: skip
     labels = [_run_label(r) if len(results) != len({x["model"] for x in results}) else r["model"] for r in results]
     lengths = {label: (r.get("answer_length") or {}).get("chars") for label, r in zip(labels, results)}
     written["lengths"] = output_dir / "lengths.svg"
