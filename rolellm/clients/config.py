@@ -338,18 +338,28 @@ def backend_class(backend: str) -> type[ChatClient]:
     import importlib
 
     check_backend(backend)
-    module_name, name = BACKEND_CLASSES.get(backend) or backend.rsplit(".", 1)
+    if backend in BACKEND_CLASSES:
+        module_name, name = BACKEND_CLASSES[backend]
+        return getattr(importlib.import_module(module_name), name)
+    found = import_dotted(backend, f"backend={backend!r}")
+    if not (isinstance(found, type) and issubclass(found, ChatClient)):
+        raise ValueError(f"backend={backend!r}: {backend.rpartition('.')[2]} is no ChatClient subclass")
+    return found
+
+
+def import_dotted(path: str, label: str):
+    """What the dotted path `package.module.name` names, imported: a user's own backend or reward. A `ValueError`
+    that starts with `label` (`"backend='x.Y'"`) when the module does not import or holds no such name."""
+    import importlib
+
+    module_name, _, name = path.rpartition(".")
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        if backend in BACKEND_CLASSES:
-            raise
-        raise ValueError(f"backend={backend!r}: cannot import {module_name} ({error})") from None
+        raise ValueError(f"{label}: cannot import {module_name} ({error})") from None
     found = getattr(module, name, None)
     if found is None:
-        raise ValueError(f"backend={backend!r}: {module_name} has no {name}")
-    if not (isinstance(found, type) and issubclass(found, ChatClient)):
-        raise ValueError(f"backend={backend!r}: {name} is no ChatClient subclass")
+        raise ValueError(f"{label}: {module_name} has no {name}")
     return found
 
 

@@ -14,10 +14,11 @@ profiles, the judge's client, the length and failure settings) and returns the r
 'reference_rouge_l'
 """
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from rolellm.clients.config import import_dotted
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,7 @@ def build_reward(name: str, context: RewardContext) -> Callable:
             f"unknown reward {name!r}: one of {', '.join(sorted(REWARDS))}, or a dotted path to a reward function "
             "(package.module.function)"
         )
-    module_name, _, attribute = name.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"reward {name!r}: cannot import {module_name} ({error})") from None
-    reward = getattr(module, attribute, None)
-    if reward is None:
-        raise ValueError(f"reward {name!r}: {module_name} has no {attribute}")
+    reward = import_dotted(name, f"reward {name!r}")
     if not callable(reward):
         raise ValueError(f"reward {name!r}: {name} is a {type(reward).__name__}, not a function")
     return reward
