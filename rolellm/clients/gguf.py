@@ -77,14 +77,19 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def gguf_cache_dir() -> Path:
-    """Where dequantized GGUF models are kept: `$ROLELLM_CACHE/gguf`, by default under the Hugging Face home
-    (`$HF_HOME/rolellm/gguf`, `~/.cache/huggingface/rolellm/gguf`)."""
+def rolellm_cache_dir() -> Path:
+    """Where rolellm keeps what it makes once (dequantized GGUF models, llama.cpp's converter, help texts):
+    `$ROLELLM_CACHE`, by default under the Hugging Face home (`$HF_HOME/rolellm`, `~/.cache/huggingface/rolellm`)."""
     if os.environ.get("ROLELLM_CACHE"):
-        return Path(os.environ["ROLELLM_CACHE"]).expanduser() / "gguf"
+        return Path(os.environ["ROLELLM_CACHE"]).expanduser()
     from huggingface_hub import constants
 
-    return Path(constants.HF_HOME) / "rolellm" / "gguf"
+    return Path(constants.HF_HOME) / "rolellm"
+
+
+def gguf_cache_dir() -> Path:
+    """Where dequantized GGUF models are kept: `rolellm_cache_dir() / "gguf"`."""
+    return rolellm_cache_dir() / "gguf"
 
 
 def read_gguf_source(folder: str | os.PathLike) -> dict | None:
@@ -202,7 +207,7 @@ def gguf_tokenizer(gguf_file: Path):
     model_folder = gguf_cache_dir() / f"{gguf_file.stem}-{sha256[:16]}"
     if (model_folder / SOURCE_FILE).is_file():
         return AutoTokenizer.from_pretrained(model_folder)
-    folder = gguf_cache_dir().parent / "gguf-tokenizers" / f"{gguf_file.stem}-{sha256[:16]}"
+    folder = rolellm_cache_dir() / "gguf-tokenizers" / f"{gguf_file.stem}-{sha256[:16]}"
     if (folder / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(folder)
     check_gguf_header(gguf_file, "--model")

@@ -277,13 +277,10 @@ def recipe_parser_class():
 
 
 def help_cache_dir() -> Path:
-    """Where the help texts of slow parsers are kept: `$ROLELLM_CACHE/help`, by default under the Hugging Face home
-    (`$HF_HOME/rolellm/help`, `~/.cache/huggingface/rolellm/help`)."""
-    if os.environ.get("ROLELLM_CACHE"):
-        return Path(os.environ["ROLELLM_CACHE"]).expanduser() / "help"
-    from huggingface_hub import constants
+    """Where the help texts of slow parsers are kept: `help` in rolellm's cache (`rolellm_cache_dir`)."""
+    from rolellm.clients.gguf import rolellm_cache_dir
 
-    return Path(constants.HF_HOME) / "rolellm" / "help"
+    return rolellm_cache_dir() / "help"
 
 
 def help_key(name: str, packages=("rolellm", "transformers", "trl", "peft")) -> str:

@@ -30,7 +30,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from rolellm.clients.gguf import GGUFError, gguf_cache_dir
+from rolellm.clients.gguf import GGUFError, rolellm_cache_dir
 
 
 CONVERTER = "convert_hf_to_gguf.py"
@@ -113,7 +113,7 @@ def unpack_converter(archive: Path, flag: str) -> Path:
         while chunk := stream.read(1 << 22):
             digest.update(chunk)
     stem = archive.name.removesuffix(".tar.gz")
-    folder = gguf_cache_dir().parent / "llama.cpp" / f"{stem}-{digest.hexdigest()[:16]}"
+    folder = rolellm_cache_dir() / "llama.cpp" / f"{stem}-{digest.hexdigest()[:16]}"
     if (folder / CONVERTER).is_file():
         return folder / CONVERTER
     folder.parent.mkdir(parents=True, exist_ok=True)
