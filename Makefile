@@ -16,6 +16,7 @@ LLAMA_CPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FM
 LLAMA_CPP_SOURCE ?= .cache/llama-cpp-python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+TEST_MARKERS ?= not gpu and not exhaustive
 # two pytest-xdist workers more than the cores this process may use: with one torch thread per test process
 # (tests/conftest.py), a worker waiting on a subprocess, a server or a Ray start leaves its core to the others
 # (2 cores: 225 s with 4 workers, 257-266 s with 3, 265 s with 5)
@@ -39,12 +40,11 @@ install: $(STAMP)
 
 test: $(STAMP) chromium
 	$(BIN)/python -m compileall -q rolellm tests examples >/dev/null  # once, not in each of the suite's processes
-	$(BIN)/python -m pytest -m "not gpu and not exhaustive" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "$(TEST_MARKERS)" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # the suite with the `exhaustive` tests too (walkthroughs, DDP and Ray variants, the real model on a second backend)
-test-all: $(STAMP) chromium
-	$(BIN)/python -m compileall -q rolellm tests examples >/dev/null
-	$(BIN)/python -m pytest -m "not gpu" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+test-all:
+	$(MAKE) test TEST_MARKERS="not gpu"
 
 # headless Chromium for the browser test of `rolellm chat --ui` (tests/test_chat_browser.py), from apt when it is
 # missing and apt is usable (as root or with passwordless sudo); tried once (a stamp), else the test skips, saying why
