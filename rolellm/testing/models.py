@@ -220,7 +220,7 @@ def build_tiny_gguf(
     writer = GGUFWriter(str(path), "llama")
     for name, field in source.fields.items():
         if name.startswith("tokenizer."):
-            value = shortened.get(name, field.contents())
+            value = shortened[name] if name in shortened else field.contents()  # the long arrays read once
             sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
             writer.add_key_value(name, value, field.types[0], sub_type)
     writer.add_block_count(layers)
