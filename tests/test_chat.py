@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -500,8 +501,18 @@ def test_terminal_ctrl_c_keeps_an_unsaved_chat_and_a_paste_is_one_message(cards,
 
     def ctrl_c(process):
         # readline prints the prompt before it waits for a key: a signal in between is seen only at the next key
-        # (CPython's readline loop checks signals on an interrupted wait), so the test waits as a person would
+        # (CPython's readline loop checks signals on an interrupted wait), so the test waits, as a person would, until
+        # the process sleeps in that wait (its main thread in select/poll: x86-64 syscalls 7, 23, 270, 271)
+        deadline = time.monotonic() + 60
         time.sleep(0.3)
+        while time.monotonic() < deadline:
+            try:
+                syscall = Path(f"/proc/{process.pid}/syscall").read_text().split()[0]
+            except (OSError, IndexError):
+                break  # no /proc: the pause above is all there is
+            if syscall in {"7", "23", "270", "271"}:
+                break
+            time.sleep(0.05)
         process.send_signal(signal.SIGINT)
 
     argv = ["chat", "--model", "m", "--profiles", str(cards), "--role", "Po", "--user_name", "Tigress"]
