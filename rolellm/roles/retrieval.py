@@ -17,6 +17,7 @@ assistant turn.
 [{'role': 'user', 'content': '八戒: “猴哥，斋饭在哪里？”'}, {'role': 'assistant', 'content': '呆子，就知道吃。'}]
 """
 
+import functools
 import logging
 import re
 import unicodedata
@@ -39,12 +40,19 @@ def tokenize_for_bm25(text: str, lang: str) -> list[str]:
     >>> tokenize_for_bm25("猴哥，斋饭在哪里？", "zh")
     ['猴哥', '斋饭', '在', '哪里']
     """
+    return list(_terms(text, lang))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _terms(text: str, lang: str) -> tuple[str, ...]:
+    """`tokenize_for_bm25`, kept: jieba cuts some 800 lines a second, and a profile's retriever is often built again
+    (another `max_group_lines`, each prompting mode of a run)."""
     if lang == "zh":
         import jieba
 
         jieba.setLogLevel(logging.WARNING)  # jieba logs its dictionary loading at INFO
-        return [token for token in jieba.lcut(text.lower()) if _is_term(token)]
-    return _WORD.findall(text.lower())
+        return tuple(token for token in jieba.lcut(text.lower()) if _is_term(token))
+    return tuple(_WORD.findall(text.lower()))
 
 
 def _is_term(token: str) -> bool:
@@ -91,7 +99,7 @@ class DialogueRetriever:
                 f"speaker opens and {profile.name!r} closes ({len(profile.dialogue)} lines, skipped {self.skipped}); "
                 "check that the speaker names in the dialogue match the profile name, or raise `max_group_lines`."
             )
-        corpus = [tokenize_for_bm25(" ".join(u.content for u in group), profile.lang) for group in self.groups]
+        corpus = [_terms(" ".join(u.content for u in group), profile.lang) for group in self.groups]
         self.bm25 = BM25Okapi(corpus)
 
     def __len__(self) -> int:
@@ -99,7 +107,7 @@ class DialogueRetriever:
 
     def scores(self, question: str) -> np.ndarray:
         """The BM25 score of every indexed group against `question`."""
-        return self.bm25.get_scores(tokenize_for_bm25(question, self.profile.lang))
+        return self.bm25.get_scores(_terms(question, self.profile.lang))
 
     def retrieve(self, question: str, k: int = 3) -> list[list[Utterance]]:
         """The `k` best-scoring groups for `question`, best first (ties keep script order)."""
