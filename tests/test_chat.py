@@ -235,6 +235,7 @@ def test_session_reply_leaves_the_history_alone_and_a_failed_answer_is_not_kept(
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # `make test` drives the page `build_chat_ui` makes in a browser (tests/test_chat_browser.py)
 def test_gradio_ui_answers_two_messages_like_encode_chat_and_generate(chat_model_path, cards, tmp_path):
     pytest.importorskip("gradio", reason="the chat UI needs gradio (the `ui` extra)")
     from gradio_client import Client

@@ -31,6 +31,7 @@ def test_a_missing_model_folder_or_a_zero_batch_is_exit_2_naming_it(argv, messag
     assert not (tmp_path / "out" / "results.json").exists()
 
 
+@pytest.mark.exhaustive  # a new interpreter importing torch and bitsandbytes, for one logging filter
 def test_no_library_notice_that_reads_like_an_error():
     # bitsandbytes logs "Failed to load CPU gemm_4bit_forward ... pip install kernels" when it is imported on a CPU
     # with AVX-512 BF16; a command imports it (through peft) after `quiet_library_notices`, as `main` does

@@ -1,29 +1,17 @@
-"""The quickstart notebook runs top to bottom (nbclient), trains the tiny model and prints role answers."""
+"""The quickstart notebook runs top to bottom (its cells in order, in one namespace, as its kernel runs them), trains
+the tiny model and prints role answers."""
 
 from pathlib import Path
 
-import pytest
+from fixtures.examples import run_notebook
 
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "notebooks" / "quickstart.ipynb"
 
 
-@pytest.mark.slow
 def test_quickstart_notebook_runs():
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
-    )
-    client.execute()
-    outputs = {
-        i: "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in cell.get("outputs", []))
-        for i, cell in enumerate(notebook.cells)
-        if cell.cell_type == "code"
-    }
-    text = "\n".join(outputs.values())
+    outputs = run_notebook(NOTEBOOK)
+    text = "\n".join(outputs)
     assert "num_rows: 24" in text  # 12 English + 12 Chinese training rows of the sample
     assert "你是孙悟空，你的性格和背景是" in text
     assert "samples per subset: {'general': 32, 'role_specific': 8}" in text
