@@ -20,9 +20,21 @@ def _corpus() -> Path | None:
     return corpus if corpus is not None and corpus.is_dir() else None
 
 
+def _template_source(folder: Path) -> str:
+    """The chat template text of a corpus folder: its tokenizer_config.json's, and any `.jinja` file's."""
+    import json
+
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template") or ""
+    return json.dumps(config) + "".join(p.read_text(encoding="utf-8") for p in folder.glob("*.jinja"))
+
+
 CORPUS = _corpus()
 FOLDERS = sorted(p.name for p in CORPUS.iterdir() if (p / "tokenizer_config.json").exists()) if CORPUS else []
 REAL = [name for name in FOLDERS if (CORPUS / name / "tokenizer.json").exists()]
+# `keep_think` changes nothing for a template that writes no think block: the two are run for those that do
+THINKING = [name for name in FOLDERS if "think" in _template_source(CORPUS / name)]
+BOTH_WAYS = [(name, False) for name in FOLDERS] + [(name, True) for name in THINKING]
+BOTH_WAYS_IDS = [f"{'keep_think' if keep else 'default'}-{name}" for name, keep in BOTH_WAYS]
 SKIP = pytest.mark.skipif(CORPUS is None, reason="../shared/data/chat-templates not found (set ROLEBENCH_DATA_DIR)")
 NO_REAL = pytest.param(
     "none",
@@ -62,8 +74,7 @@ def test_the_corpus_is_there():
 
 
 @SKIP
-@pytest.mark.parametrize("name", FOLDERS or ["none"])
-@pytest.mark.parametrize("keep_think", [False, True], ids=["default", "keep_think"])
+@pytest.mark.parametrize(("name", "keep_think"), BOTH_WAYS or [("none", False)], ids=BOTH_WAYS_IDS or None)
 def test_template_passes_every_check(tokenizers, name, keep_think):
     report = check_chat_template(tokenizers(name), keep_think=keep_think)
     assert report.ok, f"{name}:\n{report}"
@@ -109,8 +120,7 @@ def test_every_added_token_in_every_message_is_plain_text(tokenizers, name):
 
 
 @SKIP
-@pytest.mark.parametrize("name", FOLDERS or ["none"])
-@pytest.mark.parametrize("keep_think", [False, True], ids=["default", "keep_think"])
+@pytest.mark.parametrize(("name", "keep_think"), BOTH_WAYS or [("none", False)], ids=BOTH_WAYS_IDS or None)
 def test_preference_samples_share_the_prompt_and_train_exactly_the_answer(tokenizers, name, keep_think):
     """DPO/KTO samples (`encode_preference`): chosen and rejected follow the prompt ids of inference, token for token,
     and each completion is exactly the tokens `encode_chat` trains for that answer (an injected control token's text
