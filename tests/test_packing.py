@@ -229,7 +229,7 @@ def test_eager_attention_needs_the_additive_mask(tiny_model_path, tiny_tokenizer
 
 
 @pytest.mark.slow
-@pytest.mark.exhaustive  # FlexAttention compiles its kernel first (10 s of CPU); the sdpa masks above are the same rows
+@pytest.mark.exhaustive  # FlexAttention compiles its kernel first (10 s of CPU); the same rows with sdpa are above
 def test_flex_block_mask_forward_equals_alone(tiny_model_path, tiny_tokenizer, english_samples):
     """The FlexAttention block mask encodes the same mask (forward only: no FlexAttention backward on CPU)."""
     model = LlamaForCausalLM.from_pretrained(tiny_model_path, attn_implementation="flex_attention").eval()
