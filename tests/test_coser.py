@@ -8,13 +8,13 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from fixtures.commands import ForkedCommand
 from fixtures.examples import run_example
 
 from rolellm.clients.config import ClientConfig
@@ -512,10 +512,8 @@ def test_sigkill_midway_then_restart_loses_and_repeats_nothing(tmp_path):
         return responder(body)
 
     out = tmp_path / "crashed"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
     with ChatCompletionsServer(crashing) as server:
-        command = [sys.executable, "-m", "rolellm.scripts.coser", *run_argv(server.base_url, out)]
-        job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        job = ForkedCommand(["coser", *run_argv(server.base_url, out)])  # a process of its own, killed below
         log, deadline = out / LOG_NAME, time.monotonic() + 120
         while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 10):
             time.sleep(0.05)

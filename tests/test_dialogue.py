@@ -5,16 +5,14 @@ The test chat-completions server plays the user simulator and two rubric judges;
 """
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
 
 import pytest
+from fixtures.commands import ForkedCommand
 from fixtures.examples import run_example
 
 from rolellm.clients.local import LocalChatClient
@@ -301,11 +299,9 @@ def test_sigkill_midway_then_restart_loses_and_repeats_nothing(tmp_path, tiny_mo
         return responder(body)
 
     out = tmp_path / "crashed"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
     with ChatCompletionsServer(crashing) as server:
         argv = cli_args(profiles, scenarios, tiny_model_path, server.base_url, out, judges=())
-        command = [sys.executable, "-m", "rolellm.scripts.dialogue", *argv]
-        job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        job = ForkedCommand(["dialogue", *argv])  # a process of its own, killed below
         deadline = time.monotonic() + 120
         turns = out / TURNS_NAME
         while time.monotonic() < deadline and (not turns.exists() or len(turns.read_text().splitlines()) < 6):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+from fixtures.commands import ForkedCommand
 
 from rolellm.data.builder import load_rolebench
 from rolellm.data.layout import available_splits, get_spec
@@ -204,8 +205,6 @@ def test_rubric_ranking_scores_each_answer(tmp_path):
 def test_sigkill_mid_judging_then_restart_asks_nothing_twice(tmp_path):
     import os
     import sqlite3
-    import subprocess
-    import sys
     import threading
     import time
 
@@ -229,10 +228,10 @@ def test_sigkill_mid_judging_then_restart_asks_nothing_twice(tmp_path):
         except sqlite3.OperationalError:
             return 0
 
-    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
     with ChatCompletionsServer(respond) as server:
         args = command(server.base_url, out, "--judge_max_concurrency", "2")
-        job = subprocess.Popen([sys.executable, "-m", "rolellm", *args], env=env, stdout=subprocess.DEVNULL)
+        job = ForkedCommand(args, env=env)  # a process of its own, killed below
         deadline = time.monotonic() + 120
         while cached(out / "judge_cache.sqlite") < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
