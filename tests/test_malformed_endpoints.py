@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from rolellm.scripts.cli import main
-from rolellm.testing.server import ChatCompletionsServer, Fault
+from rolellm.testing.server import SHUTDOWN_POLL, ChatCompletionsServer, Fault
 
 
 ROOT = Path(__file__).parent.parent
@@ -291,7 +291,7 @@ def hub(monkeypatch, tmp_path):
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

@@ -37,6 +37,9 @@ SERVER_DEFAULTS = {
                          "max_tokens": -1},
     "koboldcpp": {"temperature": 0.75, "top_k": 100, "top_p": 0.92, "min_p": 0.0, "rep_pen": 1.07, "max_tokens": 512},
 }  # fmt: skip
+# how often a serving thread looks for `shutdown()`: socketserver's default, 0.5 s, is what closing a server waits on
+# average half of, once per server a test starts (hundreds in the suite)
+SHUTDOWN_POLL = 0.02
 RUNAWAY_WORDS = 2048  # what an imitated llama.cpp server writes without `max_tokens`: until its context is full
 
 
@@ -359,7 +362,7 @@ class ChatCompletionsServer:
                     super().handle_error(request, client_address)
 
         self._httpd = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
         self._thread.start()
         return self
 
@@ -459,7 +462,7 @@ def json_server(respond: Callable[[str], tuple[int, dict]]) -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
