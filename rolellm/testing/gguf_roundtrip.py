@@ -83,7 +83,7 @@ def compare_in_llama_cpp(gguf_file: Path, reference: dict, greedy: bool = True) 
 
     same = positions = 0
     top10_gap = full_gap = kl = 0.0
-    llama = Llama(str(gguf_file), n_ctx=1024, n_threads=1, logits_all=True, verbose=False)
+    llama = Llama(str(gguf_file), n_ctx=1024, n_threads=1, n_threads_batch=1, logits_all=True, verbose=False)
     before: list[int] = []
     try:
         for chat in reference["forced"]:
