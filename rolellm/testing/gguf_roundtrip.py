@@ -10,6 +10,8 @@ the mean KL divergence (transformers to llama.cpp); greedy, how many of `--backe
 backend's.
 """
 
+import copy
+import inspect
 import json
 from pathlib import Path
 
@@ -45,6 +47,11 @@ def role_chats(checkpoint, rows: list[dict]) -> list[list[dict]]:
     return [to_role_messages(row, profile)[0] for row in rows]
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many ids `a` and `b` share from their start."""
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def transformers_reference(checkpoint, chats: list[list[dict]], max_new_tokens: int) -> dict:
     """The merged `checkpoint` in transformers on `chats`: each chat's prompt ids, answer positions (those that predict
     an answer token) and their log-probabilities, and the local backend's greedy answers to `[system, question]`."""
@@ -58,14 +65,24 @@ def transformers_reference(checkpoint, chats: list[list[dict]], max_new_tokens: 
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     model.eval()
+    encoded = [encode_chat(tokenizer, chat) for chat in chats]
+    # the prefix the chats share (the role's system text) is computed once and its keys and values kept, as
+    # llama.cpp keeps them in `compare_in_llama_cpp`: every answer position comes after it
+    first = encoded[0]["input_ids"]
+    shared = min(min(common_prefix(first, e["input_ids"]), len(e["input_ids"]) - 1) for e in encoded)
     forced = []
-    for chat in chats:
-        encoded = encode_chat(tokenizer, chat)
-        ids, mask = encoded["input_ids"], encoded["assistant_masks"]
-        with torch.no_grad():
-            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
-        answer = [k - 1 for k in range(1, len(ids)) if mask[k]]
-        forced.append({"ids": ids, "answer": answer, "logprobs": logprobs[answer]})
+    cache = (
+        "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    )  # transformers<5.2x
+    with torch.no_grad():
+        prefix = model(torch.tensor([first[:shared]]), use_cache=True)
+        for chat in encoded:
+            ids, mask = chat["input_ids"], chat["assistant_masks"]
+            answer = [k - 1 for k in range(1, len(ids)) if mask[k]]
+            kept = copy.deepcopy(getattr(prefix, cache))
+            rest = model(torch.tensor([ids[shared:]]), use_cache=True, **{cache: kept}).logits
+            logits = torch.cat([prefix.logits[0], rest[0]])[answer].float()
+            forced.append({"ids": ids, "answer": answer, "logprobs": torch.log_softmax(logits, -1)})
     local = LocalChatClient(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, progress=False)
     prompts = [chat[:2] for chat in chats]
     return {"forced": forced, "prompts": prompts, "prompt_ids": [local.encode_prompt(p) for p in prompts],
@@ -90,8 +107,7 @@ def compare_in_llama_cpp(gguf_file: Path, reference: dict, greedy: bool = True) 
             ids, answer, ours = chat["ids"], chat["answer"], chat["logprobs"]
             # the prefix shared with the chat before (the role's system text) stays in llama.cpp's cache and its
             # logits in `scores`: only the rest is computed
-            shared = next((k for k, (a, b) in enumerate(zip(ids, before)) if a != b), min(len(ids), len(before)))
-            llama.n_tokens = min(shared, len(ids) - 1)
+            llama.n_tokens = min(common_prefix(ids, before), len(ids) - 1)
             llama.eval(ids[llama.n_tokens :])
             before = ids
             logits = torch.tensor(np.array(llama.scores[: len(ids)])[answer], dtype=torch.float32)
