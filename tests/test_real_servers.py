@@ -2,8 +2,9 @@
 (its dequantized folder) and, where llama-cpp-python is installed, `python -m llama_cpp.server` on its GGUF file, each
 started once on 127.0.0.1 and a free port, and asked by `rolellm generate`, `evaluate`, `chat --base_url`, `dialogue`
 and `coser run` (the model the role; the simulated user, the Environment, the next-speaker predictor and the judges
-are the stand-in server). Requests are few and short (16 tokens): what is checked is that each command's answers are
-the served model's own, reach the files it writes, and that every request carried its budget and sampling settings.
+are the stand-in server). Requests are few and short (8 tokens, 16 in a scene): what is checked is that each command's
+answers are the served model's own, reach the files it writes, and that every request carried its budget and sampling
+settings.
 """
 
 import html
@@ -42,7 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COSER_TEST_SET = ROOT / "tests" / "fixtures" / "coser" / "test_set.json"
 PRIDE = "Pride and Prejudice-7-1"
 JACK = "Jack Sparrow"
-MAX_NEW_TOKENS = "16"
+MAX_NEW_TOKENS = "8"  # generate, evaluate, chat: a few words of the model's own (a decode step is 60-90 ms)
+# dialogue and coser run: the model may first repeat the user's line, or give an action, before words of its own
+SCENE_TOKENS = "16"
 STAND_IN = "Aye, the stand-in speaks."
 NO_LLAMA_CPP = 'needs llama-cpp-python (pip install "rolellm[llamacpp]")'
 # dialogue and coser run ask the served model through the same client as generate, evaluate and chat: they run against
@@ -195,7 +198,7 @@ def test_dialogue_against_the_real_server(served, stand_in, jack, tmp_path):
     out = tmp_path / "run"
     code, printed, err = run_command([
         "dialogue", "--profiles", str(jack), "--scenarios", str(scenarios), "--model", served["model"],
-        "--base_url", served["base_url"], "--max_new_tokens", MAX_NEW_TOKENS, "--user_model", "user-sim",
+        "--base_url", served["base_url"], "--max_new_tokens", SCENE_TOKENS, "--user_model", "user-sim",
         "--user_base_url", stand_in.base_url, "--judge_model", "judge", "--judge_base_url", stand_in.base_url,
         "--output_dir", str(out),
     ])  # fmt: skip
@@ -222,7 +225,7 @@ def test_coser_run_against_the_real_server(served, stand_in, tmp_path):
     asked = len(stand_in.requests)
     code, printed, err = run_command([
         "coser", "run", "--test_file", str(COSER_TEST_SET), "--cases", PRIDE, "--continue_from", "4",
-        "--actor_model", served["model"], "--base_url", served["base_url"], "--max_new_tokens", MAX_NEW_TOKENS,
+        "--actor_model", served["model"], "--base_url", served["base_url"], "--max_new_tokens", SCENE_TOKENS,
         "--env_model", "env", "--env_base_url", stand_in.base_url, "--nsp_model", "nsp",
         "--nsp_base_url", stand_in.base_url, "--judge_model", "judge", "--judge_base_url", stand_in.base_url,
         "--output_dir", str(out), "--progress", "false",
