@@ -9,7 +9,8 @@ Each asserts a margin, about half the gain measured, not a direction. The rows a
 bundled slice, each role's questions split into train and held-out questions (`split_role_questions`), with the
 reference answers cut to their first sentence: short rows, cheap to train on and to score. The adapters are LoRA and
 the model runs in bfloat16, a third of float32's time on a CPU with bfloat16 units (AMX, AVX512-BF16). The three tests
-take about 32 s of CPU on one thread; the figures measured (seeds 0, 1, 2) are in their docstrings.
+take about 53 s of CPU on one thread (measured on a shared 2-core machine); the figures measured (seeds 0, 1, 2)
+are in their docstrings.
 """
 
 import copy
@@ -272,30 +273,30 @@ def opens_in_first_person(prompts, completions, **kwargs) -> list[float]:
 
 
 def test_grpo_raises_a_checkable_reward_on_held_out_questions(smollm2, role_rows, tmp_path):
-    """GRPO with LoRA, three steps of one question and 16 sampled answers of 8 tokens, rewarded for opening in the
-    first person; scored on the greedy answers to 16 held-out questions. Measured: 1 of 16 -> 14 to 16 of 16; about
-    10 s of CPU."""
+    """GRPO with LoRA, two steps of one question and 16 sampled answers of 4 tokens (the reward reads the first word
+    alone), rewarded for opening in the first person; scored on the greedy 4-token answers to 16 held-out questions.
+    Measured: 1 of 16 -> 15 to 16 of 16; about 9 s of CPU on a shared 2-core machine."""
     folder, smollm2_model = smollm2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     train, held_out = split(role_rows, train_per_role=21, held_out=4)
     conversations = [role_prompt(row, ROLE_NAME_ONLY) for row in held_out]
     model = copy.deepcopy(smollm2_model)
-    before = opens_in_first_person(None, greedy_answers(model, tokenizer, conversations, 8))
+    before = opens_in_first_person(None, greedy_answers(model, tokenizer, conversations, 4))
 
     template = tmp_path / "system.jinja"
     template.write_text(ROLE_NAME_ONLY, encoding="utf-8")
-    args = RoleGRPOConfig(**training_settings(tmp_path / "grpo", max_steps=3, learning_rate=5e-3, num_generations=16,
-                                              per_device_train_batch_size=16, max_completion_length=8, beta=0.0,
+    args = RoleGRPOConfig(**training_settings(tmp_path / "grpo", max_steps=2, learning_rate=1e-2, num_generations=16,
+                                              per_device_train_batch_size=16, max_completion_length=4, beta=0.0,
                                               system_template_path=str(template)))  # fmt: skip
     trainer = RoleGRPOTrainer(with_lora(model, ["q_proj", "v_proj"]), opens_in_first_person, args,
                               datasets.Dataset.from_list(train), processing_class=tokenizer,
                               profiles=PROFILES)  # fmt: skip
     trainer.train()
     trainer.model.merge_adapter()
-    answers = greedy_answers(trainer.model, tokenizer, conversations, 8)
+    answers = greedy_answers(trainer.model, tokenizer, conversations, 4)
     after = opens_in_first_person(None, answers)
     rewards = [log["reward"] for log in trainer.state.log_history if "reward" in log]
     print(f"held-out answers opening in the first person: {mean(before):.2f} -> {mean(after):.2f} "
           f"({len(after)} questions); mean reward of the steps' samples {rewards}; e.g. {answers[:3]}")  # fmt: skip
-    assert len(rewards) == 3
+    assert len(rewards) == 2
     assert mean(after) > mean(before) + 0.4
