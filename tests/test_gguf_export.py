@@ -124,6 +124,30 @@ def assert_refused(argv, message, out_dir, capsys):
     assert not [path for path in out_dir.parent.iterdir() if path.name.startswith(f".{out_dir.name}")]
 
 
+STAND_IN_CONVERTER = """import sys
+print("INFO:hf-to-gguf:Loading model: " + sys.argv[1])
+print("Traceback (most recent call last):", file=sys.stderr)
+print('  File "convert_hf_to_gguf.py", line 1, in <module>', file=sys.stderr)
+print("NotImplementedError: Architecture 'FooForCausalLM' not supported!", file=sys.stderr)
+print("ERROR:hf-to-gguf:Model FooForCausalLM is not supported", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def test_a_failing_converter_is_its_last_error_line(tiny_model_path, tmp_path, capsys):
+    """rolellm's side of a converter that refuses: a stand-in `convert_hf_to_gguf.py` (plain Python, no torch to
+    import) that fails as llama.cpp's does on an architecture it does not know: one line, its last error, exit 2,
+    nothing written. llama.cpp's own converter refusing is the `exhaustive` test below."""
+    source = tmp_path / "llama.cpp"
+    source.mkdir()
+    (source / "convert_hf_to_gguf.py").write_text(STAND_IN_CONVERTER, encoding="utf-8")
+    out = tmp_path / "out"
+    assert_refused(["export", str(tiny_model_path), "--gguf", "f16", "--output_dir", str(out), "--llama_cpp_source",
+                    str(source)], "llama.cpp's converter (convert_hf_to_gguf.py) cannot convert it: Model "
+                   "FooForCausalLM is not supported", out, capsys)  # fmt: skip
+
+
+@pytest.mark.exhaustive  # make test: the failing stand-in converter above (this one imports torch: 6 s of CPU)
 def test_an_architecture_the_converter_does_not_know_is_one_line(tiny_model_path, tmp_path, capsys):
     model = tmp_path / "foo"
     shutil.copytree(tiny_model_path, model)
