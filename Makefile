@@ -17,10 +17,11 @@ LLAMA_CPP_SOURCE ?= .cache/llama-cpp-python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 TEST_MARKERS ?= not gpu and not exhaustive
-# two pytest-xdist workers more than the cores this process may use: with one torch thread per test process
-# (tests/conftest.py), a worker waiting on a subprocess, a server or a Ray start leaves its core to the others
-# (2 cores: 225 s with 4 workers, 257-266 s with 3, 265 s with 5)
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 2)" 2>/dev/null || echo auto)
+# one pytest-xdist worker per core this process may use, each test process on one torch thread (tests/conftest.py):
+# more workers fill a worker's waits on a server or a subprocess but cost more than they fill, each collecting the
+# suite again and all contending for the cores' caches and memory (2 cores, warm: 214 s with 2 workers, 229 s with 3;
+# 3 workers also spent 16% more CPU on the same tests)
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)))" 2>/dev/null || echo auto)
 
 .PHONY: install test test-all chromium demo reproduce quality style bench docs clean
 
