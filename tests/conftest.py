@@ -14,7 +14,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 # One torch (OpenMP) thread per process, the test processes and the commands they start: `make test` runs a worker
-# more than the cores, and each worker's threads spinning while they wait for a core of the others cost four times the
+# per core, and a worker's extra threads spinning while they wait for a core another worker holds cost four times the
 # CPU of the suite's tiny models on one thread (the same three files: 106 s of CPU with two threads, 26 s with one).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # GGUF models dequantized into the cache (the embedded SmolLM2: 20 s) are kept from one test run to the next, for every
