@@ -40,8 +40,8 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 # The bytecode compiled once, not in each of the suite's processes, and written even where PYTHONDONTWRITEBYTECODE is
-# set: pytest keeps each test module's assertion-rewritten code beside it only then (else every worker rewrites all 96
-# files, 3-4 s of CPU each run).
+# set: pytest keeps each test module's assertion-rewritten code beside it only then (else every worker rewrites every test
+# file, 3-4 s of CPU each run).
 test: $(STAMP) chromium
 	$(BIN)/python -m compileall -q rolellm tests examples >/dev/null
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m "$(TEST_MARKERS)" -n $(TEST_WORKERS) $(PYTEST_ARGS)

@@ -85,7 +85,8 @@ def served(request, tmp_path_factory):
     else:
         model = "smollm2"
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(SMOLLM2), "--model_alias", model,
-                   "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--n_threads_batch", "1"]  # fmt: skip
+                   "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
+                   "--n_threads_batch", "1"]  # fmt: skip
         health = f"http://127.0.0.1:{port}/v1/models"
     with open(log, "w") as stream:
         process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=env, cwd=folder)

@@ -10,8 +10,6 @@ the mean KL divergence (transformers to llama.cpp); greedy, how many of `--backe
 backend's.
 """
 
-import copy
-import inspect
 import json
 from pathlib import Path
 
@@ -65,24 +63,14 @@ def transformers_reference(checkpoint, chats: list[list[dict]], max_new_tokens: 
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     model.eval()
-    encoded = [encode_chat(tokenizer, chat) for chat in chats]
-    # the prefix the chats share (the role's system text) is computed once and its keys and values kept, as
-    # llama.cpp keeps them in `compare_in_llama_cpp`: every answer position comes after it
-    first = encoded[0]["input_ids"]
-    shared = min(min(common_prefix(first, e["input_ids"]), len(e["input_ids"]) - 1) for e in encoded)
     forced = []
-    cache = (
-        "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    )  # transformers<5.2x
-    with torch.no_grad():
-        prefix = model(torch.tensor([first[:shared]]), use_cache=True)
-        for chat in encoded:
-            ids, mask = chat["input_ids"], chat["assistant_masks"]
-            answer = [k - 1 for k in range(1, len(ids)) if mask[k]]
-            kept = copy.deepcopy(getattr(prefix, cache))
-            rest = model(torch.tensor([ids[shared:]]), use_cache=True, **{cache: kept}).logits
-            logits = torch.cat([prefix.logits[0], rest[0]])[answer].float()
-            forced.append({"ids": ids, "answer": answer, "logprobs": torch.log_softmax(logits, -1)})
+    for chat in chats:
+        encoded = encode_chat(tokenizer, chat)
+        ids, mask = encoded["input_ids"], encoded["assistant_masks"]
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        answer = [k - 1 for k in range(1, len(ids)) if mask[k]]
+        forced.append({"ids": ids, "answer": answer, "logprobs": logprobs[answer]})
     local = LocalChatClient(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, progress=False)
     prompts = [chat[:2] for chat in chats]
     return {"forced": forced, "prompts": prompts, "prompt_ids": [local.encode_prompt(p) for p in prompts],
