@@ -55,6 +55,20 @@ def test_keyword_arguments_reach_rouge_l(metric):
         metric.compute(predictions=["a"], references=["a"], measure="bleu")
 
 
+def test_a_failed_compute_leaves_no_cache_file_locked(tmp_path):
+    """evaluate unlocks its cache file only when the score is computed: after a bad argument the file stayed locked,
+    and each later `compute` in the process waited a second for it before taking another file."""
+    from filelock import FileLock
+
+    metric = evaluate.load(str(METRIC_DIR), cache_dir=str(tmp_path), experiment_id="failing")
+    with pytest.raises(ValueError, match="no reference"):
+        metric.compute(predictions=["a"], references=[[]])
+    [lock_path] = tmp_path.rglob("failing-1-0.arrow.lock")
+    FileLock(lock_path).acquire(timeout=0)  # raises filelock.Timeout while the failed call holds it
+    assert not list(tmp_path.rglob("failing-*.arrow"))
+    assert metric.compute(predictions=["a b"], references=["a b c"]) == {"rougeL": 2 / 3}
+
+
 def test_metric_card_examples_run():
     results = doctest.testfile(str(METRIC_DIR / "README.md"), module_relative=False, optionflags=doctest.ELLIPSIS)
     assert results.attempted == 5 and results.failed == 0

@@ -1,5 +1,7 @@
 """RoleBench ROUGE-L: the RoleLLM paper's ROUGE-L (recall of the `rouge` package, best reference, mean)."""
 
+from pathlib import Path
+
 import datasets
 import evaluate
 import numpy as np
@@ -60,6 +62,19 @@ class RolebenchRouge(evaluate.Metric):
             codebase_urls=["https://github.com/InteractiveNLP-Team/RoleLLM-public", "https://github.com/pltrdy/rouge"],
             reference_urls=["https://arxiv.org/abs/2310.00746"],
         )
+
+    def compute(self, **kwargs):
+        """`evaluate.Metric.compute`, leaving no cache file locked when it fails: evaluate unlocks its files only when
+        `_compute` returns, and every later `compute` in the process (of any instance) would wait a second for them."""
+        try:
+            return super().compute(**kwargs)
+        except Exception:
+            for lock, path in zip(getattr(self, "filelocks", None) or [], getattr(self, "file_paths", None) or []):
+                if lock.is_locked:
+                    lock.release()
+                    Path(path).unlink(missing_ok=True)
+            self.data = self.writer = None
+            raise
 
     def _compute(self, predictions, references, lang=None, measure="recall", tokenizer=None, use_aggregator=True):
         scores = rouge_l_scores(predictions, references, lang=lang, measure=measure, tokenizer=tokenizer)
