@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rolellm.clients.chat_answer import CHAT_RETRIES
 from rolellm.clients.chat_session import ChatSession
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE as CHATML_TEMPLATE
@@ -213,11 +214,20 @@ def test_missing_model_folder_and_folder_without_profiles(tiny_model_path, cards
 def test_dead_endpoint_exits_3(cards, capsys, monkeypatch):
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     code, out, err = run_cli(
-        ["--model", "m", "--base_url", url, "--profiles", str(cards / "po.json"), "--timeout", "5"], "Hi\n", capsys,
-        monkeypatch,
+        ["--model", "m", "--base_url", url, "--profiles", str(cards / "po.json"), "--timeout", "5", "--max_retries",
+         "0"], "Hi\n", capsys, monkeypatch,
     )  # fmt: skip
     assert code == 3 and out == ""
     assert err.splitlines()[-1].startswith(f"rolellm chat: {url} cannot be reached")
+
+
+@pytest.mark.parametrize("flags, sent", [(["--max_retries", "0"], 1), ([], 1 + CHAT_RETRIES)], ids=["none", "default"])
+def test_a_failing_turn_is_retried_as_max_retries_says_and_at_most_twice(flags, sent, cards, capsys, monkeypatch):
+    with ChatCompletionsServer(lambda body: Fault("server_error", status=503)) as server:
+        argv = ["--model", "m", "--base_url", server.base_url, "--profiles", str(cards / "po.json"), *flags]
+        code, out, err = run_cli(argv, "Hi\n", capsys, monkeypatch)
+    assert code == 3 and len(server.requests) == sent  # the default of 6 retries is a batch job's, not a chat turn's
+    assert "HTTP 503" in err.splitlines()[-1]
 
 
 def test_session_reply_leaves_the_history_alone_and_a_failed_answer_is_not_kept(cards):

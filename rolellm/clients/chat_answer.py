@@ -18,6 +18,9 @@ from rolellm.clients.openai_compatible import DIALECT_SETTINGS, OpenAIChatClient
 from rolellm.roles.card_prompts import approx_tokens
 
 
+CHAT_RETRIES = 2  # a turn's retries at most (the client's `max_retries` when lower): a person waits for the answer
+
+
 class ContextWindowError(ValueError):
     """A message that does not fit the context window even with every earlier turn left out."""
 
@@ -120,7 +123,8 @@ def stream_answer(
 def _stream_endpoint(client, messages, max_new_tokens, temperature, top_p, seed, finish) -> Iterator[str]:
     import openai
 
-    api = openai.OpenAI(api_key=client._api_key, base_url=client.base_url, timeout=client.timeout, max_retries=2)
+    api = openai.OpenAI(api_key=client._api_key, base_url=client.base_url, timeout=client.timeout,
+                        max_retries=min(client.max_retries, CHAT_RETRIES))  # fmt: skip
     if client.dialect is None:
         client.dialect = client.learn_dialect()
     try:
