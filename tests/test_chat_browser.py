@@ -18,6 +18,7 @@ import pytest
 
 from rolellm.clients.chat_answer import stream_answer
 from rolellm.clients.chat_session import ChatSession
+from rolellm.clients.engines import engine_version
 from rolellm.clients.gguf import GGUFError, embedded_model_file
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.roles.resolve import load_profiles
@@ -64,15 +65,22 @@ PO_CARD = {
 
 class RealModelEndpoint:
     """The stand-in chat-completions server answering with the embedded model (its own sampling and budget, as
-    requested); `hold` keeps the next answer until `release`."""
+    requested): its GGUF file in llama.cpp where llama-cpp-python is installed (a decode step of its 4-bit weights is
+    a sixth of one in transformers on a CPU, whose memory bandwidth bounds it), else transformers in bfloat16;
+    `gate` holds the answers while it is clear."""
 
     def __init__(self):
-        from rolellm.clients.gguf import resolve_model_name_or_path
-        from rolellm.clients.local import LocalChatClient
+        if engine_version("llamacpp") is not None:
+            from rolellm.clients.llamacpp_backend import LlamaCppChatClient
 
-        # bfloat16: a third of float32's time on a CPU with bfloat16 units, and the page does not need float32's answers
-        self.model = LocalChatClient(resolve_model_name_or_path(GGUF), dtype="bfloat16", progress=False)
+            self.model = LlamaCppChatClient(GGUF, n_threads=1, progress=False)
+        else:
+            from rolellm.clients.gguf import resolve_model_name_or_path
+            from rolellm.clients.local import LocalChatClient
+
+            self.model = LocalChatClient(resolve_model_name_or_path(GGUF), dtype="bfloat16", progress=False)
         self.reasons = []  # the finish reason of each answer: "length" when cut at the token budget
+        self.answers = []  # the text of each answer
         self.gate = threading.Event()
         self.gate.set()
         self.server = ChatCompletionsServer(self.answer)
@@ -85,6 +93,7 @@ class RealModelEndpoint:
         sampling = {key: body[key] for key in ("temperature", "top_p", "seed")}
         text = "".join(stream_answer(self.model, body["messages"], body["max_tokens"], **sampling, finish=finish))
         self.reasons.append(finish["reason"])
+        self.answers.append(text)
         message = {"role": "assistant", "content": text}
         return {"id": "real", "object": "chat.completion", "created": 0, "model": body["model"], "usage": {},
                 "choices": [{"index": 0, "message": message, "finish_reason": finish["reason"]}]}  # fmt: skip
@@ -178,7 +187,7 @@ def test_a_conversation_in_the_browser(tmp_path):
         page = None
         try:
             page = Page(app.local_url, tmp_path)
-            conversation(page, server, endpoint, By, Keys)
+            conversation(page, server, endpoint, session, By, Keys)
         except Exception:
             if page is not None:
                 page.shot("failed")  # what the page showed
@@ -194,7 +203,7 @@ def test_a_conversation_in_the_browser(tmp_path):
     assert all(path.stat().st_size > 10_000 for path in page.taken)
 
 
-def conversation(page: Page, server, endpoint: RealModelEndpoint, By, Keys):  # noqa: N803 - selenium's names
+def conversation(page: Page, server, endpoint: RealModelEndpoint, session, By, Keys):  # noqa: N803 - selenium's
     # the greeting, and the card's other greeting as its swipe (no model asked)
     assert page.bots() == [ADA_GREETING.replace("*", "")]  # the page renders the card's *actions* in italics
     page.click("swipe-right")
@@ -224,7 +233,9 @@ def conversation(page: Page, server, endpoint: RealModelEndpoint, By, Keys):  # 
     assert ("cut at the token budget" in page.bots()[-1]) == (endpoint.reasons[-1] == "length")
     page.driver.find_element(By.XPATH, "//button[.//*[starts-with(normalize-space(), 'System text')]]").click()
     shown = page.wait(lambda: page.find("#system textarea").get_attribute("value"), "the system text")
-    assert shown == server.requests[-1]["body"]["messages"][0]["content"]  # what the role was told last
+    # what the role is told for its next answer: the lorebook entries the last turns call up, the answer's included
+    turns = [*server.requests[-1]["body"]["messages"][1:], {"role": "assistant", "content": endpoint.answers[-1]}]
+    assert shown == session.messages(turns, "Ada Quill")[0]["content"]
     page.shot("two-messages")
 
     # a swipe: another answer drawn with another seed, the first one kept; back and forth (buttons and keys)
