@@ -146,3 +146,35 @@ def test_a_radar_draws_missing_scores_as_n_a_not_as_the_minimum():
         for line in text.splitlines()
     }
     assert not any("n/a" in text for text in full)
+
+
+def bars(svg: str) -> list[tuple[float, float]]:
+    """The (x, width) of each bar of a `bar_chart`, top to bottom."""
+    return [(float(x), float(w)) for x, w in re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg)]
+
+
+def test_a_bar_chart_is_svg_with_its_text_as_text_and_bars_to_scale():
+    import xml.etree.ElementTree as ElementTree
+
+    from rolellm.evaluation.charts import bar_chart
+
+    svg = bar_chart({"孙悟空": 400.0, "Jack Sparrow & co": 100.0, "华妃": None}, "characters <per> answer", "Lengths")
+    ElementTree.fromstring(svg)  # well-formed: the labels' & and < escaped
+    texts = svg_texts(svg)
+    assert {
+        "孙悟空",
+        "Jack Sparrow &amp; co",
+        "华妃",
+        "400",
+        "100",
+        "n/a",
+        "Lengths",
+        "characters &lt;per&gt; answer",
+    } <= set(texts)
+    (x0, long), (x1, short), (x2, empty) = bars(svg)
+    assert x0 == x1 == x2 and empty == 0 and abs(long - 4 * short) < 0.5
+    assert "0" in texts and "400" in texts  # the axis' ticks from 0 up to the longest bar
+    wide = bar_chart({"孙悟空" * 6: 1.0}, "x", "t")
+    narrow = bar_chart({"Po": 1.0}, "x", "t")
+    assert bars(wide)[0][0] > bars(narrow)[0][0] + 100  # a long name pushes the bars right, it is not cut
+    assert svg_texts(bar_chart({}, "x", "t"))[0] == "t" and "n/a" in svg_texts(bar_chart({"Po": None}, "x", "t"))
