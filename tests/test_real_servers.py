@@ -48,9 +48,6 @@ MAX_NEW_TOKENS = "8"  # generate, evaluate, chat: a few words of the model's own
 SCENE_TOKENS = "16"
 STAND_IN = "Aye, the stand-in speaks."
 NO_LLAMA_CPP = 'needs llama-cpp-python (pip install "rolellm[llamacpp]")'
-# dialogue and coser run ask the served model through the same client as generate, evaluate and chat: they run against
-# transformers serve only
-ONLY_TRANSFORMERS = pytest.mark.parametrize("served", ["transformers"], indirect=True)
 SERVER_KINDS = [
     "transformers",
     pytest.param("llama_cpp", marks=pytest.mark.skipif(engine_version("llamacpp") is None, reason=NO_LLAMA_CPP)),
@@ -188,7 +185,6 @@ def test_chat_with_base_url_against_the_real_server(served, jack, tmp_path):
     assert answer.replace("\n", " ") in out.replace("\\n", " ")  # the printed line is the answer saved
 
 
-@ONLY_TRANSFORMERS
 def test_dialogue_against_the_real_server(served, stand_in, jack, tmp_path):
     scenarios = tmp_path / "scenarios.yaml"
     scenarios.write_text(
@@ -213,7 +209,6 @@ def test_dialogue_against_the_real_server(served, stand_in, jack, tmp_path):
         assert_served(turn["assistant"])
 
 
-@ONLY_TRANSFORMERS  # llama.cpp's server is asked by the same client in generate, evaluate and chat above
 def test_coser_run_against_the_real_server(served, stand_in, tmp_path):
     """The first four rounds from the book, then the served model plays Elizabeth and Darcy (one line each): its
     lines, without their inner thoughts, reach the log, the results, the judge and the conversations page."""
