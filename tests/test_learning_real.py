@@ -172,8 +172,10 @@ def mean(values) -> float:
 
 def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, role_rows, tmp_path):
     """RoCIT with LoRA on 16 questions of the four roles (two steps of two packed rows), scored on 24 questions it
-    never saw, with the paper's system prompt. Measured: held-out loss 2.16 -> 1.72-1.75; ROUGE-L recall of 16 greedy
-    tokens against the first-sentence references 0.239 -> 0.296-0.328; about 16 s of CPU."""
+    never saw, with the paper's system prompt: the loss of 12 of them (3 a role), the greedy answers to all. Measured
+    (an AMX machine; an AVX-512 one): held-out loss 2.16 -> 1.72-1.75 on the 24, 2.18 -> 1.76-1.77 on the 12;
+    ROUGE-L recall of 16 greedy tokens against the first-sentence references 0.239 -> 0.296-0.328, 0.253 ->
+    0.287-0.317 (seed 0: 0.304); about 16-25 s of CPU."""
     folder, smollm2_model = smollm2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     train, held_out = split(role_rows, train_per_role=4, held_out=6)
@@ -186,7 +188,7 @@ def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, rol
                                  learning_rate=4e-3, max_length=512)  # fmt: skip
     args = RoCITConfig(**settings)
     trainer = RoCITTrainer(with_lora(model, "all-linear"), args=args, train_dataset=datasets.Dataset.from_list(train),
-                           eval_dataset=datasets.Dataset.from_list(held_out), processing_class=tokenizer,
+                           eval_dataset=datasets.Dataset.from_list(held_out[::2]), processing_class=tokenizer,
                            profiles=PROFILES)  # fmt: skip
     loss_before = trainer.evaluate()["eval_loss"]
     trainer.train()
