@@ -63,7 +63,7 @@ def wait_until_up(process: subprocess.Popen, url: str, log: Path, timeout: float
             with urllib.request.urlopen(url, timeout=2):
                 return
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.1)
     raise RuntimeError(f"the server did not answer {url} in {timeout:g} s: {log.read_text()[-2000:]}")
 
 
