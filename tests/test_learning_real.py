@@ -199,7 +199,9 @@ def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, rol
           f"{mean(rouge_after):.3f} ({len(held_out)} questions)")  # fmt: skip
     assert trainer.state.global_step == 2 and trainer.role_stats["train"]["rows"] == 16
     assert loss_after < loss_before - 0.2
-    assert mean(rouge_after) > mean(rouge_before) + 0.035
+    # gains measured: 0.057-0.089 (AMX), 0.034-0.064 (AVX-512, 0.051 on average): half that average, below the
+    # smallest; bfloat16 sums differ from one CPU's kernels to another's, and so do the greedy answers
+    assert mean(rouge_after) > mean(rouge_before) + 0.025
 
 
 def answer_margins(model, tokenizer, pairs: list[dict], template: str) -> list[float]:
