@@ -45,11 +45,6 @@ def role_chats(checkpoint, rows: list[dict]) -> list[list[dict]]:
     return [to_role_messages(row, profile)[0] for row in rows]
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many ids `a` and `b` share from their start."""
-    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
 def transformers_reference(checkpoint, chats: list[list[dict]], max_new_tokens: int) -> dict:
     """The merged `checkpoint` in transformers on `chats`: each chat's prompt ids, answer positions (those that predict
     an answer token) and their log-probabilities, and the local backend's greedy answers to `[system, question]`."""
@@ -95,7 +90,7 @@ def compare_in_llama_cpp(gguf_file: Path, reference: dict, greedy: bool = True) 
             ids, answer, ours = chat["ids"], chat["answer"], chat["logprobs"]
             # the prefix shared with the chat before (the role's system text) stays in llama.cpp's cache and its
             # logits in `scores`: only the rest is computed
-            llama.n_tokens = min(common_prefix(ids, before), len(ids) - 1)
+            llama.n_tokens = min(Llama.longest_token_prefix(ids, before), len(ids) - 1)
             llama.eval(ids[llama.n_tokens :])
             before = ids
             logits = torch.tensor(np.array(llama.scores[: len(ids)])[answer], dtype=torch.float32)
