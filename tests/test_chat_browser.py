@@ -141,8 +141,9 @@ class Page:
     def wait(self, condition, what: str, timeout: float = 180):  # a slow machine: an answer can take a minute
         from selenium.webdriver.support.ui import WebDriverWait
 
-        # each look at the page is a request to chromedriver: four a second are plenty for a person-paced page
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.25).until(lambda _: condition(), what)
+        # each look at the page is a request or two to chromedriver (a few ms); ten a second keep a step's wait for
+        # the page short of a quarter second (the page is at most a poll behind)
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(lambda _: condition(), what)
 
     def idle(self, bots: int, what: str) -> None:
         """Wait for `bots` answers on the page and the end of the answering (Send enabled again)."""

@@ -136,7 +136,7 @@ def test_context_instruct_job_against_faulty_server(zhenhuan, tmp_path):
         tags["华妃"][2]: Fault("rate_limit", retry_after=0.05),
         tags["皇帝"][0]: Fault("server_error"),
         tags["皇帝"][1]: Fault("garbled"),
-        tags["皇帝"][2]: Fault("slow", delay=2.5),
+        tags["皇帝"][2]: Fault("slow", delay=1.8),
     }
     responder = ContextInstructResponder(faults)
     with ChatCompletionsServer(responder) as server:

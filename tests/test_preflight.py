@@ -129,10 +129,10 @@ def test_dialogue_checks_every_endpoint_before_the_first_turn(tmp_path, capsys):
     code = main([
         "dialogue", "--profiles", str(tmp_path / "profiles"), "--scenarios", str(scenarios),
         "--model", "role-model", "--user_model", "user-sim", "--base_url", f"http://127.0.0.1:{closed_port()}/v1",
-        "--output_dir", str(tmp_path / "run"),
+        "--output_dir", str(tmp_path / "run"), "--max_retries", "0",
     ])  # fmt: skip
     err = capsys.readouterr().err
-    assert code == 3 and "connection refused" in err and "Traceback" not in err
+    assert code == 3 and "connection refused (1 try)" in err and "Traceback" not in err
     assert not (tmp_path / "run" / "transcripts.jsonl").exists()
 
 

@@ -105,7 +105,7 @@ class RoleGPTResponder:
             (0, "华妃", 1): Fault("server_error"),
             (1, "华妃", 0): Fault("garbled"),
             (1, "皇帝", 0): Fault("truncated"),
-            (2, "皇帝", 1): Fault("slow", delay=2.5),
+            (2, "皇帝", 1): Fault("slow", delay=1.8),
         }
 
     def __call__(self, body):

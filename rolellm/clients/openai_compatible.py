@@ -260,8 +260,8 @@ class OpenAIChatClient(ChatClient):
                 if attempt + 1 < tries:
                     time.sleep(min(self.max_backoff, self.initial_backoff * 2**attempt))
             if reached:
-                raise EndpointError(f"{where} answers with errors: {reason} ({tries} tries)")
-            raise EndpointError(f"cannot reach {where}: {reason} ({tries} tries)")
+                raise EndpointError(f"{where} answers with errors: {reason} ({tries_text(tries)})")
+            raise EndpointError(f"cannot reach {where}: {reason} ({tries_text(tries)})")
 
         with api:
             try:
@@ -449,10 +449,12 @@ class OpenAIChatClient(ChatClient):
             finally:
                 slots.give(api)
             if retry == self.max_retries and unreachable:
-                slots.stop = EndpointError(f"cannot reach {self.base_url or 'OpenAI'}: {reason} ({retry + 1} tries)")
+                slots.stop = EndpointError(
+                    f"cannot reach {self.base_url or 'OpenAI'}: {reason} ({tries_text(retry + 1)})"
+                )
                 raise slots.stop
             if retry == self.max_retries:
-                raise RequestFailed(f"gave up after {retry + 1} tries; last: {reason}")
+                raise RequestFailed(f"gave up after {tries_text(retry + 1)}; last: {reason}")
             self.usage.retries += 1
             if wait is None:
                 wait = min(self.max_backoff, self.initial_backoff * 2**retry) * random.uniform(0.5, 1.0)
@@ -485,6 +487,11 @@ class Slots:
 
     def give(self, api) -> None:
         self._free.put_nowait(api)
+
+
+def tries_text(count: int) -> str:
+    """`"1 try"`, `"3 tries"`: how many requests a failure took, in its message."""
+    return "1 try" if count == 1 else f"{count} tries"
 
 
 @functools.cache
