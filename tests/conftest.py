@@ -3,6 +3,8 @@
 import gc
 import os
 import re
+import shutil
+import threading
 from pathlib import Path
 
 
@@ -35,6 +37,46 @@ from rolellm.testing import models as testing  # noqa: E402
 # the heavy libraries imported as in a `rolellm` command: the collector's walks over them during the collection cost
 # 6.2 s of CPU per test process, 0.3 s with it
 lighten_imports()
+
+
+def pytest_sessionstart(session):
+    """In the process that runs the session (not in a pytest-xdist worker), the temporary folders of earlier runs that
+    pytest removes after the last test (all but the newest `tmp_path_retention_count`, unlocked) are removed now, in
+    a thread, while the tests run: a run of the suite leaves some 14,000 files, which took 2.5 s to remove after the
+    last test."""
+    config = session.config
+    if hasattr(config, "workerinput") or config.option.basetemp is not None:
+        return
+    current = config._tmp_path_factory.getbasetemp()  # pytest-N, made now rather than later
+    keep = int(config.getini("tmp_path_retention_count"))
+    number = re.fullmatch(r"pytest-(\d+)", current.name)
+    if number is None:
+        return
+    earlier = [
+        path
+        for path in current.parent.glob("pytest-*")
+        if (found := re.fullmatch(r"pytest-(\d+)", path.name)) is not None
+        and int(found[1]) <= int(number[1]) - keep
+        and path.is_dir()
+        and not path.is_symlink()
+        and not (path / ".lock").exists()  # a session still running, or one that crashed: pytest's own rule then
+    ]
+    remover = threading.Thread(
+        target=lambda: [shutil.rmtree(path, ignore_errors=True) for path in earlier], daemon=True
+    )
+    remover.start()
+    config.stash[_EARLIER_RUNS_REMOVER] = remover
+
+
+_EARLIER_RUNS_REMOVER = pytest.StashKey[threading.Thread]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    """The removal of earlier runs' folders (`pytest_sessionstart`) done before pytest's own clean-up looks at them."""
+    remover = session.config.stash.get(_EARLIER_RUNS_REMOVER, None)
+    if remover is not None:
+        remover.join()
 
 
 @pytest.hookimpl(trylast=True)
