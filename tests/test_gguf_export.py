@@ -7,8 +7,6 @@ are one line each, exit 2, with nothing written."""
 
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 from fixtures.commands import run_command
@@ -178,19 +176,14 @@ def test_no_converter_names_the_archive_to_fetch(trained, tmp_path, capsys, monk
                     str(tmp_path)], f"--llama_cpp_source {tmp_path}: holds no convert_hf_to_gguf.py", out, capsys)  # fmt: skip
 
 
-def test_a_quantized_type_without_llama_cpp_python_names_the_extra(trained, tmp_path):
-    """A llama-cpp-python of another version stands for a missing one (`require_engine` checks the version first)."""
+def test_a_quantized_type_without_llama_cpp_python_names_the_extra(trained, tmp_path, monkeypatch, capsys):
+    """A llama-cpp-python of another version stands for a missing one (`require_engine` checks the version of the
+    first distribution on `sys.path` before importing it)."""
     fake = tmp_path / "site"
     (fake / "llama_cpp_python-0.1.0.dist-info").mkdir(parents=True)
     (fake / "llama_cpp_python-0.1.0.dist-info" / "METADATA").write_text("Name: llama-cpp-python\nVersion: 0.1.0\n")
+    monkeypatch.syspath_prepend(str(fake))
     out = tmp_path / "out"
-    import os
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(Path.cwd())])}
-    done = subprocess.run([sys.executable, "-m", "rolellm", "export", str(trained), "--gguf", "q4_k_m",
-                           "--output_dir", str(out)], capture_output=True, text=True, env=env)  # fmt: skip
-    assert done.returncode == 2 and done.stdout == "", done.stderr
-    [line] = done.stderr.strip().splitlines()
-    assert 'needs llama-cpp-python<0.4,>=0.3.36 (pip install "rolellm[llamacpp]")' in line, line
+    assert_refused(["export", str(trained), "--gguf", "q4_k_m", "--output_dir", str(out)],
+                   'needs llama-cpp-python<0.4,>=0.3.36 (pip install "rolellm[llamacpp]")', out, capsys)  # fmt: skip
     assert not out.exists()

@@ -4,10 +4,7 @@ command without llama-cpp-python, or with an endpoint, is one line and exit 2.""
 
 import io
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -119,21 +116,21 @@ def test_llamacpp_with_a_base_url_is_refused():
         ClientConfig("m.gguf", backend="llamacpp", base_url="http://localhost:8080/v1")
 
 
-def test_without_llama_cpp_python_the_command_names_the_extra(slice_data_dir, tmp_path):
+def test_without_llama_cpp_python_the_command_names_the_extra(slice_data_dir, tmp_path, monkeypatch, capsys):
     """A llama-cpp-python of an unsupported version stands for a missing one, whether or not it is installed:
-    `require_engine` checks the version before importing it (`rolellm.clients.engines`)."""
+    `require_engine` checks the version (the first distribution on `sys.path`) before importing it
+    (`rolellm.clients.engines`)."""
     fake = tmp_path / "site"
     (fake / "llama_cpp_python-0.1.0.dist-info").mkdir(parents=True)
     (fake / "llama_cpp_python-0.1.0.dist-info" / "METADATA").write_text("Name: llama-cpp-python\nVersion: 0.1.0\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(Path.cwd())])}
-    done = subprocess.run(
-        [sys.executable, "-m", "rolellm", "evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2),
-         "--dataset_name", "zh-role_specific", "--data_dir", str(slice_data_dir / "rolebench"),
-         "--output_dir", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stdout == "", done.stderr
-    [line] = [line for line in done.stderr.splitlines() if line.startswith("rolellm evaluate")]  # besides datasets'
+    monkeypatch.syspath_prepend(str(fake))
+    code = cli.main([
+        "evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2), "--dataset_name", "zh-role_specific",
+        "--data_dir", str(slice_data_dir / "rolebench"), "--output_dir", str(tmp_path / "out"),
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", err
+    [line] = [line for line in err.splitlines() if line.startswith("rolellm evaluate")]  # besides datasets'
     assert line.startswith("rolellm evaluate: --backend llamacpp needs llama-cpp-python<0.4,>=0.3.36 (pip install "
                            '"rolellm[llamacpp]"); llama-cpp-python 0.1.0 is installed'), line  # fmt: skip
     assert not (tmp_path / "out" / "results.json").exists()

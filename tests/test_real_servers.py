@@ -160,13 +160,13 @@ def test_evaluate_against_the_real_server(served, slice_data_dir, tmp_path):
     code, printed, err = run_command([
         "evaluate", "--model", served["model"], "--base_url", served["base_url"], "--dataset_name",
         "zh-role_specific", "--data_dir", str(slice_data_dir / "rolebench"), "--roles", "李白",
-        "--max_samples_per_role", "2", "--max_new_tokens", MAX_NEW_TOKENS, "--output_dir", str(out),
+        "--max_samples_per_role", "1", "--max_new_tokens", MAX_NEW_TOKENS, "--output_dir", str(out),
     ])  # fmt: skip
     assert code == 0, err
     generations = [json.loads(line) for line in (out / "generations.jsonl").read_text("utf-8").splitlines()]
-    assert len(generations) == 2 and all(g["prediction"].strip() for g in generations), generations
+    assert len(generations) == 1 and generations[0]["prediction"].strip(), generations
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert results["counts"]["rows"] == 2 and results["counts"]["failed"] == 0
+    assert results["counts"]["rows"] == 1 and results["counts"]["failed"] == 0
     assert 0 <= results["metrics"]["SPE"] <= 1  # scored against the references
 
 
