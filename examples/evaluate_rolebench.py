@@ -6,8 +6,8 @@ not a result). Point `--model_name_or_path` at a real model folder or Hub id, or
     python examples/evaluate_rolebench.py --data_dir ../shared/data/rolebench
     python examples/evaluate_rolebench.py --model_name_or_path ./runs/roleglm --max_samples_per_role 50
 
-Writes `<output_dir>/<run>/results.json`, `results.md`, `per_role.png` and `comparison.png`; the last run's
-`results.md` holds the table of all runs.
+Writes `<output_dir>/<run>/results.json`, `results.md`, `results.html`, `per_role.svg` and `comparison.svg`; the
+last run's `results.md` holds the table of all runs.
 """
 
 import argparse

@@ -1,9 +1,7 @@
-"""The report: the paper-style table, the PNG plots and the model card's `model-index`."""
+"""The report: the paper-style table, the SVG charts and the model card's `model-index`."""
 
 import copy
 
-import matplotlib.image
-import pytest
 from huggingface_hub import ModelCard
 
 from rolellm.evaluation.benchmark.report import format_table, update_model_card, write_report
@@ -45,20 +43,29 @@ def test_table_has_the_papers_layout():
 
 
 def test_write_report_files(tmp_path):
+    import xml.etree.ElementTree as ElementTree
+
     results = [_result("RoleGPT", mode=None), _result("tiny-llama", cus=0.1, raw=None, spe=0.05)]
-    with pytest.warns(UserWarning, match="no CJK font"):  # the role 孙悟空 in the per-role plot
-        files = write_report(results, tmp_path)
+    files = write_report(results, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "comparison.png", "comparison.svg", "lengths.svg", "per_role.png", "per_role.svg", "results.html", "results.md",
+        "comparison.svg", "lengths.svg", "per_role.svg", "results.html", "results.md",
     ]  # fmt: skip
     text = files["table"].read_text(encoding="utf-8")
     assert "| tiny-llama | system | 0.1000 | n/a | 0.0500 | 0.0750* | n/a |" in text
     assert "### tiny-llama: per role" in text and "| 孙悟空 | 0.5000 | n/a | 0.2500 | 0.3750 | 1 | 1 |" in text
     assert "| script_based | 0.3000 | 1 |" in text
-    for name in ("per_role", "comparison"):
-        assert files[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        height, width, _ = matplotlib.image.imread(files[name]).shape
-        assert height > 100 and width > 100
+    per_role = ElementTree.fromstring(files["per_role"].read_text(encoding="utf-8"))
+    texts = [element.text for element in per_role.iter("{http://www.w3.org/2000/svg}text")]
+    # the last run's roles and its available metrics (a legend entry each), RAW not drawn
+    assert {"孙悟空", "CUS", "SPE", "0.50", "0.25", "tiny-llama on en-instruction: per role"} <= set(texts) and "RAW" not in texts
+    comparison = ElementTree.fromstring(files["comparison"].read_text(encoding="utf-8"))
+    texts = [element.text for element in comparison.iter("{http://www.w3.org/2000/svg}text")]
+    # a row per metric, a bar per run: its value, or n/a where the run has none
+    assert {"CUS", "RAW", "SPE", "avg", "RoleGPT", "tiny-llama", "0.1000", "n/a"} <= set(texts)
+    bars = [float(rect.get("width")) for rect in comparison.iter("{http://www.w3.org/2000/svg}rect")][1:]
+    legend, drawn = bars[:2], bars[2:]  # the legend's two squares, then (CUS, RAW, SPE, avg) x (RoleGPT, tiny-llama)
+    assert legend == [9.0, 9.0] and drawn[3] == 0.0  # tiny-llama's RAW: an empty bar
+    assert abs(drawn[0] / drawn[1] - _result("RoleGPT")["metrics"]["CUS"] / 0.1) < 0.05
 
 
 def test_model_card_model_index(tmp_path):

@@ -53,7 +53,7 @@ def test_benchmark_report_shows_win_rates_lengths_and_role_names_as_text(tmp_pat
     assert {"rolellama vs RoleGPT", "qwen vs rolellama", "75.0", "56.2", "40.0", "45.0"} <= set(
         svg_texts(win_rate_svg)
     )
-    assert {"孙悟空", "华妃"} <= set(svg_texts(files["per_role_svg"].read_text(encoding="utf-8")))
+    assert {"孙悟空", "华妃"} <= set(svg_texts(files["per_role"].read_text(encoding="utf-8")))
     page = files["html"].read_text(encoding="utf-8")
     # every chart is inline SVG (4: per role, comparison, lengths, win rate), the names as text the browser draws
     assert page.count("<svg") == 4 and "<img" not in page

@@ -26,6 +26,19 @@ CJK_FONTS = [
     "Microsoft YaHei",
 ]
 COLORS = {"raw": "#4C72B0", "lc": "#DD8452", "bar": "#55A868"}
+# the colors of a chart's series (runs compared), in turn
+PALETTE = [
+    "#4C72B0",
+    "#DD8452",
+    "#55A868",
+    "#C44E52",
+    "#8172B3",
+    "#937860",
+    "#DA8BC3",
+    "#8C8C8C",
+    "#CCB974",
+    "#64B5CD",
+]
 
 
 def svg_pyplot():
@@ -140,13 +153,43 @@ def bar_chart(values: dict[str, float | None], xlabel: str, title: str) -> str:
     >>> [text for text in ("孙悟空", ">42<", ">n/a<") if text not in svg]
     []
     """
-    labels = list(values)
-    numbers = [values[label] or 0.0 for label in labels]
+    rows = {label: {"": value} for label, value in values.items()}
+    return grouped_bar_chart(rows, xlabel, title, {"": COLORS["bar"]}, shown=lambda number: f"{number:.0f}")
+
+
+def grouped_bar_chart(
+    rows: dict[str, dict[str, float | None]],
+    xlabel: str,
+    title: str,
+    colors: dict[str, str],
+    shown=lambda number: f"{number:.2f}",
+) -> str:
+    """Horizontal bars, a group of them per row: `rows` is label -> series -> value (the series in `colors`'
+    order, each in its color, named in a legend when there are several); `None` is an empty bar marked "n/a", and
+    `shown(value)` is the text at the end of a bar. SVG written directly, its text as `<text>` (see `bar_chart`).
+
+    >>> svg = grouped_bar_chart({"孙悟空": {"CUS": 0.5, "SPE": None}}, "ROUGE-L", "Per role",
+    ...                         {"CUS": "#4C72B0", "SPE": "#C44E52"})
+    >>> [text for text in ("孙悟空", ">0.50<", ">n/a<", ">CUS<", ">SPE<") if text not in svg]
+    []
+    """
+    labels, series = list(rows), list(colors)
+    numbers = [rows[label].get(name) or 0.0 for label in labels for name in series]
     ticks = _nice_ticks(min([0.0, *numbers]), max([0.0, *numbers]))
     low, high = ticks[0], ticks[-1]
-    row, top, bottom = 29.0, 34.0, 46.0  # points: 0.4 inch a bar, room for the title and the axis
+    bar = 23.2 if len(series) == 1 else 11.0  # points: the bars of a group, with a fifth of a row between groups
+    row = bar * len(series) / 0.8
     left = 14 + max([_text_width(label, 10) for label in labels] or [0])
     width, plot_right = 504.0, 504.0 - 40  # 7 inches; room right of the longest bar for its value
+    legend = []  # (x, y) of each series' entry, in lines that fit the width
+    place, line = 10.0, 0
+    for name in series if len(series) > 1 or series != [""] else []:
+        entry = 24 + _text_width(name, 9)
+        if place > 10 and place + entry > width - 10:
+            place, line = 10.0, line + 1
+        legend.append((place, 33.0 + 14 * line))
+        place += entry
+    top, bottom = 34.0 + (16 + 14 * line if legend else 0), 46.0  # room for the title, the legend, the axis
     height = top + bottom + row * max(len(labels), 1)
     x = lambda value: left + (value - low) / (high - low) * (plot_right - left)  # noqa: E731
     font = ", ".join([*(f"'{name}'" for name in CJK_FONTS), "'DejaVu Sans'", "sans-serif"])
@@ -156,18 +199,25 @@ def bar_chart(values: dict[str, float | None], xlabel: str, title: str) -> str:
         f'<rect width="{width:g}" height="{height:g}" fill="white"/>',
         _text(width / 2, 20, title, 12, anchor="middle"),
     ]
+    for name, (place, y) in zip(series, legend):
+        parts.append(f'<rect x="{place:.1f}" y="{y:g}" width="9" height="9" fill="{colors[name]}"/>')
+        parts.append(_text(place + 12, y + 8, name, 9))
     for tick in ticks:
         parts.append(f'<line x1="{x(tick):.1f}" y1="{top:g}" x2="{x(tick):.1f}" y2="{height - bottom + 4:g}" '
                      'stroke="#ddd" stroke-width="0.8"/>')  # fmt: skip
         parts.append(_text(x(tick), height - bottom + 15, f"{tick:g}", 9, anchor="middle"))
-    for index, (label, number) in enumerate(zip(labels, numbers)):
+    for index, label in enumerate(labels):
         y = top + row * index
-        start, end = sorted((x(0.0), x(number)))
-        parts.append(f'<rect x="{start:.1f}" y="{y + 0.1 * row:.1f}" width="{end - start:.1f}" '
-                     f'height="{0.8 * row:.1f}" fill="{COLORS["bar"]}"/>')  # fmt: skip
         parts.append(_text(left - 6, y + row / 2 + 3.5, label, 10, anchor="end"))
-        shown = "n/a" if values[label] is None else f"{number:.0f}"
-        parts.append(_text(x(max(number, 0.0)) + 3, y + row / 2 + 2.5, shown, 7))
+        for k, name in enumerate(series):
+            value = rows[label].get(name)
+            number = value or 0.0
+            start, end = sorted((x(0.0), x(number)))
+            y_bar = y + 0.1 * row + k * bar
+            parts.append(f'<rect x="{start:.1f}" y="{y_bar:.1f}" width="{end - start:.1f}" height="{bar:.1f}" '
+                         f'fill="{colors[name]}"/>')  # fmt: skip
+            text = "n/a" if value is None else shown(number)
+            parts.append(_text(x(max(number, 0.0)) + 3, y_bar + bar / 2 + 2.5, text, 7))
     parts.append(f'<line x1="{left:g}" y1="{height - bottom + 4:g}" x2="{plot_right:g}" y2="{height - bottom + 4:g}" '
                  'stroke="black" stroke-width="0.8"/>')  # fmt: skip
     parts.append(_text((left + plot_right) / 2, height - 12, xlabel, 10, anchor="middle"))

@@ -3,9 +3,10 @@
 `write_report` takes the `results.json` content of one or more runs (`run_benchmark` writes it) and writes
 `results.md` and `results.html` (the main table, one row per model, the per-role and per-type breakdowns of the last
 run, answer lengths with the raw and length-controlled win rates, the rubric scores per dimension and subset, and the
-judge's agreement with people when `agreement.json` is in the folder), `per_role.png` (a bar per role and metric), `comparison.png` (the metrics side by
-side across runs), the same two as SVG, `lengths.svg` and `win_rate.svg`. The HTML embeds the SVGs, whose text stays
-text (`rolellm.evaluation.charts`), so Chinese role names show even where no CJK font is installed for matplotlib.
+judge's agreement with people when `agreement.json` is in the folder), and its charts as SVG: `per_role.svg` (a bar
+per role and metric), `comparison.svg` (the metrics side by side across runs), `lengths.svg` and `win_rate.svg`. The
+HTML embeds them; their text stays text (`rolellm.evaluation.charts`), so the browser draws Chinese role names with
+its own fonts.
 `update_model_card` writes the scores into the `model-index` of a model card; `write_benchmark_report` writes the report
 of a run's folder again.
 
@@ -22,12 +23,11 @@ of a run's folder again.
 """
 
 import json
-import warnings
 from pathlib import Path
 
 from rolellm.data.release import HUB_REPO_ID
 from rolellm.evaluation.benchmark.scoring import METRICS, is_number
-from rolellm.evaluation.charts import bar_chart, svg_pyplot, win_rate_chart
+from rolellm.evaluation.charts import PALETTE, bar_chart, grouped_bar_chart, win_rate_chart
 from rolellm.evaluation.pages import human_agreement_markdown, markdown_to_html
 
 
@@ -91,72 +91,29 @@ def format_breakdowns(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _check_glyphs(plt, labels) -> None:
-    if plt.rcParams["font.sans-serif"][0] == "DejaVu Sans" and any(ord(c) > 0x2E80 for label in labels for c in label):
-        warnings.warn(
-            "no CJK font is installed (e.g. Noto Sans CJK SC: apt-get install fonts-noto-cjk), so Chinese role "
-            "names in the plots are drawn as boxes; the tables in results.md are not affected",
-            stacklevel=3,
-        )
-
-
-def plot_per_role(result: dict, *paths: str | Path) -> list[Path]:
-    """Horizontal bars: each role's CUS, RAW and SPE (the available ones) in one run, drawn once and saved to each of
-    `paths` (`.png`, `.svg`)."""
-    plt = svg_pyplot()
-    roles = list(result["per_role"])
-    _check_glyphs(plt, roles)
+def per_role_chart(result: dict) -> str:
+    """Horizontal bars: each role's CUS, RAW and SPE (the available ones) in one run, as SVG."""
     metrics = [m for m in METRICS if is_number(result["metrics"][m])]
-    height = 0.8 / max(len(metrics), 1)
-    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.35 * len(roles) * max(len(metrics), 1) ** 0.5))
-    for k, metric in enumerate(metrics):
-        values = [result["per_role"][r][metric] if is_number(result["per_role"][r][metric]) else 0 for r in roles]
-        positions = [i + k * height for i in range(len(roles))]
-        ax.barh(positions, values, height=height, label=metric, color=COLORS[metric])
-    ax.set_yticks([i + height * (len(metrics) - 1) / 2 for i in range(len(roles))], labels=roles)
-    ax.margins(y=0.5 / max(len(roles), 1))  # the default 5% leaves rows of blank space on a long role list
-    ax.invert_yaxis()
-    ax.tick_params(labeltop=len(roles) > 20)  # long lists: the scale at the top too
-    ax.set_xlabel("ROUGE-L recall")
-    ax.set_title(f"{result['model']} on {result['dataset_name']}: per role")
-    ax.legend(loc="best")
-    return _save(fig, plt, paths)
+    rows = {role: {m: scores[m] if is_number(scores[m]) else None for m in metrics}
+            for role, scores in result["per_role"].items()}  # fmt: skip
+    return grouped_bar_chart(rows, "ROUGE-L recall", f"{result['model']} on {result['dataset_name']}: per role",
+                             {m: COLORS[m] for m in metrics})  # fmt: skip
 
 
-def plot_comparison(results: list[dict], *paths: str | Path) -> list[Path]:
-    """Grouped bars: CUS, RAW, SPE and Avg. of every run side by side (unavailable metrics left empty), drawn once and
-    saved to each of `paths`."""
-    plt = svg_pyplot()
-    metrics = [*METRICS, "avg"]
-    width = 0.8 / len(results)
-    fig, ax = plt.subplots(figsize=(2 + 1.6 * len(metrics), 4))
-    for k, result in enumerate(results):
-        values = [result["metrics"][m] if is_number(result["metrics"][m]) else 0 for m in metrics]
-        label = result["model"] if len(results) == len({r["model"] for r in results}) else _run_label(result)
-        bars = ax.bar([i + k * width for i in range(len(metrics))], values, width=width, label=label)
-        ax.bar_label(bars, labels=[_cell(result["metrics"][m]) for m in metrics], fontsize=7, rotation=90, padding=2)
-    ax.set_xticks([i + width * (len(results) - 1) / 2 for i in range(len(metrics))], labels=metrics)
-    ax.set_ylabel("ROUGE-L recall")
-    ax.set_ylim(0, 1.1)
-    ax.set_title("Models compared")
-    ax.legend(fontsize=8, loc="best")
-    return _save(fig, plt, paths)
+def comparison_chart(results: list[dict]) -> str:
+    """Grouped bars: CUS, RAW, SPE and Avg. of every run side by side (unavailable metrics "n/a"), as SVG."""
+    labels = run_labels(results)
+    rows = {metric: {label: r["metrics"][metric] if is_number(r["metrics"][metric]) else None
+                     for label, r in zip(labels, results)} for metric in (*METRICS, "avg")}  # fmt: skip
+    colors = {label: PALETTE[k % len(PALETTE)] for k, label in enumerate(labels)}
+    return grouped_bar_chart(rows, "ROUGE-L recall", "Models compared", colors, shown=_cell)
 
 
-def _run_label(result: dict) -> str:
-    return f"{result['model']} ({result['dataset_name']}, {result.get('mode') or 'answers'})"
-
-
-def _save(fig, plt, paths) -> list[Path]:
-    """`fig` laid out once and saved to each of `paths` (the format from the suffix), then closed."""
-    paths = [Path(path) for path in paths]
-    with warnings.catch_warnings():  # one warning about missing glyphs (`_check_glyphs`), not one per glyph
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        fig.tight_layout()
-        for path in paths:  # an SVG without its date: the same chart gives the same file
-            fig.savefig(path, dpi=120, **({"metadata": {"Date": None}} if path.suffix == ".svg" else {}))
-    plt.close(fig)
-    return paths
+def run_labels(results: list[dict]) -> list[str]:
+    """Each run's name in the charts: its model, or with its dataset and prompting when a model ran more than once."""
+    if len(results) == len({result["model"] for result in results}):
+        return [result["model"] for result in results]
+    return [f"{r['model']} ({r['dataset_name']}, {r.get('mode') or 'answers'})" for r in results]
 
 
 def format_win_rates(results: list[dict]) -> str:
@@ -230,20 +187,19 @@ def _rate(judged: dict, key: str) -> str:
 
 def write_report(results: list[dict], output_dir: str | Path) -> dict[str, Path]:
     """Write the report of one or more runs to `output_dir`: `results.md` and `results.html` (the tables, the charts
-    embedded as SVG, the judge's agreement with people when `agreement.json` is there), `per_role.png`/`.svg` (of
-    the last run), `comparison.png`/`.svg` (of all runs), `win_rate.svg` (runs with a judge) and `lengths.svg`.
+    embedded as SVG, the judge's agreement with people when `agreement.json` is there), `per_role.svg` (of the last
+    run), `comparison.svg` (of all runs), `lengths.svg` and `win_rate.svg` (runs with a judge).
 
     Returns:
-        `dict[str, Path]`: `"table"`, `"html"`, `"per_role"`, `"comparison"` (the PNGs), and the SVGs by name.
+        `dict[str, Path]`: `"table"`, `"html"`, and the charts by name (`"per_role"`, `"comparison"`, `"lengths"`,
+        `"win_rate"`).
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    # each chart drawn once, as a PNG and as an SVG (in an SVG the text stays text: the browser draws the names)
-    per_role, per_role_svg = plot_per_role(results[-1], output_dir / "per_role.png", output_dir / "per_role.svg")
-    comparison, comparison_svg = plot_comparison(results, output_dir / "comparison.png", output_dir / "comparison.svg")
-    written = {"per_role": per_role, "comparison": comparison, "per_role_svg": per_role_svg,
-               "comparison_svg": comparison_svg}  # fmt: skip
-    labels = [_run_label(r) if len(results) != len({x["model"] for x in results}) else r["model"] for r in results]
+    written = {"per_role": output_dir / "per_role.svg", "comparison": output_dir / "comparison.svg"}
+    written["per_role"].write_text(per_role_chart(results[-1]), encoding="utf-8")
+    written["comparison"].write_text(comparison_chart(results), encoding="utf-8")
+    labels = run_labels(results)
     lengths = {label: (r.get("answer_length") or {}).get("chars") for label, r in zip(labels, results)}
     written["lengths"] = output_dir / "lengths.svg"
     written["lengths"].write_text(bar_chart(lengths, "characters per answer", "Answer length"), encoding="utf-8")
