@@ -20,6 +20,7 @@ where there is no GPU (`tests/test_gpu_check.py`). The table format is documente
 
 import argparse
 import functools
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -87,13 +88,16 @@ def format_table(rows: list[dict], header: str) -> str:
 
 
 def describe_machine(dry_run: bool) -> str:
+    """The table's first line: the GPU and the torch and CUDA versions (asked of torch in a child process, as the
+    rows run); a dry run names torch's version from its metadata alone (nothing to probe on the CPU)."""
+    if dry_run:
+        return f"rolellm GPU check: CPU (dry run on the CPU, tiny sizes); torch {importlib.metadata.version('torch')}"
     probe = "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count(), " + (
         "torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA GPU')"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     torch_version, cuda, count, device = (done.stdout.strip().split(" ", 3) + ["?"] * 4)[:4]
-    mode = "dry run on the CPU, tiny sizes" if dry_run else f"{count} GPU(s)"
-    return f"rolellm GPU check: {device} ({mode}); torch {torch_version}, CUDA {cuda}"
+    return f"rolellm GPU check: {device} ({count} GPU(s)); torch {torch_version}, CUDA {cuda}"
 
 
 def main(args):

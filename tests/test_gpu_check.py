@@ -33,7 +33,7 @@ def rows_printed(out: str) -> list[dict]:
 def test_table_with_a_skipped_row_and_a_row_past_its_time_limit(tmp_path):
     """`gpu_check.sh --dry-run`: every row in one table; a row past its limit is FAIL with the reason, exit 1."""
     assert (ROOT / "bench" / "gpu_check.sh").stat().st_mode & 0o111  # executable
-    command = [sys.executable, str(SCRIPT), "--dry-run", "--rows", "vllm,packing", "--row-timeout", "1.5",
+    command = [sys.executable, str(SCRIPT), "--dry-run", "--rows", "vllm,packing", "--row-timeout", "0.5",
                "--work", str(tmp_path)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 1, done.stderr
@@ -42,7 +42,7 @@ def test_table_with_a_skipped_row_and_a_row_past_its_time_limit(tmp_path):
     assert lines[2:4] == ["| row | status | result | seconds |", "|---|---|---|---|"]
     vllm_result = "vllm not installed" if importlib.util.find_spec("vllm") is None else "vLLM needs a GPU"
     assert lines[4].startswith(f"| vllm | SKIP | {vllm_result} | ")
-    assert lines[5] == "| packing | FAIL | timed out after 1.5 s | 1.5 |"
+    assert lines[5] == "| packing | FAIL | timed out after 0.5 s | 0.5 |"
     assert len(lines) == 6
 
 

@@ -57,7 +57,9 @@ def test_write_report_files(tmp_path):
     per_role = ElementTree.fromstring(files["per_role"].read_text(encoding="utf-8"))
     texts = [element.text for element in per_role.iter("{http://www.w3.org/2000/svg}text")]
     # the last run's roles and its available metrics (a legend entry each), RAW not drawn
-    assert {"孙悟空", "CUS", "SPE", "0.50", "0.25", "tiny-llama on en-instruction: per role"} <= set(texts) and "RAW" not in texts
+    assert {"孙悟空", "CUS", "SPE", "0.50", "0.25", "tiny-llama on en-instruction: per role"} <= set(
+        texts
+    ) and "RAW" not in texts
     comparison = ElementTree.fromstring(files["comparison"].read_text(encoding="utf-8"))
     texts = [element.text for element in comparison.iter("{http://www.w3.org/2000/svg}text")]
     # a row per metric, a bar per run: its value, or n/a where the run has none
