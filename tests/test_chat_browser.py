@@ -184,6 +184,11 @@ def test_a_conversation_in_the_browser(tmp_path):
         client = OpenAIChatClient("smollm2", base_url=server.base_url, progress=False, max_retries=0)
         session = ChatSession(client, load_profiles(str(cards)), "Ada Quill", max_new_tokens=12, temperature=0.8)
         app = build_chat_ui(session)
+        # an answer's progress shows on the conversation alone; every other event of the page changes it at once
+        [chat_id] = [c["id"] for c in app.config["components"] if c["props"].get("elem_id") == "chat"]
+        progress = [(d["show_progress"], d["show_progress_on"]) for d in app.config["dependencies"] if d["outputs"]]
+        answering = progress.count(("minimal", [chat_id]))
+        assert answering == 7 and progress.count(("hidden", None)) == len(progress) - answering, progress
         app.launch(server_name="127.0.0.1", server_port=free_port(), quiet=True, prevent_thread_lock=True)
         page = None
         try:

@@ -297,27 +297,33 @@ def build_chat_ui(session: ChatSession):
 
         values = [temperature, top_p, max_new_tokens, name, window]
         outputs = [chatbot, state, status, swipes, left, right, regenerate, more, undo, send, tokens, system, box]
+        # while an answer is written its progress shows on the conversation alone, not over each of the 13 outputs
+        # (whose timers and overlays, redrawn ten times a second, doubled the browser's work); the other events
+        # change the page at once
+        answering = {"show_progress": "minimal", "show_progress_on": chatbot}
+        instant = {"show_progress": "hidden"}
         running = [
             # a message sent while a stopped answer winds down is sent once it has, not dropped
-            box.submit(on_send, [box, state, *values], outputs, trigger_mode="always_last"),
-            send.click(on_send, [box, state, *values], outputs, trigger_mode="always_last"),
-            regenerate.click(on_regenerate, [state, *values], outputs),
-            left.click(on_swipe(-1), [state, *values], outputs),
-            right.click(on_swipe(1), [state, *values], outputs),
-            more.click(on_continue, [state, *values], outputs),
-            chatbot.edit(on_edit, [state, *values], outputs),
+            box.submit(on_send, [box, state, *values], outputs, trigger_mode="always_last", **answering),
+            send.click(on_send, [box, state, *values], outputs, trigger_mode="always_last", **answering),
+            regenerate.click(on_regenerate, [state, *values], outputs, **answering),
+            left.click(on_swipe(-1), [state, *values], outputs, **answering),
+            right.click(on_swipe(1), [state, *values], outputs, **answering),
+            more.click(on_continue, [state, *values], outputs, **answering),
+            chatbot.edit(on_edit, [state, *values], outputs, **answering),
         ]
-        stop.click(on_stop, [state, chatbot, *values], outputs, cancels=running)
-        picker.input(on_role, [picker, state, *values], [*outputs, picker], cancels=running)
-        new.click(on_new_chat, [state, *values], outputs, cancels=running)
-        chatbot.clear(on_new_chat, [state, *values], outputs, cancels=running)  # its bin: a new chat, greeting kept
-        undo.click(on_undo, [state, *values], outputs)
-        name.blur(on_name, [state, *values], outputs)
-        save_json.click(on_save("json"), [state, *values], saved)
-        save_jsonl.click(on_save("jsonl"), [state, *values], saved)
-        load.upload(on_load, [load, state, *values], [*outputs, picker, name], cancels=running)
+        stop.click(on_stop, [state, chatbot, *values], outputs, cancels=running, **instant)
+        picker.input(on_role, [picker, state, *values], [*outputs, picker], cancels=running, **instant)
+        new.click(on_new_chat, [state, *values], outputs, cancels=running, **instant)
+        # the chat's bin: a new chat, its greeting kept
+        chatbot.clear(on_new_chat, [state, *values], outputs, cancels=running, **instant)
+        undo.click(on_undo, [state, *values], outputs, **instant)
+        name.blur(on_name, [state, *values], outputs, **instant)
+        save_json.click(on_save("json"), [state, *values], saved, **instant)
+        save_jsonl.click(on_save("jsonl"), [state, *values], saved, **instant)
+        load.upload(on_load, [load, state, *values], [*outputs, picker, name], cancels=running, **instant)
         app.load(None, js=KEYS_JS)
-        api_button.click(api_chat, [*api_inputs, api_state], [api_answer, api_state], api_name="chat")
+        api_button.click(api_chat, [*api_inputs, api_state], [api_answer, api_state], api_name="chat", **instant)
     return app
 
 
