@@ -178,3 +178,26 @@ def test_a_bar_chart_is_svg_with_its_text_as_text_and_bars_to_scale():
     narrow = bar_chart({"Po": 1.0}, "x", "t")
     assert bars(wide)[0][0] > bars(narrow)[0][0] + 100  # a long name pushes the bars right, it is not cut
     assert svg_texts(bar_chart({}, "x", "t"))[0] == "t" and "n/a" in svg_texts(bar_chart({"Po": None}, "x", "t"))
+
+
+def test_a_win_rate_chart_draws_each_interval_the_tie_line_and_n_a():
+    import xml.etree.ElementTree as ElementTree
+
+    from rolellm.evaluation.charts import win_rate_chart
+
+    judged = {"win_rate": 0.75, "ci_low": 0.6, "ci_high": 0.9, "lc_win_rate": 0.5, "lc_ci_low": 0.3, "lc_ci_high": 0.7}
+    unjudged = dict.fromkeys(judged)
+    svg = win_rate_chart([{"label": "rolellama vs RoleGPT", **judged}, {"label": "qwen vs rolellama", **unjudged}])
+    ElementTree.fromstring(svg)
+    assert {"rolellama vs RoleGPT", "qwen vs rolellama", "75.0", "50.0", "raw", "length-controlled"} <= set(
+        svg_texts(svg)
+    ) and svg_texts(svg).count("n/a") == 2
+    (_, raw), (_, lc), (_, none_raw), (_, none_lc) = bars(svg)[2:]  # after the legend's two squares
+    assert abs(raw / lc - 1.5) < 0.01 and none_raw == none_lc == 0
+    intervals = re.findall(r'<path d="M([\d.]+) [\d.]+H([\d.]+)', svg)
+    assert len(intervals) == 2  # the judged bars' (an unjudged one has none)
+    per_point = raw / 75
+    (low, high), _ = ((float(a), float(b)) for a, b in intervals)
+    assert abs((high - low) - 30 * per_point) < 0.2  # 60%-90%
+    [tie] = re.findall(r'<line x1="([\d.]+)"[^>]*stroke-dasharray', svg)
+    assert abs(float(tie) - (bars(svg)[2][0] + 50 * per_point)) < 0.2  # the 50% line

@@ -113,35 +113,26 @@ def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), leng
 
 def win_rate_chart(entries: list[dict]) -> str:
     """Horizontal bars: each comparison's raw and length-controlled win rate with their confidence intervals, and
-    the 50% line (a tie with the baseline).
+    the 50% line (a tie with the baseline). SVG written directly (`grouped_bar_chart`).
 
     Args:
         entries (`list[dict]`): `label` and the judge's result (`win_rate`, `ci_low`, `ci_high`, `lc_win_rate`,
             `lc_ci_low`, `lc_ci_high`; `None` when nothing was judged).
     """
-    plt = svg_pyplot()
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.7 * len(entries)))
-    height = 0.38
-    for k, (key, name) in enumerate((("", "raw"), ("lc_", "length-controlled"))):
-        values = [100 * (e[f"{key}win_rate"] or 0) for e in entries]
-        errors = [
-            [max(0.0, v - 100 * (e[f"{key}ci_low"] or 0)) for v, e in zip(values, entries)],
-            [max(0.0, 100 * (e[f"{key}ci_high"] or 0) - v) for v, e in zip(values, entries)],
-        ]
-        positions = [i + k * height for i in range(len(entries))]
-        bars = ax.barh(
-            positions, values, height=height, xerr=errors, capsize=3, label=name, color=COLORS[k and "lc" or "raw"]
-        )
-        labels = [f"{v:.1f}" if e["win_rate"] is not None else "n/a" for v, e in zip(values, entries)]
-        ax.bar_label(bars, labels=labels, fontsize=7, padding=3)
-    ax.axvline(50, color="grey", linestyle="--", linewidth=1)
-    ax.set_yticks([i + height / 2 for i in range(len(entries))], labels=[e["label"] for e in entries])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 105)
-    ax.set_xlabel("win rate (%), ties count half; bars: 95% CI")
-    ax.set_title("Win rate against the baseline")
-    ax.legend(fontsize=8, loc="lower right")
-    return to_svg(fig)
+    kinds = {"raw": "", "length-controlled": "lc_"}
+    rows, errors = {}, {}
+    for entry in entries:
+        rows[entry["label"]] = {
+            name: None if entry[f"{key}win_rate"] is None else 100 * entry[f"{key}win_rate"]
+            for name, key in kinds.items()
+        }
+        errors[entry["label"]] = {
+            name: (100 * (entry[f"{key}ci_low"] or 0), 100 * (entry[f"{key}ci_high"] or 0))
+            for name, key in kinds.items()
+        }
+    colors = {"raw": COLORS["raw"], "length-controlled": COLORS["lc"]}
+    return grouped_bar_chart(rows, "win rate (%), ties count half; bars: 95% CI", "Win rate against the baseline",
+                             colors, shown=lambda number: f"{number:.1f}", errors=errors, reference=50)  # fmt: skip
 
 
 def bar_chart(values: dict[str, float | None], xlabel: str, title: str) -> str:
@@ -163,18 +154,24 @@ def grouped_bar_chart(
     title: str,
     colors: dict[str, str],
     shown=lambda number: f"{number:.2f}",
+    errors: dict[str, dict[str, tuple[float, float]]] | None = None,
+    reference: float | None = None,
 ) -> str:
     """Horizontal bars, a group of them per row: `rows` is label -> series -> value (the series in `colors`'
     order, each in its color, named in a legend when there are several); `None` is an empty bar marked "n/a", and
-    `shown(value)` is the text at the end of a bar. SVG written directly, its text as `<text>` (see `bar_chart`).
+    `shown(value)` is the text at the end of a bar. `errors` (label -> series -> (low, high)) draws an interval
+    across a bar, and `reference` a dashed line at that value. SVG written directly, its text as `<text>` (see
+    `bar_chart`).
 
     >>> svg = grouped_bar_chart({"孙悟空": {"CUS": 0.5, "SPE": None}}, "ROUGE-L", "Per role",
     ...                         {"CUS": "#4C72B0", "SPE": "#C44E52"})
     >>> [text for text in ("孙悟空", ">0.50<", ">n/a<", ">CUS<", ">SPE<") if text not in svg]
     []
     """
-    labels, series = list(rows), list(colors)
+    labels, series, errors = list(rows), list(colors), errors or {}
     numbers = [rows[label].get(name) or 0.0 for label in labels for name in series]
+    numbers += [end for spans in errors.values() for span in spans.values() for end in span]
+    numbers += [] if reference is None else [reference]
     ticks = _nice_ticks(min([0.0, *numbers]), max([0.0, *numbers]))
     low, high = ticks[0], ticks[-1]
     bar = 23.2 if len(series) == 1 else 11.0  # points: the bars of a group, with a fifth of a row between groups
@@ -216,8 +213,17 @@ def grouped_bar_chart(
             y_bar = y + 0.1 * row + k * bar
             parts.append(f'<rect x="{start:.1f}" y="{y_bar:.1f}" width="{end - start:.1f}" height="{bar:.1f}" '
                          f'fill="{colors[name]}"/>')  # fmt: skip
+            middle, after = y_bar + bar / 2, x(max(number, 0.0))
+            if (span := errors.get(label, {}).get(name)) is not None and value is not None:
+                low_x, high_x = x(span[0]), x(span[1])
+                parts.append(f'<path d="M{low_x:.1f} {middle:.1f}H{high_x:.1f}M{low_x:.1f} {middle - 3:.1f}v6'
+                             f'M{high_x:.1f} {middle - 3:.1f}v6" stroke="black" stroke-width="0.8"/>')  # fmt: skip
+                after = max(after, high_x)
             text = "n/a" if value is None else shown(number)
-            parts.append(_text(x(max(number, 0.0)) + 3, y_bar + bar / 2 + 2.5, text, 7))
+            parts.append(_text(after + 3, middle + 2.5, text, 7))
+    if reference is not None:
+        parts.append(f'<line x1="{x(reference):.1f}" y1="{top:g}" x2="{x(reference):.1f}" y2="{height - bottom + 4:g}" '
+                     'stroke="grey" stroke-width="1" stroke-dasharray="4 3"/>')  # fmt: skip
     parts.append(f'<line x1="{left:g}" y1="{height - bottom + 4:g}" x2="{plot_right:g}" y2="{height - bottom + 4:g}" '
                  'stroke="black" stroke-width="0.8"/>')  # fmt: skip
     parts.append(_text((left + plot_right) / 2, height - 12, xlabel, 10, anchor="middle"))
