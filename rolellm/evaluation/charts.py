@@ -1,20 +1,19 @@
-"""SVG charts of the evaluation reports, with their text kept as text.
+"""SVG charts of the evaluation reports, written directly, with their text kept as text.
 
-matplotlib draws text with the fonts it has, and without a CJK font Chinese role names become boxes in a PNG. An SVG
-written with `svg.fonttype = "none"` keeps every label as a `<text>` element instead, so the browser showing the
-report draws the names with its own fonts; the charts are embedded in the HTML reports as they are. Bar charts, the
-reports' most frequent, are written as SVG directly, with the same rule for their text.
+Every label is a `<text>` element in the fonts of `CJK_FONTS` (then the browser's own), so the browser showing a
+report draws Chinese role names with its fonts, whatever fonts the machine that wrote it has (a PNG drawn where no CJK
+font is installed shows boxes); the charts are embedded in the HTML reports as they are. Written without a plotting
+library: a report draws several, and matplotlib took 80-350 ms for each.
 
 >>> svg = radar_chart({"孙悟空": {"knowledge": 4.0, "memory": 3.5, "engagement": 5.0}}, scale=(1, 5))
 >>> "孙悟空" in svg and svg.lstrip().startswith("<svg")
 True
 """
 
+import functools
 import html
-import io
 import math
 import unicodedata
-import warnings
 
 
 CJK_FONTS = [
@@ -41,74 +40,84 @@ PALETTE = [
 ]
 
 
-def svg_pyplot():
-    """`matplotlib.pyplot` set up for SVG with text as text (an installed CJK font first in the font list)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib import font_manager
-
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    plt.rcParams["svg.fonttype"] = "none"
-    # the browser falls back to a font of its own for the characters these lack
-    plt.rcParams["font.sans-serif"] = [name for name in CJK_FONTS if name in installed] + ["DejaVu Sans"]
-    plt.rcParams["svg.hashsalt"] = "rolellm"  # the same chart gives the same file
-    return plt
-
-
-def to_svg(fig) -> str:
-    """The figure as an `<svg>` element (no XML prolog, so it can sit inside HTML); the figure is closed."""
-    plt = svg_pyplot()
-    buffer = io.StringIO()
-    with warnings.catch_warnings():  # the glyphs are the browser's business here: text stays text
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        warnings.filterwarnings("ignore", message="findfont")
-        fig.tight_layout()
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(fig)
-    text = buffer.getvalue()
-    return text[text.index("<svg") :]
-
-
 def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), lengths: dict | None = None) -> str:
     """One radar per role: its mean score on each dimension. A missing score (every verdict failed) is no point:
-    its axis is labelled "n/a", and a role with no score at all shows "n/a" in its middle.
+    its axis is labelled "n/a", and a role with no score at all shows "n/a" in its middle. SVG written directly,
+    its text as `<text>` (see `bar_chart`); the first dimension points up, the others follow clockwise.
 
     Args:
         per_role (`dict[str, dict[str, float | None]]`): role -> dimension -> mean score.
         scale (`tuple[int, int]`, *optional*, defaults to `(1, 5)`): the score range (the radius).
         lengths (`dict[str, float]`, *optional*): role -> mean answer length in characters, shown under the name.
     """
-    import numpy as np
-
-    plt = svg_pyplot()
     roles = list(per_role)
     dimensions = list(next(iter(per_role.values()))) if roles else []
     columns = min(3, max(len(roles), 1))
-    rows = -(-max(len(roles), 1) // columns)
-    fig, axes = plt.subplots(
-        rows, columns, figsize=(3.6 * columns, 3.4 * rows), subplot_kw={"projection": "polar"}, squeeze=False
-    )
-    angles = np.linspace(0, 2 * np.pi, len(dimensions), endpoint=False).tolist()
-    pad = (scale[1] - scale[0]) / 8  # room in the middle below the lowest score
-    for ax, role in zip(axes.flat, roles):
-        values = [np.nan if per_role[role][d] is None else per_role[role][d] for d in dimensions]
-        ax.plot(angles + angles[:1], values + values[:1], color=COLORS["raw"], marker="o", markersize=3)
-        if not np.isnan(values).any():
-            ax.fill(angles + angles[:1], values + values[:1], color=COLORS["raw"], alpha=0.25)
-        elif np.isnan(values).all():
-            ax.text(0, scale[0] - pad, "n/a", ha="center", va="center", fontsize=12, color="#666")
-        labels = [d.replace("_", " ") + (" (n/a)" if np.isnan(v) else "") for d, v in zip(dimensions, values)]
-        ax.set_xticks(angles, labels=labels, fontsize=7)
-        ax.set_ylim(scale[0] - pad, scale[1])
-        ticks = range(scale[0], scale[1] + 1, max(1, (scale[1] - scale[0]) // 5))  # 1-5: every point; 0-100: by 20
-        ax.set_yticks(ticks, labels=[str(v) for v in ticks], fontsize=6)
+    cell_width, cell_height, radius = 259.0, 245.0, 72.0  # points: 3.6 x 3.4 inches a role
+    width, height = cell_width * columns, cell_height * -(-max(len(roles), 1) // columns)
+    inner = scale[0] - (scale[1] - scale[0]) / 8  # room in the middle below the lowest score
+    ticks = list(range(scale[0], scale[1] + 1, max(1, (scale[1] - scale[0]) // 5)))  # 1-5: every point; 0-100: by 20
+    font = ", ".join([*(f"'{name}'" for name in CJK_FONTS), "'DejaVu Sans'", "sans-serif"])
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}pt" height="{height:g}pt" '
+        f'viewBox="0 0 {width:g} {height:g}" font-family="{font}">',
+        f'<rect width="{width:g}" height="{height:g}" fill="white"/>',
+    ]
+    for index, role in enumerate(roles):
+        cx = cell_width * (index % columns + 0.5)
+        cy = cell_height * (index // columns) + 58 + radius
+
+        center = (cx, cy)
+        point = functools.partial(_radar_point, center, radius, len(dimensions), inner, scale[1])
+        polygon = functools.partial(_radar_polygon, center, radius, len(dimensions), inner, scale[1])
+        for tick in ticks:  # the rings, and their values along the first axis
+            parts.append(f'<polygon points="{polygon(tick)}" fill="none" stroke="#ddd" stroke-width="0.8"/>')
+            x, y = point(0, tick)
+            parts.append(_text(x + 3, y + 3, str(tick), 6))
+        values = [per_role[role][d] for d in dimensions]
+        for k, (dimension, value) in enumerate(zip(dimensions, values)):
+            x, y = point(k, scale[1])
+            parts.append(
+                f'<line x1="{cx:.1f}" y1="{cy:.1f}" x2="{x:.1f}" y2="{y:.1f}" stroke="#ddd" stroke-width="0.8"/>'
+            )
+            lx, ly = point(k, scale[1] + (scale[1] - inner) * 0.12)
+            anchor = "middle" if abs(lx - cx) < 1 else "start" if lx > cx else "end"
+            label = dimension.replace("_", " ") + (" (n/a)" if value is None else "")
+            parts.append(_text(lx, ly + 3, label, 7, anchor=anchor))
+        scored = [(k, v) for k, v in enumerate(values) if v is not None]
+        if scored and len(scored) == len(values):
+            shape = " ".join(f"{x:.1f},{y:.1f}" for x, y in (point(k, v) for k, v in scored))
+            parts.append(f'<polygon points="{shape}" fill="{COLORS["raw"]}" fill-opacity="0.25" '
+                         f'stroke="{COLORS["raw"]}" stroke-width="1.5"/>')  # fmt: skip
+        for (k, v), (k_next, v_next) in zip(scored, scored[1:]):  # lines between neighbouring scores only
+            if k_next == k + 1:
+                (x1, y1), (x2, y2) = point(k, v), point(k_next, v_next)
+                parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+                             f'stroke="{COLORS["raw"]}" stroke-width="1.5"/>')  # fmt: skip
+        for k, v in scored:
+            x, y = point(k, v)
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{COLORS["raw"]}"/>')
+        if not scored:
+            parts.append(_text(cx, cy + 4, "n/a", 12, anchor="middle"))
         length = (lengths or {}).get(role)
-        ax.set_title(role if length is None else f"{role}\n{length:.0f} chars/answer", fontsize=10, pad=14)
-    for ax in list(axes.flat)[len(roles) :]:
-        ax.set_visible(False)
-    return to_svg(fig)
+        top = cell_height * (index // columns) + 18
+        parts.append(_text(cx, top, role, 10, anchor="middle"))
+        if length is not None:
+            parts.append(_text(cx, top + 13, f"{length:.0f} chars/answer", 10, anchor="middle"))
+    return "\n".join([*parts, "</svg>"]) + "\n"
+
+
+def _radar_point(center, radius, count, inner, outer, k: int, value: float) -> tuple[float, float]:
+    """Where `value` lies on axis `k` of `count` (the first up, then clockwise): `inner` at the center, `outer` at
+    `radius`."""
+    angle, r = 2 * math.pi * k / max(count, 1), radius * (value - inner) / (outer - inner)
+    return center[0] + r * math.sin(angle), center[1] - r * math.cos(angle)
+
+
+def _radar_polygon(center, radius, count, inner, outer, value: float) -> str:
+    """The `points` of the ring at `value` on every axis."""
+    corners = (_radar_point(center, radius, count, inner, outer, k, value) for k in range(count))
+    return " ".join(f"{x:.1f},{y:.1f}" for x, y in corners)
 
 
 def win_rate_chart(entries: list[dict]) -> str:
