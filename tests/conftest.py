@@ -39,6 +39,10 @@ from rolellm.testing import models as testing  # noqa: E402
 lighten_imports()
 
 
+_NUMBERED_RUN = re.compile(r"pytest-(\d+)")  # pytest's folder of one session's temporary folders
+_EARLIER_RUNS_REMOVER = pytest.StashKey[threading.Thread]()
+
+
 def pytest_sessionstart(session):
     """In the process that runs the session (not in a pytest-xdist worker), the temporary folders of earlier runs that
     pytest removes after the last test (all but the newest `tmp_path_retention_count`, unlocked) are removed now, in
@@ -48,27 +52,25 @@ def pytest_sessionstart(session):
     if hasattr(config, "workerinput") or config.option.basetemp is not None:
         return
     current = config._tmp_path_factory.getbasetemp()  # pytest-N, made now rather than later
-    keep = int(config.getini("tmp_path_retention_count"))
-    number = re.fullmatch(r"pytest-(\d+)", current.name)
-    if number is None:
+    if (number := _NUMBERED_RUN.fullmatch(current.name)) is None:
         return
+    last_removed = int(number[1]) - int(config.getini("tmp_path_retention_count"))
     earlier = [
         path
-        for path in current.parent.glob("pytest-*")
-        if (found := re.fullmatch(r"pytest-(\d+)", path.name)) is not None
-        and int(found[1]) <= int(number[1]) - keep
+        for path in current.parent.iterdir()
+        if (found := _NUMBERED_RUN.fullmatch(path.name)) is not None
+        and int(found[1]) <= last_removed
         and path.is_dir()
         and not path.is_symlink()
         and not (path / ".lock").exists()  # a session still running, or one that crashed: pytest's own rule then
     ]
-    remover = threading.Thread(
-        target=lambda: [shutil.rmtree(path, ignore_errors=True) for path in earlier], daemon=True
-    )
-    remover.start()
-    config.stash[_EARLIER_RUNS_REMOVER] = remover
 
+    def remove() -> None:
+        for path in earlier:
+            shutil.rmtree(path, ignore_errors=True)
 
-_EARLIER_RUNS_REMOVER = pytest.StashKey[threading.Thread]()
+    config.stash[_EARLIER_RUNS_REMOVER] = threading.Thread(target=remove, daemon=True)
+    config.stash[_EARLIER_RUNS_REMOVER].start()
 
 
 @pytest.hookimpl(tryfirst=True)
