@@ -57,16 +57,10 @@ def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), leng
     width, height = cell_width * columns, cell_height * -(-max(len(roles), 1) // columns)
     inner = scale[0] - (scale[1] - scale[0]) / 8  # room in the middle below the lowest score
     ticks = list(range(scale[0], scale[1] + 1, max(1, (scale[1] - scale[0]) // 5)))  # 1-5: every point; 0-100: by 20
-    font = ", ".join([*(f"'{name}'" for name in CJK_FONTS), "'DejaVu Sans'", "sans-serif"])
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}pt" height="{height:g}pt" '
-        f'viewBox="0 0 {width:g} {height:g}" font-family="{font}">',
-        f'<rect width="{width:g}" height="{height:g}" fill="white"/>',
-    ]
+    parts = _svg_start(width, height)
     for index, role in enumerate(roles):
         cx = cell_width * (index % columns + 0.5)
         cy = cell_height * (index // columns) + 58 + radius
-
         center = (cx, cy)
         point = functools.partial(_radar_point, center, radius, len(dimensions), inner, scale[1])
         polygon = functools.partial(_radar_polygon, center, radius, len(dimensions), inner, scale[1])
@@ -198,13 +192,7 @@ def grouped_bar_chart(
     top, bottom = 34.0 + (16 + 14 * line if legend else 0), 46.0  # room for the title, the legend, the axis
     height = top + bottom + row * max(len(labels), 1)
     x = lambda value: left + (value - low) / (high - low) * (plot_right - left)  # noqa: E731
-    font = ", ".join([*(f"'{name}'" for name in CJK_FONTS), "'DejaVu Sans'", "sans-serif"])
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}pt" height="{height:g}pt" '
-        f'viewBox="0 0 {width:g} {height:g}" font-family="{font}">',
-        f'<rect width="{width:g}" height="{height:g}" fill="white"/>',
-        _text(width / 2, 20, title, 12, anchor="middle"),
-    ]
+    parts = [*_svg_start(width, height), _text(width / 2, 20, title, 12, anchor="middle")]
     for name, (place, y) in zip(series, legend):
         parts.append(f'<rect x="{place:.1f}" y="{y:g}" width="9" height="9" fill="{colors[name]}"/>')
         parts.append(_text(place + 12, y + 8, name, 9))
@@ -237,6 +225,17 @@ def grouped_bar_chart(
                  'stroke="black" stroke-width="0.8"/>')  # fmt: skip
     parts.append(_text((left + plot_right) / 2, height - 12, xlabel, 10, anchor="middle"))
     return "\n".join([*parts, "</svg>"]) + "\n"
+
+
+def _svg_start(width: float, height: float) -> list[str]:
+    """The opening of a chart of `width` x `height` points: its `<svg>` element (the fonts of `CJK_FONTS`, then
+    DejaVu Sans, then the browser's) and a white background."""
+    font = ", ".join([*(f"'{name}'" for name in CJK_FONTS), "'DejaVu Sans'", "sans-serif"])
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}pt" height="{height:g}pt" '
+        f'viewBox="0 0 {width:g} {height:g}" font-family="{font}">',
+        f'<rect width="{width:g}" height="{height:g}" fill="white"/>',
+    ]
 
 
 def _nice_ticks(low: float, high: float) -> list[float]:
