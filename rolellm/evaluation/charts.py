@@ -24,7 +24,6 @@ CJK_FONTS = [
     "SimHei",
     "Microsoft YaHei",
 ]
-COLORS = {"raw": "#4C72B0", "lc": "#DD8452", "bar": "#55A868"}
 # the colors of a chart's series (runs compared), in turn
 PALETTE = [
     "#4C72B0",
@@ -38,6 +37,7 @@ PALETTE = [
     "#CCB974",
     "#64B5CD",
 ]
+COLORS = {"raw": PALETTE[0], "lc": PALETTE[1], "bar": PALETTE[2]}
 
 
 def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), lengths: dict | None = None) -> str:
@@ -57,7 +57,7 @@ def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), leng
     width, height = cell_width * columns, cell_height * -(-max(len(roles), 1) // columns)
     inner = scale[0] - (scale[1] - scale[0]) / 8  # room in the middle below the lowest score
     ticks = list(range(scale[0], scale[1] + 1, max(1, (scale[1] - scale[0]) // 5)))  # 1-5: every point; 0-100: by 20
-    parts = _svg_start(width, height)
+    parts = []
     for index, role in enumerate(roles):
         cx = cell_width * (index % columns + 0.5)
         cy = cell_height * (index // columns) + 58 + radius
@@ -98,7 +98,7 @@ def radar_chart(per_role: dict[str, dict[str, float | None]], scale=(1, 5), leng
         parts.append(_text(cx, top, role, 10, anchor="middle"))
         if length is not None:
             parts.append(_text(cx, top + 13, f"{length:.0f} chars/answer", 10, anchor="middle"))
-    return "\n".join([*parts, "</svg>"]) + "\n"
+    return _svg(width, height, parts)
 
 
 def _radar_point(center, radius, count, inner, outer, k: int, value: float) -> tuple[float, float]:
@@ -183,7 +183,7 @@ def grouped_bar_chart(
     width, plot_right = 504.0, 504.0 - 40  # 7 inches; room right of the longest bar for its value
     legend = []  # (x, y) of each series' entry, in lines that fit the width
     place, line = 10.0, 0
-    for name in series if len(series) > 1 or series != [""] else []:
+    for name in series if series != [""] else []:  # one unnamed series: no legend
         entry = 24 + _text_width(name, 9)
         if place > 10 and place + entry > width - 10:
             place, line = 10.0, line + 1
@@ -192,7 +192,7 @@ def grouped_bar_chart(
     top, bottom = 34.0 + (16 + 14 * line if legend else 0), 46.0  # room for the title, the legend, the axis
     height = top + bottom + row * max(len(labels), 1)
     x = lambda value: left + (value - low) / (high - low) * (plot_right - left)  # noqa: E731
-    parts = [*_svg_start(width, height), _text(width / 2, 20, title, 12, anchor="middle")]
+    parts = [_text(width / 2, 20, title, 12, anchor="middle")]
     for name, (place, y) in zip(series, legend):
         parts.append(f'<rect x="{place:.1f}" y="{y:g}" width="9" height="9" fill="{colors[name]}"/>')
         parts.append(_text(place + 12, y + 8, name, 9))
@@ -224,18 +224,19 @@ def grouped_bar_chart(
     parts.append(f'<line x1="{left:g}" y1="{height - bottom + 4:g}" x2="{plot_right:g}" y2="{height - bottom + 4:g}" '
                  'stroke="black" stroke-width="0.8"/>')  # fmt: skip
     parts.append(_text((left + plot_right) / 2, height - 12, xlabel, 10, anchor="middle"))
-    return "\n".join([*parts, "</svg>"]) + "\n"
+    return _svg(width, height, parts)
 
 
-def _svg_start(width: float, height: float) -> list[str]:
-    """The opening of a chart of `width` x `height` points: its `<svg>` element (the fonts of `CJK_FONTS`, then
-    DejaVu Sans, then the browser's) and a white background."""
+def _svg(width: float, height: float, parts: list[str]) -> str:
+    """A chart of `width` x `height` points drawn by `parts`: its `<svg>` element (the fonts of `CJK_FONTS`, then
+    DejaVu Sans, then the browser's) on a white background."""
     font = ", ".join([*(f"'{name}'" for name in CJK_FONTS), "'DejaVu Sans'", "sans-serif"])
-    return [
+    opening = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}pt" height="{height:g}pt" '
         f'viewBox="0 0 {width:g} {height:g}" font-family="{font}">',
         f'<rect width="{width:g}" height="{height:g}" fill="white"/>',
     ]
+    return "\n".join([*opening, *parts, "</svg>"]) + "\n"
 
 
 def _nice_ticks(low: float, high: float) -> list[float]:

@@ -62,10 +62,10 @@ def transformers_reference(checkpoint, chats: list[list[dict]], max_new_tokens: 
     for chat in chats:
         encoded = encode_chat(tokenizer, chat)
         ids, mask = encoded["input_ids"], encoded["assistant_masks"]
-        with torch.no_grad():
-            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
         answer = [k - 1 for k in range(1, len(ids)) if mask[k]]
-        forced.append({"ids": ids, "answer": answer, "logprobs": logprobs[answer]})
+        with torch.no_grad():  # the vocabulary's log-probabilities at the answer positions only
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0, answer].float(), -1)
+        forced.append({"ids": ids, "answer": answer, "logprobs": logprobs})
     local = LocalChatClient(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, progress=False)
     prompts = [chat[:2] for chat in chats]
     return {"forced": forced, "prompts": prompts, "prompt_ids": [local.encode_prompt(p) for p in prompts],
