@@ -23,6 +23,7 @@ from rolellm.clients.gguf import GGUFError, embedded_model_file
 from rolellm.clients.openai_compatible import OpenAIChatClient
 from rolellm.roles.resolve import load_profiles
 from rolellm.scripts.chat import free_port
+from rolellm.testing.models import cpu_model_dtype
 from rolellm.testing.server import ChatCompletionsServer, Fault
 
 
@@ -66,8 +67,8 @@ PO_CARD = {
 class RealModelEndpoint:
     """The stand-in chat-completions server answering with the embedded model (its own sampling and budget, as
     requested): its GGUF file in llama.cpp where llama-cpp-python is installed (a decode step of its 4-bit weights is
-    a sixth of one in transformers on a CPU, whose memory bandwidth bounds it), else transformers in bfloat16;
-    `gate` holds the answers while it is clear."""
+    a sixth of one in transformers on a CPU, whose memory bandwidth bounds it), else transformers in the CPU's fastest
+    dtype (`cpu_model_dtype`); `gate` holds the answers while it is clear."""
 
     def __init__(self):
         if engine_version("llamacpp") is not None:
@@ -78,7 +79,7 @@ class RealModelEndpoint:
             from rolellm.clients.gguf import resolve_model_name_or_path
             from rolellm.clients.local import LocalChatClient
 
-            self.model = LocalChatClient(resolve_model_name_or_path(GGUF), dtype="bfloat16", progress=False)
+            self.model = LocalChatClient(resolve_model_name_or_path(GGUF), dtype=cpu_model_dtype(), progress=False)
         self.reasons = []  # the finish reason of each answer: "length" when cut at the token budget
         self.answers = []  # the text of each answer
         self.gate = threading.Event()

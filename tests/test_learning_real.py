@@ -9,8 +9,8 @@ Each asserts a margin, about half the gain measured, not a direction. The rows a
 bundled slice, each role's questions split into train and held-out questions (`split_role_questions`), with the
 reference answers cut to their first sentence: short rows, cheap to train on and to score. The adapters are LoRA and
 the model runs in bfloat16, a third of float32's time on a CPU with bfloat16 units (AMX, AVX512-BF16). The three tests
-take about 53 s of CPU on one thread (measured on a shared 2-core machine); the figures measured (seeds 0, 1, 2)
-are in their docstrings.
+take about 53 s of CPU on one thread in bfloat16 (a shared 2-core machine with AVX512-BF16), 90 s in float32 on an
+AVX2 one; the figures measured (seeds 0, 1, 2) are in their docstrings.
 """
 
 import copy
@@ -33,6 +33,7 @@ from rolellm.encoding.encode import encode_chat
 from rolellm.rewards.text import completion_text
 from rolellm.roles.prompts import to_role_messages
 from rolellm.rouge.score import rouge_l_scores
+from rolellm.testing.models import cpu_model_dtype
 from rolellm.training.config import RoCITConfig
 from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
 from rolellm.training.preference import RoleDPOConfig, RoleDPOTrainer, encode_preference
@@ -84,12 +85,13 @@ OUT_OF_CHARACTER = {
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """The embedded model, dequantized once into the tests' cache, loaded in bfloat16; each test trains a copy."""
+    """The embedded model, dequantized once into the tests' cache, loaded in this CPU's fastest dtype; each test trains
+    a copy."""
     from rolellm.clients.gguf import embedded_model
     from rolellm.clients.loading import contiguous_lm_head_input
 
     folder = embedded_model()
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=cpu_model_dtype())
     contiguous_lm_head_input(model)  # what every loaded model gets: `generate`'s slice, contiguous for a frozen head
     return folder, model
 
@@ -115,8 +117,8 @@ def split(rows, train_per_role: int, held_out: int) -> tuple[list[dict], list[di
 
 
 def with_lora(model, target_modules):
-    """`model` with a fresh LoRA adapter (seeded), kept in the model's bfloat16: float32 adapters on a bfloat16 model
-    cost two casts in every adapted layer."""
+    """`model` with a fresh LoRA adapter (seeded), kept in the model's dtype: float32 adapters on a bfloat16 model cost
+    two casts in every adapted layer."""
     from peft import LoraConfig, get_peft_model
 
     transformers.set_seed(0)
@@ -175,7 +177,8 @@ def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, rol
     never saw, with the paper's system prompt: the loss of 12 of them (3 a role), the greedy answers to all. Measured
     (an AMX machine; an AVX-512 one): held-out loss 2.16 -> 1.72-1.75 on the 24, 2.18 -> 1.76-1.77 on the 12;
     ROUGE-L recall of 16 greedy tokens against the first-sentence references 0.239 -> 0.296-0.328, 0.253 ->
-    0.287-0.317 (seed 0: 0.304); about 16-25 s of CPU."""
+    0.287-0.317 (seed 0: 0.304); about 16-25 s of CPU. In float32 (an AVX2 machine, seed 0): 2.18 -> 1.78 on the 12,
+ROUGE-L 0.250 -> 0.314, 53 s of CPU."""
     folder, smollm2_model = smollm2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     train, held_out = split(role_rows, train_per_role=4, held_out=6)
@@ -239,7 +242,7 @@ def preference_pairs(rows, replies: list[str]) -> list[dict]:
 def test_dpo_raises_the_in_character_margin_on_held_out_pairs(smollm2, role_rows, tmp_path):
     """DPO with LoRA on four pairs, one per role (one step), scored on eight held-out pairs: other questions, other
     out-of-character replies. Measured: mean margin -4.75 -> 1.74-2.15 nats, each pair's raised by 2.9 to 11.6 nats;
-    about 6 s of CPU."""
+    about 6 s of CPU (float32 on an AVX2 machine: -4.75 -> 1.98, 3.5 to 11.7, 19 s)."""
     folder, smollm2_model = smollm2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     train, held_out = split(role_rows, train_per_role=1, held_out=2)
@@ -279,7 +282,8 @@ def opens_in_first_person(prompts, completions, **kwargs) -> list[float]:
 def test_grpo_raises_a_checkable_reward_on_held_out_questions(smollm2, role_rows, tmp_path):
     """GRPO with LoRA, two steps of one question and 16 sampled answers of 4 tokens (the reward reads the first word
     alone), rewarded for opening in the first person; scored on the greedy 4-token answers to 16 held-out questions.
-    Measured: 1 of 16 -> 15 to 16 of 16; about 9 s of CPU on a shared 2-core machine."""
+    Measured: 1 of 16 -> 15 to 16 of 16; about 9 s of CPU on a shared 2-core machine (float32 on an AVX2
+    machine: 1 -> 16 of 16, 18 s)."""
     folder, smollm2_model = smollm2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     train, held_out = split(role_rows, train_per_role=21, held_out=4)

@@ -26,6 +26,7 @@ from rolellm.evaluation.multiturn.dialogue import TRANSCRIPTS_NAME, read_transcr
 from rolellm.roles.profile import RoleProfile
 from rolellm.roles.release import write_release_profiles
 from rolellm.scripts.chat import free_port
+from rolellm.testing.models import cpu_model_dtype
 from rolellm.testing.server import ChatCompletionsServer
 
 
@@ -75,9 +76,9 @@ def served(request, tmp_path_factory):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if request.param == "transformers":
         model = resolve_model_name_or_path(SMOLLM2)  # the dequantized folder in the tests' cache
-        # bfloat16: a third of float32's time on a CPU with bfloat16 units; the answers only need to be the model's
+        # the CPU's fastest dtype (bfloat16 where it has bfloat16 units); the answers only need to be the model's
         command = [str(Path(sys.executable).parent / "transformers"), "serve", model, "--host", "127.0.0.1",
-                   "--port", str(port), "--device", "cpu", "--dtype", "bfloat16"]  # fmt: skip
+                   "--port", str(port), "--device", "cpu", "--dtype", cpu_model_dtype()]  # fmt: skip
         health = f"http://127.0.0.1:{port}/health"
     else:
         model = "smollm2"
