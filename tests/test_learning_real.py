@@ -178,7 +178,7 @@ def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, rol
     (an AMX machine; an AVX-512 one): held-out loss 2.16 -> 1.72-1.75 on the 24, 2.18 -> 1.76-1.77 on the 12;
     ROUGE-L recall of 16 greedy tokens against the first-sentence references 0.239 -> 0.296-0.328, 0.253 ->
     0.287-0.317 (seed 0: 0.304); about 16-25 s of CPU. In float32 (an AVX2 machine, seed 0): 2.18 -> 1.78 on the 12,
-ROUGE-L 0.250 -> 0.314, 53 s of CPU."""
+    ROUGE-L 0.250 -> 0.314, 53 s of CPU."""
     folder, smollm2_model = smollm2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     train, held_out = split(role_rows, train_per_role=4, held_out=6)
