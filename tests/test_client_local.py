@@ -153,3 +153,27 @@ def test_a_loaded_model_s_output_layer_gets_a_contiguous_input(tiny_model_path):
         logits = head(hidden)
     assert seen == [True]
     torch.testing.assert_close(logits, hidden @ head.weight.T, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_bfloat16_on_a_cpu_that_emulates_it_warns(tiny_model_path, monkeypatch, caplog, native):
+    """A model put in bfloat16 on the CPU, or `bf16=True` training on the CPU, logs that float32 is faster where the CPU
+    has no bfloat16 units (PyTorch emulates them), and nothing where it has them or the dtype is float32."""
+    from rolellm.clients import loading
+    from rolellm.training.config import RoCITConfig
+
+    monkeypatch.setattr(loading, "cpu_has_bfloat16", lambda: native)
+    with caplog.at_level("WARNING", logger="rolellm.clients.loading"):
+        LocalChatClient(tiny_model_path, chat_template="chatml", dtype="float32", progress=False)
+        assert caplog.records == []
+        client = LocalChatClient(tiny_model_path, chat_template="chatml", dtype="bfloat16", progress=False)
+        assert client.model.dtype == torch.bfloat16
+        assert RoCITConfig(output_dir="out", use_cpu=True).bf16 is False  # unset: float32 on a CPU, no warning
+        RoCITConfig(output_dir="out", use_cpu=True, bf16=True)
+    expected = [] if native else [
+        f"{tiny_model_path} in bfloat16 on a CPU without bfloat16 units (AMX, AVX512-BF16): PyTorch emulates bfloat16 "
+        "at about six times float32's time, so float32 is faster here",
+        "--bf16 true on a CPU without bfloat16 units (AMX, AVX512-BF16): PyTorch emulates bfloat16 at about six times "
+        "float32's time, so float32 is faster here",
+    ]  # fmt: skip
+    assert [record.getMessage() for record in caplog.records] == expected

@@ -20,7 +20,7 @@ from typing import Any
 
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.cache import request_key
-from rolellm.clients.loading import check_model_source, load_model_and_tokenizer
+from rolellm.clients.loading import check_model_source, load_model_and_tokenizer, warn_if_bfloat16_is_emulated
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_template
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
@@ -137,6 +137,8 @@ class LocalChatClient(TokenPromptClient):
         super().__init__(name, cache_path, max_parse_attempts, progress)
         self.model = model.to(device) if device is not None else model
         self.model.eval()
+        if self.model.device.type == "cpu" and str(self.model.dtype) == "torch.bfloat16":
+            warn_if_bfloat16_is_emulated(f"{model_name_or_path or 'the model'} in bfloat16")
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens

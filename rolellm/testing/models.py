@@ -156,12 +156,11 @@ def tiny_tokenizer_for_template(folder: str | os.PathLike):
 
 def cpu_model_dtype() -> str:
     """The dtype a real model runs fastest in on this CPU, as `from_pretrained` and `transformers serve` take it:
-    `"bfloat16"` where the CPU has bfloat16 units (AMX or AVX512-BF16: a third of float32's time for a 135M model),
-    else `"float32"` (an AVX2 CPU emulates bfloat16, at about six times float32's time for the same matmul)."""
-    import torch
+    `"bfloat16"` where the CPU has bfloat16 units (`cpu_has_bfloat16`: a third of float32's time for a 135M model),
+    else `"float32"`."""
+    from rolellm.clients.loading import cpu_has_bfloat16
 
-    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
-    return "bfloat16" if native else "float32"
+    return "bfloat16" if cpu_has_bfloat16() else "float32"
 
 
 def build_tiny_llama(path: str | os.PathLike, tokenizer=None, seed: int = 0, **config_overrides) -> Path:

@@ -39,6 +39,21 @@ def pin_memory_where_it_helps(args) -> None:
         args.dataloader_pin_memory = False
 
 
+def resolve_bf16(args) -> None:
+    """`bf16` when the user left it unset: `True` only on hardware with bf16 (a recent GPU, a TPU), so a CPU trains in
+    float32. `bf16=True` on a CPU that only emulates bfloat16 is kept, with a warning that float32 is faster there."""
+    import torch
+
+    if args.bf16 is None and not args.fp16:
+        from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+        args.bf16 = not args.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
+    elif args.bf16 and (args.use_cpu or not torch.accelerator.is_available()):
+        from rolellm.clients.loading import warn_if_bfloat16_is_emulated
+
+        warn_if_bfloat16_is_emulated("--bf16 true")
+
+
 @contextlib.contextmanager
 def quiet_checkpointing_aliases():
     """Keep off a run's output the FutureWarnings that TRL's `disable_gradient_checkpointing` (around every reference
@@ -81,6 +96,8 @@ class RolePromptArguments:
       `gradient_checkpointing` is given, without the deprecation warning TRL's `gradient_checkpointing=True` raises.
     - `bf16`: when not given, `True` only on hardware with bf16 (a recent GPU, a TPU), so a CPU trains in float32
       without `--use_cpu`; TRL turns it on wherever `use_cpu` is not set, and `transformers` then refuses a CPU.
+      `bf16=True` on a CPU without bfloat16 units (AMX, AVX512-BF16) warns: PyTorch emulates it there, slower than
+      float32.
     - `dataloader_pin_memory`: `False` without an accelerator (or with `use_cpu`), where it does nothing but warn.
     """
 
@@ -121,10 +138,7 @@ class RolePromptArguments:
     def __post_init__(self):
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True
-        if self.bf16 is None and not self.fp16:  # the hardware decides, unless the user did
-            from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
-            self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
+        resolve_bf16(self)
         check_at_least(self, self._minimums)
         pin_memory_where_it_helps(self)
         if self.system_template_path is not None:  # read and checked now, not once the model is loaded
@@ -170,6 +184,7 @@ class RoCITConfig(RolePromptArguments, SFTConfig):
     >   `gradient_checkpointing` is given, without the deprecation warning TRL's `gradient_checkpointing=True` raises.
     > - `bf16`: when not given, `True` only on hardware with bf16 (a recent GPU, a TPU), so a CPU trains in float32
     >   without `--use_cpu`; TRL turns it on wherever `use_cpu` is not set, and `transformers` then refuses a CPU.
+    >   `bf16=True` on a CPU that only emulates bfloat16 warns that float32 is faster there.
     > - `packing_strategy`: only `"bfd"` is accepted. `"wrapped"` lets samples of different roles attend to each
     >   other, and `"bfd_split"` cuts a sample so that its tail trains without its role's system instruction.
 

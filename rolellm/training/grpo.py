@@ -53,6 +53,7 @@ from rolellm.training.config import (
     check_at_least,
     pin_memory_where_it_helps,
     quiet_checkpointing_aliases,
+    resolve_bf16,
 )
 from rolellm.training.grouped import grouped_fused_forward
 
@@ -150,10 +151,7 @@ class RoleGRPOConfig(GRPOConfig):
     def __post_init__(self):
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True
-        if self.bf16 is None and not self.fp16:  # the hardware decides, unless the user did
-            from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
-            self.bf16 = not self.use_cpu and (is_torch_bf16_gpu_available() or is_torch_xla_available())
+        resolve_bf16(self)
         # TRL divides by num_generations here, and checks the others only once the model is loaded and training began
         check_at_least(
             self, {**RolePromptArguments._minimums, "num_generations": 2, "beta": 0, "max_completion_length": 1}
