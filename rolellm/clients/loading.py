@@ -29,7 +29,9 @@ def cpu_has_bfloat16() -> bool:
     matmul of SmolLM2-135M's shapes took six times its float32 time on an AVX2 CPU."""
     import torch
 
-    return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+    # PyTorch's own CPU feature checks (private: absent from a build that lacks them, which then counts as no units)
+    checks = (getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
+    return any(check() for check in checks if check is not None)
 
 
 def warn_if_bfloat16_is_emulated(setting: str) -> None:
