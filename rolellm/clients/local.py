@@ -131,14 +131,16 @@ class LocalChatClient(TokenPromptClient):
             raise ValueError("LocalChatClient needs model_name_or_path, or model and tokenizer (not both)")
         if model is not None and tokenizer is None:
             raise ValueError("LocalChatClient(model=...) also needs tokenizer=...")
+        import torch
+
         if model is None:  # a full model or an adapter checkpoint, with the tokenizer saved beside it
             model, tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype)
         name = str(model_name_or_path) if model_name_or_path is not None else model.config.name_or_path
         super().__init__(name, cache_path, max_parse_attempts, progress)
         self.model = model.to(device) if device is not None else model
         self.model.eval()
-        if self.model.device.type == "cpu" and str(self.model.dtype) == "torch.bfloat16":
-            warn_if_bfloat16_is_emulated(f"{model_name_or_path or 'the model'} in bfloat16")
+        if self.model.device.type == "cpu" and self.model.dtype == torch.bfloat16:
+            warn_if_bfloat16_is_emulated(f"{name} in bfloat16")
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
