@@ -1,12 +1,15 @@
-"""Shared prompts computed once: RoleGRPOTrainer's prefix-shared log-probs, loss and gradients equal TRL's padded path
-(tiny model, prompts of two lengths, left padding, completions of every length up to the maximum)."""
+"""Shared prompts computed once: RoleGRPOTrainer's prefix-shared generation samples what TRL's samples, and its
+prefix-shared log-probs, loss and gradients equal TRL's padded path (tiny model, prompts of two lengths, left padding,
+completions of every length up to the maximum)."""
+
+import copy
 
 import datasets
 import pytest
 import torch
 
 from rolellm.roles.profile import RoleProfile
-from rolellm.training.grouped import grouped_fused_forward, plan_grouped_rows
+from rolellm.training.grouped import grouped_fused_forward, plan_grouped_rows, shared_prompt_cache
 from rolellm.training.grpo import RoleGRPOConfig, RoleGRPOTrainer
 
 
@@ -133,6 +136,50 @@ def test_a_layout_it_cannot_pack_exactly_runs_trls_path(trainer):
         got, _, _ = per_token(trainer, True, ids, mask, T)
         expected, _, _ = per_token(trainer, False, ids, mask, T)
     assert torch.equal(got, expected)
+
+
+def generate_counting_tokens(trainer, prefix_sharing, prompt_ids):
+    """`trainer`'s generation of `prompt_ids` from seed 0, and the tokens each forward of the model computed."""
+    counted = []
+    hook = trainer.model.get_input_embeddings().register_forward_pre_hook(
+        lambda _, args: counted.append(args[0].shape)
+    )
+    trainer.args.prefix_sharing = prefix_sharing
+    try:
+        torch.manual_seed(0)
+        completions, _ = trainer._generate_single_turn(prompt_ids, None, {}, 4)
+    finally:
+        trainer.args.prefix_sharing = True
+        hook.remove()
+    return completions, counted
+
+
+def test_generation_computes_each_prompt_once_and_samples_what_trl_samples(trainer):
+    """A batch of two prompts, four completions each (as TRL's sampler orders them), sampled from one seed: the
+    same completions as TRL's `generate`, with each prompt's tokens but the last computed once instead of once per
+    completion; then the last prompt token of every row and the new tokens, as TRL computes them."""
+    encoded = [trainer.encode_prompt(prompt) for prompt in prompts()["prompt"]]
+    prompt_ids = [encoded[0]] * 4 + [encoded[1]] * 4
+    width = max(map(len, encoded))
+    completions, counted = generate_counting_tokens(trainer, True, prompt_ids)
+    expected, counted_by_trl = generate_counting_tokens(trainer, False, prompt_ids)
+    assert completions == expected and any(len(c) > 1 for c in completions)
+    assert counted_by_trl[0] == (8, width)  # TRL: every row's whole prompt
+    assert counted[0] == (2, width - 1) and counted[1] == (8, 1)  # each prompt once, then each row's last token
+    assert counted[2:] == counted_by_trl[1:]  # the new tokens, row by row
+
+
+def test_a_batch_without_repeated_prompts_or_with_its_own_sampling_layout_generates_as_trl(trainer):
+    ids = torch.tensor([[0, 5, 6], [4, 5, 6], [4, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [1, 1, 1]])
+    assert shared_prompt_cache(trainer.model, ids[:2], mask[:2]) is None  # no prompt twice
+    assert shared_prompt_cache(trainer.model, ids[:, :1], mask[:, :1]) is None  # one-token prompts
+    config = copy.deepcopy(trainer.model.generation_config)
+    config.num_return_sequences = 2
+    assert shared_prompt_cache(trainer.model, ids, mask, config) is None
+    cache = shared_prompt_cache(trainer.model, ids, mask)
+    # two prompts computed, then one copy per row of the batch
+    assert cache.get_seq_length() == 2 and [layer.keys.shape[0] for layer in cache.layers] == [3] * len(cache.layers)
 
 
 def test_training_with_a_reference_model_ends_where_trls_path_ends(tiny_model_path, tmp_path):

@@ -139,33 +139,84 @@ def role_prompt(row: dict, template: str | None = None) -> list[dict]:
     return to_role_messages({**row, "generated": ["-"]}, PROFILES[row["role"]], template=template)[0][:2]
 
 
-def greedy_answers(model, tokenizer, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
-    """Greedy answers to `[system, user]` conversations, encoded as rolellm encodes prompts (`encode_chat`), with each
-    system turn computed once: the rows `[system][padding][question]` start from a cache that holds every role's
-    system turn, and `generate` runs the questions and the answers."""
-    pad = tokenizer.pad_token_id
-    systems = list(dict.fromkeys(messages[0]["content"] for messages in conversations))
-    prefixes = [encode_chat(tokenizer, [{"role": "system", "content": system}])["input_ids"] for system in systems]
-    owners = [systems.index(messages[0]["content"]) for messages in conversations]
-    questions = []
-    for messages, owner in zip(conversations, owners):
-        prompt = encode_chat(tokenizer, messages, add_generation_prompt=True)["input_ids"]
-        assert prompt[: len(prefixes[owner])] == prefixes[owner]
-        questions.append(prompt[len(prefixes[owner]) :])
-    width, question_width = max(map(len, prefixes)), max(map(len, questions))
-    rows, masks = [], []
-    for question, owner in zip(questions, owners):
-        prefix, gap = prefixes[owner], width - len(prefixes[owner]) + question_width - len(question)
-        rows.append(prefix + [pad] * gap + question)
-        masks.append([1] * len(prefix) + [0] * gap + [1] * len(question))
-    with torch.no_grad():
-        system_ids = torch.tensor([prefix + [pad] * (width - len(prefix)) for prefix in prefixes])
-        system_mask = torch.tensor([[1] * len(prefix) + [0] * (width - len(prefix)) for prefix in prefixes])
-        cache = model.get_decoder()(input_ids=system_ids, attention_mask=system_mask, use_cache=True).cache
-        cache.batch_select_indices(torch.tensor(owners))  # (systems, ...) -> (conversations, ...)
-        output = model.generate(input_ids=torch.tensor(rows), attention_mask=torch.tensor(masks), cache=cache,
-                                max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)  # fmt: skip
-    return [tokenizer.decode(row[len(rows[0]) :], skip_special_tokens=True).strip() for row in output.tolist()]
+class CachedPrompts:
+    """`[system, user]` conversations encoded as rolellm encodes prompts (`encode_chat`), computed once into a cache:
+    each distinct system turn once, then each question but its last token, in rows `[system][padding][question]`.
+    From it, `answers` generates greedily and `answer_log_probs` scores given answers, each computing only the tokens
+    after the cache, which it then crops back."""
+
+    def __init__(self, model, tokenizer, conversations: list[list[dict]]):
+        self.model, self.tokenizer, self.conversations = model, tokenizer, conversations
+        pad = tokenizer.pad_token_id
+        systems = list(dict.fromkeys(messages[0]["content"] for messages in conversations))
+        prefixes = [encode_chat(tokenizer, [{"role": "system", "content": system}])["input_ids"] for system in systems]
+        owners = [systems.index(messages[0]["content"]) for messages in conversations]
+        self.prompts = [encode_chat(tokenizer, messages, add_generation_prompt=True)["input_ids"]
+                        for messages in conversations]  # fmt: skip
+        questions = []
+        for prompt, owner in zip(self.prompts, owners):
+            assert prompt[: len(prefixes[owner])] == prefixes[owner]
+            questions.append(prompt[len(prefixes[owner]) :])
+        width, question_width = max(map(len, prefixes)), max(map(len, questions))
+        rows, masks = [], []
+        for question, owner in zip(questions, owners):
+            prefix, gap = prefixes[owner], width - len(prefixes[owner]) + question_width - len(question)
+            rows.append(prefix + [pad] * gap + question)
+            masks.append([1] * len(prefix) + [0] * gap + [1] * len(question))
+        self.rows, self.mask = torch.tensor(rows), torch.tensor(masks)
+        self.cached = self.rows.shape[1] - 1
+        decoder = model.get_decoder()
+        with torch.no_grad():
+            system_ids = torch.tensor([prefix + [pad] * (width - len(prefix)) for prefix in prefixes])
+            system_mask = torch.tensor([[1] * len(prefix) + [0] * (width - len(prefix)) for prefix in prefixes])
+            self.cache = decoder(input_ids=system_ids, attention_mask=system_mask, use_cache=True).cache
+            self.cache.batch_select_indices(torch.tensor(owners))  # (systems, ...) -> (conversations, ...)
+            positions = self.mask.cumsum(-1) - 1  # each token's position in its own prompt, padding skipped
+            decoder(input_ids=self.rows[:, width:-1], attention_mask=self.mask[:, :-1],
+                    position_ids=positions[:, width:-1], cache=self.cache, use_cache=True)  # fmt: skip
+
+    def answers(self, max_new_tokens: int) -> list[str]:
+        """The greedy answers, of `max_new_tokens` tokens at most."""
+        with torch.no_grad():
+            output = self.model.generate(input_ids=self.rows, attention_mask=self.mask, cache=self.cache,
+                                         max_new_tokens=max_new_tokens, do_sample=False,
+                                         pad_token_id=self.tokenizer.pad_token_id)  # fmt: skip
+        self.restore_cache()
+        width = self.rows.shape[1]
+        return [self.tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in output.tolist()]
+
+    def answer_log_probs(self, answers: list[list[int]]) -> torch.Tensor:
+        """The log-probability of each row's answer (token ids, scored after the row's prompt), token by token:
+        `(rows, longest answer)`, `0` past an answer's end."""
+        length = max(map(len, answers))
+        inputs = [[int(row[-1])] + answer[:-1] + [self.tokenizer.pad_token_id] * (length - len(answer))
+                  for row, answer in zip(self.rows, answers)]  # fmt: skip
+        scored = torch.tensor([[1] * len(answer) + [0] * (length - len(answer)) for answer in answers])
+        positions = self.mask.sum(-1, keepdim=True) - 1 + torch.arange(length)
+        labels = torch.tensor([answer + [0] * (length - len(answer)) for answer in answers])
+        with torch.no_grad():
+            hidden = self.model.get_decoder()(input_ids=torch.tensor(inputs), position_ids=positions,
+                                              attention_mask=torch.cat([self.mask[:, :-1], scored], -1),
+                                              cache=self.cache, use_cache=True).last_hidden_state  # fmt: skip
+            # the LM head on the answer positions only
+            logps = self.model.get_output_embeddings()(hidden[scored.bool()]).float().log_softmax(-1)
+            picked = logps.gather(-1, labels[scored.bool()][:, None])[:, 0]
+        values = torch.zeros(scored.shape).masked_scatter_(scored.bool(), picked)
+        self.restore_cache()
+        return values
+
+    def restore_cache(self) -> None:
+        """The cache back to the prompts: the tokens computed after them removed."""
+        self.cache.crop(self.cached - self.cache.get_seq_length())
+
+    def answer_loss(self, answers: list[str]) -> float:
+        """The mean loss of the tokens RoCIT trains on in each conversation's answer (its end of turn included)."""
+        targets = []
+        for prompt, messages, answer in zip(self.prompts, self.conversations, answers):
+            chat = encode_chat(self.tokenizer, [*messages, {"role": "assistant", "content": answer}])
+            assert chat["input_ids"][: len(prompt)] == prompt and not any(chat["assistant_masks"][: len(prompt)])
+            targets.append([t for t, m in zip(chat["input_ids"], chat["assistant_masks"]) if m])
+        return -float(self.answer_log_probs(targets).sum()) / sum(map(len, targets))
 
 
 def mean(values) -> float:
@@ -185,19 +236,21 @@ def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, rol
     conversations = [role_prompt(row) for row in held_out]
     references = [row["generated"] for row in held_out]
     model = copy.deepcopy(smollm2_model)
-    rouge_before = rouge_l_scores(greedy_answers(model, tokenizer, conversations, 16), references, lang="en")
 
-    settings = training_settings(tmp_path, max_steps=2, per_device_train_batch_size=2, per_device_eval_batch_size=8,
-                                 learning_rate=4e-3, max_length=512)  # fmt: skip
-    args = RoCITConfig(**settings)
-    trainer = RoCITTrainer(with_lora(model, "all-linear"), args=args, train_dataset=datasets.Dataset.from_list(train),
-                           eval_dataset=datasets.Dataset.from_list(held_out[::2]), processing_class=tokenizer,
+    def held_out_scores(model) -> tuple[float, list[float]]:
+        prompts = CachedPrompts(model, tokenizer, conversations)
+        loss = prompts.answer_loss([answers[0] for answers in references])
+        return loss, rouge_l_scores(prompts.answers(16), references, lang="en")
+
+    loss_before, rouge_before = held_out_scores(model)
+    settings = training_settings(tmp_path, max_steps=2, per_device_train_batch_size=2, learning_rate=4e-3,
+                                 max_length=512)  # fmt: skip
+    trainer = RoCITTrainer(with_lora(model, "all-linear"), args=RoCITConfig(**settings),
+                           train_dataset=datasets.Dataset.from_list(train), processing_class=tokenizer,
                            profiles=PROFILES)  # fmt: skip
-    loss_before = trainer.evaluate()["eval_loss"]
     trainer.train()
-    loss_after = trainer.evaluate()["eval_loss"]
     trainer.model.merge_adapter()
-    rouge_after = rouge_l_scores(greedy_answers(trainer.model, tokenizer, conversations, 16), references, lang="en")
+    loss_after, rouge_after = held_out_scores(trainer.model)
     print(f"held-out loss {loss_before:.3f} -> {loss_after:.3f}; held-out ROUGE-L {mean(rouge_before):.3f} -> "
           f"{mean(rouge_after):.3f} ({len(held_out)} questions)")  # fmt: skip
     assert trainer.state.global_step == 2 and trainer.role_stats["train"]["rows"] == 16
@@ -209,25 +262,16 @@ def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, rol
 
 def answer_margins(model, tokenizer, pairs: list[dict], template: str) -> list[float]:
     """log p(chosen | prompt) - log p(rejected | prompt) of each pair, summed over the answer's tokens (its end of turn
-    included), on the tokens DPO trains on (`encode_preference`)."""
-    sequences, spans = [], []
-    for pair in pairs:
-        prompt, answers = encode_preference(tokenizer, role_prompt(pair, template), [pair["chosen"], pair["rejected"]])
-        for answer in answers:
-            sequences.append(prompt + answer)
-            spans.append((len(prompt), len(prompt) + len(answer)))
-    width = max(map(len, sequences))
-    input_ids = torch.tensor([s + [tokenizer.pad_token_id] * (width - len(s)) for s in sequences])
-    attention_mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
-    # the hidden state before each answer token, the only positions put through the LM head
-    rows, columns = (torch.tensor(index) for index in zip(*[(i, t - 1) for i, (a, b) in enumerate(spans)
-                                                             for t in range(a, b)]))  # fmt: skip
-    with torch.no_grad():
-        hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        logps = model.get_output_embeddings()(hidden[rows, columns]).float().log_softmax(-1)
-        token_logps = logps.gather(-1, input_ids[rows, columns + 1, None])[:, 0]
-        totals = torch.zeros(len(sequences)).index_add_(0, rows, token_logps)
-    return (totals[0::2] - totals[1::2]).tolist()
+    included), on the tokens DPO trains on (`encode_preference`); each prompt computed once for both answers."""
+    conversations = [role_prompt(pair, template) for pair in pairs]
+    prompts = CachedPrompts(model, tokenizer, conversations)
+    chosen, rejected = [], []
+    for pair, messages, cached in zip(pairs, conversations, prompts.prompts):
+        prompt, answers = encode_preference(tokenizer, messages, [pair["chosen"], pair["rejected"]])
+        assert prompt == cached
+        chosen.append(answers[0])
+        rejected.append(answers[1])
+    return (prompts.answer_log_probs(chosen).sum(-1) - prompts.answer_log_probs(rejected).sum(-1)).tolist()
 
 
 def preference_pairs(rows, replies: list[str]) -> list[dict]:
@@ -289,7 +333,7 @@ def test_grpo_raises_a_checkable_reward_on_held_out_questions(smollm2, role_rows
     train, held_out = split(role_rows, train_per_role=21, held_out=4)
     conversations = [role_prompt(row, ROLE_NAME_ONLY) for row in held_out]
     model = copy.deepcopy(smollm2_model)
-    before = opens_in_first_person(None, greedy_answers(model, tokenizer, conversations, 4))
+    before = opens_in_first_person(None, CachedPrompts(model, tokenizer, conversations).answers(4))
 
     template = tmp_path / "system.jinja"
     template.write_text(ROLE_NAME_ONLY, encoding="utf-8")
@@ -301,7 +345,7 @@ def test_grpo_raises_a_checkable_reward_on_held_out_questions(smollm2, role_rows
                               profiles=PROFILES)  # fmt: skip
     trainer.train()
     trainer.model.merge_adapter()
-    answers = greedy_answers(trainer.model, tokenizer, conversations, 4)
+    answers = CachedPrompts(trainer.model, tokenizer, conversations).answers(4)
     after = opens_in_first_person(None, answers)
     rewards = [log["reward"] for log in trainer.state.log_history if "reward" in log]
     print(f"held-out answers opening in the first person: {mean(before):.2f} -> {mean(after):.2f} "

@@ -256,3 +256,65 @@ def prompts_computed_once(models: list[tuple[torch.nn.Module, AttentionBackend |
     finally:
         for module, original in patched:
             module.forward = original
+
+
+def shared_prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config=None):
+    """The cache of left-padded prompt rows in which prompts repeat (a GRPO batch holds each prompt `num_generations`
+    times), each distinct prompt computed once: its tokens but the last, at the positions `generate` gives them (the
+    count of real tokens before each), copied to every row of that prompt. `generate(input_ids, attention_mask,
+    cache=...)` then computes the last prompt token and the new ones row by row, as without the cache.
+
+    `None` when there is nothing to share or the call is not a plain one: no repeated prompt, a one-token prompt, a
+    model without a decoder to call alone (or a PEFT prompt-learning adapter, whose virtual tokens only its own
+    forward adds), a generation config that returns several sequences per row, beams, or a cache of its own kind."""
+    if input_ids.dim() != 2 or input_ids.shape[1] < 2 or not hasattr(model, "get_decoder"):
+        return None
+    config = generation_config or getattr(model, "generation_config", None)
+    if config is not None and (
+        getattr(config, "num_return_sequences", 1) not in (None, 1)
+        or getattr(config, "num_beams", 1) not in (None, 1)
+        or getattr(config, "cache_implementation", None) not in (None, "dynamic")
+    ):
+        return None
+    peft_config = getattr(model, "active_peft_config", None)
+    if peft_config is not None and getattr(peft_config, "is_prompt_learning", False):
+        return None
+    groups = prompt_groups(input_ids, attention_mask)
+    if len(groups) == len(input_ids):
+        return None
+    firsts = torch.tensor([rows[0] for rows in groups], device=input_ids.device)
+    owners = torch.empty(len(input_ids), dtype=torch.long, device=input_ids.device)
+    for index, rows in enumerate(groups):
+        owners[rows] = index
+    ids, mask = input_ids[firsts, :-1], attention_mask[firsts, :-1]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        cache = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True).cache
+    cache.batch_select_indices(owners)  # (prompts, ...) -> (rows, ...)
+    return cache
+
+
+@contextmanager
+def prompts_prefilled_once(model):
+    """While active, `model.generate(input_ids=..., attention_mask=..., generation_config=...)` on rows in which
+    prompts repeat computes each distinct prompt once (`shared_prompt_cache`): this is how `RoleGRPOTrainer` runs
+    `trl.GRPOTrainer`'s own generation, whose call is not a method to override. Other calls go to `generate` as
+    they are."""
+    original, own = model.generate, vars(model).get("generate")
+
+    def generate(*args, input_ids=None, attention_mask=None, **kwargs):
+        cache = None
+        if not args and input_ids is not None and attention_mask is not None and set(kwargs) <= {"generation_config"}:
+            cache = shared_prompt_cache(model, input_ids, attention_mask, kwargs.get("generation_config"))
+        if cache is not None:
+            kwargs["cache"] = cache
+        return original(*args, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        if own is None:
+            del model.generate  # the class's method again
+        else:
+            model.generate = own

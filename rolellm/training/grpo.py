@@ -12,8 +12,10 @@ What it adds to `GRPOTrainer`, each at one override point:
 - `_calculate_rewards`: a batch for which no reward function gave any completion a reward stops the run with
   `UnscorableBatchError` (TRL would train on all-zero advantages, silently); completions with no reward at all
   are counted (the logged `rewards/unscored`);
-- `_get_per_token_logps_and_entropies`: with `prefix_sharing` (the default), the completions of a group share one
-  copy of their prompt in a packed row (`rolellm.training.grouped`), with TRL's log-probs (tested to 1e-5);
+- `_generate_single_turn`: with `prefix_sharing` (the default), `generate` computes each prompt of the batch once
+  and starts its group's completions from that cache (`rolellm.training.grouped.prompts_prefilled_once`);
+- `_get_per_token_logps_and_entropies`: with `prefix_sharing`, the completions of a group share one copy of their
+  prompt in a packed row (`rolellm.training.grouped`), with TRL's log-probs (tested to 1e-5);
 - `_save`: every checkpoint holds the role files of a RoCIT checkpoint (`rolellm.training.checkpoint`) and a model
   card stating the GRPO run: the starting checkpoint, rewards and weights, the GRPO settings, the roles and data.
 
@@ -55,7 +57,7 @@ from rolellm.training.config import (
     quiet_checkpointing_aliases,
     resolve_bf16,
 )
-from rolellm.training.grouped import grouped_fused_forward
+from rolellm.training.grouped import grouped_fused_forward, prompts_prefilled_once
 
 
 logger = logging.getLogger(__name__)
@@ -100,10 +102,12 @@ class RoleGRPOConfig(GRPOConfig):
         keep_card_metadata (`bool`, *optional*, defaults to `False`):
             Write the whole profiles into the checkpoint's `role_profiles.jsonl` (see `RoCITConfig`).
         prefix_sharing (`bool`, *optional*, defaults to `True`):
-            Compute each prompt once for all its completions: a group's completions share one copy of the prompt in
-            a packed row, each attending to the prompt and itself (`rolellm.training.grouped`), with the log-probs
-            and loss of TRL's padded rows. `False` runs TRL's forward. Batches it cannot pack exactly (images, a
-            model whose attention takes no custom mask) run TRL's forward.
+            Compute each prompt once for all its completions, in generation and in the loss
+            (`rolellm.training.grouped`): `generate` starts every completion of a group from one computed copy of
+            the prompt, and a group's completions share one copy of the prompt in a packed row, each attending to the
+            prompt and itself, with the log-probs and loss of TRL's padded rows. `False` runs TRL's generation and
+            forward. Batches it cannot pack exactly (images, a model whose attention takes no custom mask) run
+            TRL's forward; vLLM and continuous batching generate as TRL has them.
         max_prompt_length (`int`, *optional*):
             The longest prompt, in tokens, the run accepts; a longer one is an error naming the row (never cut: the
             cut would remove the role's system text). `None` accepts prompts that leave `max_completion_length`
@@ -138,7 +142,9 @@ class RoleGRPOConfig(GRPOConfig):
     )
     prefix_sharing: bool = field(
         default=True,
-        metadata={"help": "Compute each prompt once for all its completions (prefix-shared rows); False: TRL's path."},
+        metadata={
+            "help": "Compute each prompt once for all its completions, in generation and in the loss; False: TRL's path."
+        },
     )
     max_prompt_length: int | None = field(
         default=None,
@@ -375,6 +381,16 @@ class RoleGRPOTrainer(GRPOTrainer):
         if id(base) not in self._attention_backends:
             self._attention_backends[id(base)] = choose_attention_backend(base, switch_to_flex=False)
         return self._attention_backends[id(base)]
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
+        """TRL's generation, with `prefix_sharing` on its own path (`transformers`' `generate`): each prompt of the
+        batch computed once for its group's completions (`prompts_prefilled_once`), the completions then sampled
+        as TRL samples them. vLLM, continuous batching and batches with images run as TRL runs them."""
+        plain = images is None or all(image is None for image in images)
+        if not self.args.prefix_sharing or self.use_vllm or self.use_transformers_continuous_batching or not plain:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
+        with prompts_prefilled_once(self.accelerator.unwrap_model(self.model_wrapped)):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
 
     # ----------------------------------------------------------------------------------------------- rewards
     def _generate_and_score_completions(self, *args, **kwargs):
