@@ -10,7 +10,8 @@ bundled slice, each role's questions split into train and held-out questions (`s
 reference answers cut to their first sentence: short rows, cheap to train on and to score. The adapters are LoRA and
 the model runs in bfloat16, a third of float32's time on a CPU with bfloat16 units (AMX, AVX512-BF16). The three tests
 take about 53 s of CPU on one thread in bfloat16 (a shared 2-core machine with AVX512-BF16), 90 s in float32 on an
-AVX2 one; the figures measured (seeds 0, 1, 2) are in their docstrings.
+AVX2 one (72 s with the held-out scores read from one cache of the prompts, and GRPO's rollouts computing each
+prompt once); the figures measured (seeds 0, 1, 2) are in their docstrings.
 """
 
 import copy
@@ -225,11 +226,11 @@ def mean(values) -> float:
 
 def test_rocit_lowers_the_held_out_loss_and_raises_held_out_rouge_l(smollm2, role_rows, tmp_path):
     """RoCIT with LoRA on 16 questions of the four roles (two steps of two packed rows), scored on 24 questions it
-    never saw, with the paper's system prompt: the loss of 12 of them (3 a role), the greedy answers to all. Measured
-    (an AMX machine; an AVX-512 one): held-out loss 2.16 -> 1.72-1.75 on the 24, 2.18 -> 1.76-1.77 on the 12;
-    ROUGE-L recall of 16 greedy tokens against the first-sentence references 0.239 -> 0.296-0.328, 0.253 ->
-    0.287-0.317 (seed 0: 0.304); about 16-25 s of CPU. In float32 (an AVX2 machine, seed 0): 2.18 -> 1.78 on the 12,
-    ROUGE-L 0.250 -> 0.314, 53 s of CPU."""
+    never saw, with the paper's system prompt: the loss of their reference answers and their greedy answers, both
+    from one computation of the prompts (`CachedPrompts`). Measured in bfloat16 (an AMX machine; an AVX-512 one):
+    held-out loss 2.16 -> 1.72-1.75; ROUGE-L recall of 16 greedy tokens against the first-sentence references 0.239
+    -> 0.296-0.328, about 16-25 s of CPU. In float32 (an AVX2 machine, seed 0): loss 2.161 -> 1.749, ROUGE-L 0.250 ->
+    0.314, 39 s of CPU."""
     folder, smollm2_model = smollm2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     train, held_out = split(role_rows, train_per_role=4, held_out=6)
