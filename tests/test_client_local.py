@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rolellm.clients.base import ChatRequest
-from rolellm.clients.local import LocalChatClient
+from rolellm.clients.local import MIN_SHARED_TOKENS, LocalChatClient
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE as CHATML_TEMPLATE
 
 
@@ -54,6 +54,37 @@ def test_greedy_answers_equal_plain_generate_and_do_not_depend_on_batching(model
         stop = next((i + 1 for i, t in enumerate(output) if t in (tokenizer.eos_token_id, im_end)), len(output))
         assert result.text == tokenizer.decode(output[:stop], skip_special_tokens=True)
         assert result.usage == {"prompt_tokens": len(ids), "completion_tokens": stop}
+
+
+ROLES = {  # system texts of more than MIN_SHARED_TOKENS tokens: computed once for a batch of the role's questions
+    "Jack": "You are Jack Sparrow, captain of the Black Pearl, a pirate who trusts his compass more than any map.",
+    "Po": "You are Po, the Dragon Warrior of the Valley of Peace, a kung fu panda who loves dumplings and his friends.",
+}
+
+
+def test_a_roles_system_text_is_computed_once_for_its_batch_and_changes_no_answer(model_and_tokenizer):
+    model, _ = model_and_tokenizer
+    requests = [
+        ChatRequest([{"role": "system", "content": ROLES[name]}, {"role": "user", "content": question}])
+        for name, questions in (("Po", QUESTIONS[:3]), ("Jack", QUESTIONS))
+        for question in questions
+    ]
+    counted = []
+    hook = model.get_input_embeddings().register_forward_pre_hook(lambda _, args: counted.append(args[0].shape))
+    try:
+        batched = make_client(model_and_tokenizer, batch_size=5).generate(requests)
+    finally:
+        hook.remove()
+    single = make_client(model_and_tokenizer, batch_size=1).generate(requests)  # one prompt: nothing shared
+    assert [(r.text, r.usage) for r in batched] == [(r.text, r.usage) for r in single]
+    # one batch a role (grouped by system text, Jack's first): its shared tokens in one row, then each row's own
+    client = make_client(model_and_tokenizer)
+    starts = [i for i, shape in enumerate(counted) if shape[0] == 1]
+    assert len(starts) == 2
+    for start, name in zip(starts, ["Jack", "Po"]):
+        lengths = [len(client.encode_prompt(r.messages)) for r in requests if r.messages[0]["content"] == ROLES[name]]
+        (_, shared), (rows, own) = counted[start], counted[start + 1]
+        assert rows == len(lengths) and shared >= MIN_SHARED_TOKENS and own == max(lengths) - shared
 
 
 def test_samples_of_one_prompt_differ_and_are_reproducible(model_and_tokenizer):

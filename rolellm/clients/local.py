@@ -1,8 +1,9 @@
 """`LocalChatClient`: the chat-client interface on a `transformers` model running in-process, batched.
 
 Every generation stage works with no API key and no server: requests are rendered with the tokenizer's chat
-template, sorted by length and generated in left-padded batches; answers go through the same cache, `parse`
-re-asks and usage totals as `OpenAIChatClient`.
+template, grouped by their system text and sorted by length, and generated in left-padded batches, the first tokens
+a batch's prompts share (a role's system text) computed once (`rolellm.clients.prefill`); answers go through the same
+cache, `parse` re-asks and usage totals as `OpenAIChatClient`.
 
 >>> import tempfile
 >>> from rolellm.testing.models import build_tiny_llama
@@ -21,12 +22,15 @@ from typing import Any
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.cache import request_key
 from rolellm.clients.loading import check_model_source, load_model_and_tokenizer, warn_if_bfloat16_is_emulated
+from rolellm.clients.prefill import decoder_to_prefill, shared_prefix_length
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_template
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
 
 
 # chat-completions parameter -> `generate()` keyword
+# the shared first tokens worth a forward of their own (below, the cache costs more than it saves)
+MIN_SHARED_TOKENS = 16
 _PARAMS = {
     "max_tokens": "max_new_tokens",
     "max_new_tokens": "max_new_tokens",
@@ -166,7 +170,8 @@ class LocalChatClient(TokenPromptClient):
 
         async def answer(todo, asked, settle, fail):
             prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}
-            todo.sort(key=lambda item: -len(prompts[item[0]]))  # similar lengths share a batch: less padding
+            # a role's prompts share a batch (their system text computed once), similar lengths too (less padding)
+            todo.sort(key=lambda item: (system_text(asked[item[0]].messages), -len(prompts[item[0]])))
             for batch in _batches(todo, self.batch_size, key=lambda item: _generation_kwargs(requests[item[0]])):
                 outputs = await asyncio.to_thread(
                     self._generate_batch, [asked[i] for i, _ in batch], [prompts[i] for i, _ in batch]
@@ -177,13 +182,26 @@ class LocalChatClient(TokenPromptClient):
         return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
     def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
+        """One `generate()` call: the prompts left-padded, their shared first tokens (`MIN_SHARED_TOKENS` or more)
+        computed once into a cache `generate` goes on from (`rolellm.clients.prefill`)."""
         import torch
 
-        width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])  # left padding
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         kwargs = _generation_kwargs(requests[0])
         kwargs.setdefault("max_new_tokens", self.max_new_tokens)
+        # the tokens every prompt starts with (a role's system text) computed once: rows [shared][padding][own]
+        shared = shared_prefix_length(prompts) if len(prompts) > 1 else 0
+        decoder = decoder_to_prefill(self.model, kwargs) if shared >= MIN_SHARED_TOKENS else None
+        shared = shared if decoder is not None else 0
+        own = max(len(p) for p in prompts) - shared
+        input_ids = torch.tensor([p[:shared] + [self.pad_id] * (own + shared - len(p)) + p[shared:] for p in prompts])
+        attention_mask = torch.tensor([[1] * shared + [0] * (own + shared - len(p)) + [1] * (len(p) - shared)
+                                       for p in prompts])  # fmt: skip
+        width = input_ids.shape[1]
+        if decoder is not None:
+            with torch.no_grad():
+                cache = decoder(input_ids=input_ids[:1, :shared].to(self.model.device), use_cache=True).cache
+            cache.batch_repeat_interleave(len(prompts))
+            kwargs["cache"] = cache
         seed_text = "".join(self.key(r) for r in requests) + str(requests[0].params.get("seed", ""))
         devices = [self.model.device.index or 0] if self.model.device.type != "cpu" else []
         # a private random stream: seeded per batch, and the caller's global RNG state is left as it was
@@ -232,6 +250,12 @@ def stop_token_ids(tokenizer, chat_template: str | None, keep_think: bool, confi
         added = added_token_ids(tokenizer)
         stops.append(next((i for i in trained[after:] if i in added), None))
     return list(dict.fromkeys(t for t in stops if t is not None))
+
+
+def system_text(messages: list[dict]) -> str:
+    """The text of a conversation's system turn, `""` without one: what a role's prompts have in common."""
+    first = messages[0] if messages else {}
+    return str(first.get("content", "")) if first.get("role") == "system" else ""
 
 
 def _generation_kwargs(request: ChatRequest) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rolellm.clients.prefill import decoder_to_prefill
 from rolellm.training.attention import AttentionBackend, prepare_model_inputs
 from rolellm.training.packing import IGNORE_INDEX, DataCollatorForPrefixSharing, pack_samples
 
@@ -264,23 +265,13 @@ def shared_prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Te
     count of real tokens before each), copied to every row of that prompt. `generate(input_ids, attention_mask,
     cache=...)` then computes the last prompt token and the new ones row by row, as without the cache.
 
-    `None` when there is nothing to share or the call is not a plain one: no repeated prompt, a one-token prompt, a
-    model without a decoder to call alone (or a PEFT prompt-learning adapter, whose virtual tokens only its own
-    forward adds), a generation config that returns several sequences per row, beams, or a cache of its own kind."""
-    if input_ids.dim() != 2 or input_ids.shape[1] < 2 or not hasattr(model, "get_decoder"):
+    `None` when there is nothing to share (no repeated prompt, one-token prompts) or `generate` would not take the
+    cache as it is (`rolellm.clients.prefill.decoder_to_prefill`)."""
+    if input_ids.dim() != 2 or input_ids.shape[1] < 2:
         return None
-    config = generation_config or getattr(model, "generation_config", None)
-    if config is not None and (
-        getattr(config, "num_return_sequences", 1) not in (None, 1)
-        or getattr(config, "num_beams", 1) not in (None, 1)
-        or getattr(config, "cache_implementation", None) not in (None, "dynamic")
-    ):
-        return None
-    peft_config = getattr(model, "active_peft_config", None)
-    if peft_config is not None and getattr(peft_config, "is_prompt_learning", False):
-        return None
+    decoder = decoder_to_prefill(model, generation_config)
     groups = prompt_groups(input_ids, attention_mask)
-    if len(groups) == len(input_ids):
+    if decoder is None or len(groups) == len(input_ids):
         return None
     firsts = torch.tensor([rows[0] for rows in groups], device=input_ids.device)
     owners = torch.empty(len(input_ids), dtype=torch.long, device=input_ids.device)
@@ -289,7 +280,7 @@ def shared_prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Te
     ids, mask = input_ids[firsts, :-1], attention_mask[firsts, :-1]
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        cache = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True).cache
+        cache = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True).cache
     cache.batch_select_indices(owners)  # (prompts, ...) -> (rows, ...)
     return cache
 
