@@ -10,7 +10,8 @@ what `model.generate` gets. Setups, for each batch size B of `--batch_sizes` (8 
 
 - `model.generate`, one prompt at a time (no padding);
 - `model.generate` on batches of B prompts in the sample's order, left-padded with the tokenizer;
-- `LocalChatClient(model=..., tokenizer=..., batch_size=B)`: prompts sorted by length, left-padded batches of B.
+- `LocalChatClient(model=..., tokenizer=..., batch_size=B)`: prompts grouped by system text and sorted by length,
+  left-padded batches of B, the tokens a batch's prompts share (the role's system text) computed once.
 
 All greedy, `max_new_tokens` `--max_new_tokens`, stopping at the end of turn (`<|im_end|>`, the model's end token);
 a row's generated tokens are counted up to its end of turn (what the client reports as `completion_tokens`), so a

@@ -62,29 +62,35 @@ ROLES = {  # system texts of more than MIN_SHARED_TOKENS tokens: computed once f
 }
 
 
-def test_a_roles_system_text_is_computed_once_for_its_batch_and_changes_no_answer(model_and_tokenizer):
+@pytest.mark.parametrize("batch_size", [5, 8])  # one role a batch (Jack's first); both roles in one batch
+def test_a_roles_system_text_is_computed_once_for_its_batch_and_changes_no_answer(model_and_tokenizer, batch_size):
     model, _ = model_and_tokenizer
     requests = [
         ChatRequest([{"role": "system", "content": ROLES[name]}, {"role": "user", "content": question}])
         for name, questions in (("Po", QUESTIONS[:3]), ("Jack", QUESTIONS))
         for question in questions
     ]
-    counted = []
-    hook = model.get_input_embeddings().register_forward_pre_hook(lambda _, args: counted.append(args[0].shape))
+    forwards = []  # (rows, tokens, tokens already in the cache) of each forward of the model's body
+
+    def record(_, args, kwargs):
+        cache = kwargs.get("cache")
+        forwards.append((*kwargs["input_ids"].shape, cache.get_seq_length() if cache is not None else 0))
+
+    hook = model.get_decoder().register_forward_pre_hook(record, with_kwargs=True)
     try:
-        batched = make_client(model_and_tokenizer, batch_size=5).generate(requests)
+        batched = make_client(model_and_tokenizer, batch_size=batch_size).generate(requests)
     finally:
         hook.remove()
     single = make_client(model_and_tokenizer, batch_size=1).generate(requests)  # one prompt: nothing shared
     assert [(r.text, r.usage) for r in batched] == [(r.text, r.usage) for r in single]
-    # one batch a role (grouped by system text, Jack's first): its shared tokens in one row, then each row's own
-    client = make_client(model_and_tokenizer)
-    starts = [i for i, shape in enumerate(counted) if shape[0] == 1]
-    assert len(starts) == 2
-    for start, name in zip(starts, ["Jack", "Po"]):
-        lengths = [len(client.encode_prompt(r.messages)) for r in requests if r.messages[0]["content"] == ROLES[name]]
-        (_, shared), (rows, own) = counted[start], counted[start + 1]
-        assert rows == len(lengths) and shared >= MIN_SHARED_TOKENS and own == max(lengths) - shared
+    # each batch: its roles' shared first tokens in one forward, a row a role; then every row's own tokens only
+    longest = max(r.usage["prompt_tokens"] for r in batched)
+    starts = [i for i, (_, _, cached) in enumerate(forwards) if cached == 0]
+    expected = {5: [(1, 5), (1, 3)], 8: [(2, 8)]}[batch_size]  # (roles, rows) of each batch
+    assert [(forwards[i][0], forwards[i + 1][0]) for i in starts] == expected
+    for i in starts:
+        (_, shared, _), (_, own, cached) = forwards[i], forwards[i + 1]
+        assert cached == shared >= MIN_SHARED_TOKENS and own <= longest - MIN_SHARED_TOKENS
 
 
 def test_samples_of_one_prompt_differ_and_are_reproducible(model_and_tokenizer):

@@ -22,14 +22,14 @@ from typing import Any
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.cache import request_key
 from rolellm.clients.loading import check_model_source, load_model_and_tokenizer, warn_if_bfloat16_is_emulated
-from rolellm.clients.prefill import decoder_to_prefill, shared_prefix_length
+from rolellm.clients.prefill import decoder_to_prefill, plan_shared_prefixes
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_template
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
 
 
 # chat-completions parameter -> `generate()` keyword
-# the shared first tokens worth a forward of their own (below, the cache costs more than it saves)
+# prompt tokens a row that sharing the roles' first tokens must save (below, the extra forward costs about as much)
 MIN_SHARED_TOKENS = 16
 _PARAMS = {
     "max_tokens": "max_new_tokens",
@@ -182,26 +182,32 @@ class LocalChatClient(TokenPromptClient):
         return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
     def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]]) -> list[tuple[str, dict]]:
-        """One `generate()` call: the prompts left-padded, their shared first tokens (`MIN_SHARED_TOKENS` or more)
-        computed once into a cache `generate` goes on from (`rolellm.clients.prefill`)."""
+        """One `generate()` call: the prompts left-padded, or, when it saves `MIN_SHARED_TOKENS` a row, each role's
+        shared first tokens computed once into a cache `generate` goes on from (`rolellm.clients.prefill`)."""
         import torch
 
         kwargs = _generation_kwargs(requests[0])
         kwargs.setdefault("max_new_tokens", self.max_new_tokens)
-        # the tokens every prompt starts with (a role's system text) computed once: rows [shared][padding][own]
-        shared = shared_prefix_length(prompts) if len(prompts) > 1 else 0
-        decoder = decoder_to_prefill(self.model, kwargs) if shared >= MIN_SHARED_TOKENS else None
-        shared = shared if decoder is not None else 0
-        own = max(len(p) for p in prompts) - shared
-        input_ids = torch.tensor([p[:shared] + [self.pad_id] * (own + shared - len(p)) + p[shared:] for p in prompts])
-        attention_mask = torch.tensor([[1] * shared + [0] * (own + shared - len(p)) + [1] * (len(p) - shared)
-                                       for p in prompts])  # fmt: skip
-        width = input_ids.shape[1]
-        if decoder is not None:
+        # the tokens a role's prompts start with (its system text) computed once: rows [prefix][padding][own]
+        plan = None
+        if len(prompts) > 1 and decoder_to_prefill(self.model, kwargs) is not None:
+            groups = [system_text(request.messages) for request in requests]
+            plan = plan_shared_prefixes(prompts, groups, self.pad_id, MIN_SHARED_TOKENS)
+        if plan is None:
+            width = max(len(p) for p in prompts)
+            input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])  # left padding
+            attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        else:
+            input_ids, attention_mask = torch.tensor(plan.input_ids), torch.tensor(plan.attention_mask)
             with torch.no_grad():
-                cache = decoder(input_ids=input_ids[:1, :shared].to(self.model.device), use_cache=True).cache
-            cache.batch_repeat_interleave(len(prompts))
+                cache = decoder_to_prefill(self.model)(
+                    input_ids=torch.tensor(plan.prefix_ids).to(self.model.device),
+                    attention_mask=torch.tensor(plan.prefix_mask).to(self.model.device),
+                    use_cache=True,
+                ).cache
+            cache.batch_select_indices(torch.tensor(plan.owners).to(self.model.device))
             kwargs["cache"] = cache
+        width = input_ids.shape[1]
         seed_text = "".join(self.key(r) for r in requests) + str(requests[0].params.get("seed", ""))
         devices = [self.model.device.index or 0] if self.model.device.type != "cpu" else []
         # a private random stream: seeded per batch, and the caller's global RNG state is left as it was
