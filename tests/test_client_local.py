@@ -1,4 +1,7 @@
-"""LocalChatClient on the tiny Llama: batched greedy equals one-by-one, seeded sampling, cache and parse re-asks."""
+"""LocalChatClient on the tiny Llama: batched greedy equals one-by-one (a role's system turn computed once), seeded
+sampling, cache and parse re-asks."""
+
+import copy
 
 import pytest
 import torch
@@ -6,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rolellm.clients.base import ChatRequest
 from rolellm.clients.local import MIN_SHARED_TOKENS, LocalChatClient
+from rolellm.clients.prefill import decoder_to_prefill
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE as CHATML_TEMPLATE
 
 
@@ -214,3 +218,19 @@ def test_bfloat16_on_a_cpu_that_emulates_it_warns(tiny_model_path, monkeypatch, 
         "float32's time, so float32 is faster here",
     ]  # fmt: skip
     assert [record.getMessage() for record in caplog.records] == expected
+
+
+def test_only_a_model_whose_generate_takes_a_computed_prefix_is_prefilled(model_and_tokenizer):
+    from peft import LoraConfig, PromptTuningConfig, get_peft_model
+
+    model, _ = model_and_tokenizer
+    assert decoder_to_prefill(model) is model.get_decoder()
+    assert decoder_to_prefill(model, {"num_beams": 2}) is None  # beams reorder the cache
+    assert decoder_to_prefill(model, {"num_return_sequences": 2}) is None
+    assert decoder_to_prefill(model, {"cache_implementation": "static"}) is None
+    lora = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    assert decoder_to_prefill(lora) is lora.get_decoder()  # the adapter's layers are inside the decoder
+    prompt_tuning = get_peft_model(
+        copy.deepcopy(model), PromptTuningConfig(num_virtual_tokens=2, task_type="CAUSAL_LM")
+    )
+    assert decoder_to_prefill(prompt_tuning) is None  # its virtual tokens are added by its own forward only

@@ -19,6 +19,7 @@ shared prefix per group (a role's system text), when that saves tokens.
 1
 """
 
+import inspect
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -35,8 +36,8 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
 
 def decoder_to_prefill(model, generation_config=None):
     """`model`'s decoder, to run alone on shared prompt tokens before `generate` goes on from their cache; `None` when
-    `generate` would not take such a cache as it is: an encoder-decoder model, a model without `get_decoder`, a PEFT
-    prompt-learning adapter (whose virtual tokens only its own forward adds), or a generation config (`generation_config`
+    `generate` would not take such a cache as it is: an encoder-decoder model, a model without `get_decoder` or whose
+    decoder takes no `cache` and `position_ids`, a PEFT prompt-learning adapter (whose virtual tokens only its own forward adds), or a generation config (`generation_config`
     or the model's own) asking for several sequences per row, beams, or a cache of another kind."""
     config = getattr(model, "config", None)
     if not hasattr(model, "get_decoder") or getattr(config, "is_encoder_decoder", False):
@@ -51,7 +52,9 @@ def decoder_to_prefill(model, generation_config=None):
             and _setting(settings, "cache_implementation") in (None, "dynamic")
         ):
             return None
-    return model.get_decoder()
+    decoder = model.get_decoder()
+    accepted = inspect.signature(decoder.forward).parameters
+    return decoder if {"input_ids", "attention_mask", "position_ids", "cache"} <= set(accepted) else None
 
 
 def _setting(settings, name: str):
