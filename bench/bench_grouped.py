@@ -211,16 +211,23 @@ def time_rollouts(args, stage, size, trainer, batches):
     params = sum(p.numel() for p in trainer.model.parameters())
     print(f"{size} rollouts ({params / 1e6:.1f}M parameters): {args.runs} runs of {args.rounds} interleaved "
           f"generations, {torch.get_num_threads()} threads; {same} of {made} completions the same on both sides")  # fmt: skip
+    return summarize(args, stage, size, params, runs, tokens, len(batches),
+                     "prompt once vs TRL: {speedup:.2f}x faster per generation (medians), {token_ratio:.2f}x fewer "
+                     "prompt tokens through the model")  # fmt: skip
+
+
+def summarize(args, stage, size, params, runs, tokens, batches, verdict):
+    """Prints each side's seconds per step (min, median over the runs) and tokens per step, then `verdict` (formatted
+    with the median speed-up and the token ratio) and the JSON line; returns the figures."""
     result = {"parameters": params}
     print(f"{'side':50s} {'s/step min':>11s} {'median':>8s} {'tokens/step':>12s}")
-    for side, name in sides.items():
+    for side, name in SIDES[stage].items():
         result[side] = {"min": min(runs[side]), "median": statistics.median(runs[side])}
-        print(f"{name:50s} {result[side]['min']:11.3f} {result[side]['median']:8.3f} "
-              f"{tokens[side] / len(batches):12.0f}")  # fmt: skip
+        per_step = tokens[side] / batches
+        print(f"{name:50s} {result[side]['min']:11.3f} {result[side]['median']:8.3f} {per_step:12.0f}")
     result["speedup"] = result["trl"]["median"] / result["grouped"]["median"]
     result["token_ratio"] = tokens["trl"] / tokens["grouped"]
-    print(f"prompt once vs TRL: {result['speedup']:.2f}x faster per generation (medians), "
-          f"{result['token_ratio']:.2f}x fewer prompt tokens through the model")  # fmt: skip
+    print(verdict.format(**result))
     print(json.dumps({"stage": stage, "size": size, "K": K, **vars(args), **result}))
     return result
 
@@ -315,18 +322,9 @@ def time_sides(args, stage, size, trainer, batches):
     print(f"{size} {stage.upper()} ({params / 1e6:.1f}M parameters): {args.runs} runs of {args.rounds} interleaved "
           f"steps, {torch.get_num_threads()} threads; gradient norms {min(norms['trl']):.3g} to "
           f"{max(norms['trl']):.3g}, largest relative difference between the sides {gap:.1e}")  # fmt: skip
-    result = {"parameters": params}
-    print(f"{'side':50s} {'s/step min':>11s} {'median':>8s} {'tokens/step':>12s}")
-    for side, name in sides.items():
-        result[side] = {"min": min(runs[side]), "median": statistics.median(runs[side])}
-        per_step = tokens[side] / len(batches)
-        print(f"{name:50s} {result[side]['min']:11.3f} {result[side]['median']:8.3f} {per_step:12.0f}")
-    result["speedup"] = result["trl"]["median"] / result["grouped"]["median"]
-    result["token_ratio"] = tokens["trl"] / tokens["grouped"]
-    print(f"grouped vs TRL: {result['speedup']:.2f}x faster per step (medians), "
-          f"{result['token_ratio']:.2f}x fewer tokens through the model")  # fmt: skip
-    print(json.dumps({"stage": stage, "size": size, "K": K, **vars(args), **result}))
-    return result
+    return summarize(args, stage, size, params, runs, tokens, len(batches),
+                     "grouped vs TRL: {speedup:.2f}x faster per step (medians), {token_ratio:.2f}x fewer tokens "
+                     "through the model")  # fmt: skip
 
 
 if __name__ == "__main__":
