@@ -189,8 +189,9 @@ class LocalChatClient(TokenPromptClient):
         kwargs = _generation_kwargs(requests[0])
         kwargs.setdefault("max_new_tokens", self.max_new_tokens)
         # the tokens a role's prompts start with (its system text) computed once: rows [prefix][padding][own]
+        decoder = decoder_to_prefill(self.model, kwargs) if len(prompts) > 1 else None
         plan = None
-        if len(prompts) > 1 and decoder_to_prefill(self.model, kwargs) is not None:
+        if decoder is not None:
             groups = [system_text(request.messages) for request in requests]
             plan = plan_shared_prefixes(prompts, groups, self.pad_id, MIN_SHARED_TOKENS)
         if plan is None:
@@ -200,7 +201,7 @@ class LocalChatClient(TokenPromptClient):
         else:
             input_ids, attention_mask = torch.tensor(plan.input_ids), torch.tensor(plan.attention_mask)
             with torch.no_grad():
-                cache = decoder_to_prefill(self.model)(
+                cache = decoder(
                     input_ids=torch.tensor(plan.prefix_ids).to(self.model.device),
                     attention_mask=torch.tensor(plan.prefix_mask).to(self.model.device),
                     use_cache=True,
