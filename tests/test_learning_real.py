@@ -28,6 +28,7 @@ import torch
 import transformers
 
 from rolellm import RoleProfile
+from rolellm.clients.prefill import plan_shared_prefixes
 from rolellm.data.heldout import split_role_questions
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.encoding.encode import encode_chat
@@ -141,37 +142,27 @@ def role_prompt(row: dict, template: str | None = None) -> list[dict]:
 
 
 class CachedPrompts:
-    """`[system, user]` conversations encoded as rolellm encodes prompts (`encode_chat`), computed once into a cache:
-    each distinct system turn once, then each question but its last token, in rows `[system][padding][question]`.
-    From it, `answers` generates greedily and `answer_log_probs` scores given answers, each computing only the tokens
-    after the cache, which it then crops back."""
+    """`[system, user]` conversations encoded as rolellm encodes prompts (`encode_chat`), computed once into a cache,
+    laid out as the local backend lays out a batch (`plan_shared_prefixes`): the first tokens of each role's prompts
+    once, then each question but its last token, in rows `[shared][padding][question]`. From it, `answers` generates
+    greedily and `answer_log_probs` scores given answers, each computing only the tokens after the cache, which it
+    then crops back."""
 
     def __init__(self, model, tokenizer, conversations: list[list[dict]]):
         self.model, self.tokenizer, self.conversations = model, tokenizer, conversations
-        pad = tokenizer.pad_token_id
-        systems = list(dict.fromkeys(messages[0]["content"] for messages in conversations))
-        prefixes = [encode_chat(tokenizer, [{"role": "system", "content": system}])["input_ids"] for system in systems]
-        owners = [systems.index(messages[0]["content"]) for messages in conversations]
         self.prompts = [encode_chat(tokenizer, messages, add_generation_prompt=True)["input_ids"]
                         for messages in conversations]  # fmt: skip
-        questions = []
-        for prompt, owner in zip(self.prompts, owners):
-            assert prompt[: len(prefixes[owner])] == prefixes[owner]
-            questions.append(prompt[len(prefixes[owner]) :])
-        width, question_width = max(map(len, prefixes)), max(map(len, questions))
-        rows, masks = [], []
-        for question, owner in zip(questions, owners):
-            prefix, gap = prefixes[owner], width - len(prefixes[owner]) + question_width - len(question)
-            rows.append(prefix + [pad] * gap + question)
-            masks.append([1] * len(prefix) + [0] * gap + [1] * len(question))
-        self.rows, self.mask = torch.tensor(rows), torch.tensor(masks)
+        systems = [messages[0]["content"] for messages in conversations]
+        plan = plan_shared_prefixes(self.prompts, systems, tokenizer.pad_token_id, minimum=0)
+        assert plan is not None
+        self.rows, self.mask = torch.tensor(plan.input_ids), torch.tensor(plan.attention_mask)
         self.cached = self.rows.shape[1] - 1
-        decoder = model.get_decoder()
+        width, decoder = len(plan.prefix_ids[0]), model.get_decoder()
         with torch.no_grad():
-            system_ids = torch.tensor([prefix + [pad] * (width - len(prefix)) for prefix in prefixes])
-            system_mask = torch.tensor([[1] * len(prefix) + [0] * (width - len(prefix)) for prefix in prefixes])
-            self.cache = decoder(input_ids=system_ids, attention_mask=system_mask, use_cache=True).cache
-            self.cache.batch_select_indices(torch.tensor(owners))  # (systems, ...) -> (conversations, ...)
+            prefixes = decoder(input_ids=torch.tensor(plan.prefix_ids), attention_mask=torch.tensor(plan.prefix_mask),
+                               use_cache=True)  # fmt: skip
+            self.cache = prefixes.cache
+            self.cache.batch_select_indices(torch.tensor(plan.owners))  # (roles, ...) -> (conversations, ...)
             positions = self.mask.cumsum(-1) - 1  # each token's position in its own prompt, padding skipped
             decoder(input_ids=self.rows[:, width:-1], attention_mask=self.mask[:, :-1],
                     position_ids=positions[:, width:-1], cache=self.cache, use_cache=True)  # fmt: skip
