@@ -210,7 +210,8 @@ def time_rollouts(args, stage, size, trainer, batches):
             made += len(prompt_ids)
     params = sum(p.numel() for p in trainer.model.parameters())
     print(f"{size} rollouts ({params / 1e6:.1f}M parameters): {args.runs} runs of {args.rounds} interleaved "
-          f"generations, {torch.get_num_threads()} threads; {same} of {made} completions the same on both sides")  # fmt: skip
+          f"generations, {torch.get_num_threads()} threads; {same} of {made} completions the same on both "
+          "sides")  # fmt: skip
     return summarize(args, stage, size, params, runs, tokens, len(batches),
                      "prompt once vs TRL: {speedup:.2f}x faster per generation (medians), {token_ratio:.2f}x fewer "
                      "prompt tokens through the model")  # fmt: skip

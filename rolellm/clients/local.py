@@ -28,9 +28,9 @@ from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
 
 
-# chat-completions parameter -> `generate()` keyword
 # prompt tokens a row that sharing the roles' first tokens must save (below, the extra forward costs about as much)
 MIN_SHARED_TOKENS = 16
+# chat-completions parameter -> `generate()` keyword
 _PARAMS = {
     "max_tokens": "max_new_tokens",
     "max_new_tokens": "max_new_tokens",

@@ -8,10 +8,9 @@ tokens before each: padding between the shared part and a row's own tokens is ma
 
 `decoder_to_prefill(model, generation_config)` gives the decoder to prefill with, or says a model cannot be prefilled
 that way (its decoder must run alone on the shared tokens, and `generate` be asked for one sequence per row from a
-dynamic cache);
-`shared_prefix_length(prompts)` is how many first tokens prompts share (always leaving each prompt a token of its own,
-whose logits give the first new token); `plan_shared_prefixes(prompts, groups, pad_id)` lays a batch out with one
-shared prefix per group (a role's system text), when that saves tokens.
+dynamic cache); `shared_prefix_length(prompts)` is how many first tokens prompts share (always leaving each prompt a
+token of its own, whose logits give the first new token); `plan_shared_prefixes(prompts, groups, pad_id, minimum)`
+lays a batch out with one shared prefix per group (a role's system text), when that saves tokens.
 
 >>> shared_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
 2
@@ -37,8 +36,9 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
 def decoder_to_prefill(model, generation_config=None):
     """`model`'s decoder, to run alone on shared prompt tokens before `generate` goes on from their cache; `None` when
     `generate` would not take such a cache as it is: an encoder-decoder model, a model without `get_decoder` or whose
-    decoder takes no `cache` and `position_ids`, a PEFT prompt-learning adapter (whose virtual tokens only its own forward adds), or a generation config (`generation_config`
-    or the model's own) asking for several sequences per row, beams, or a cache of another kind."""
+    decoder takes no `cache` and `position_ids`, a PEFT prompt-learning adapter (whose virtual tokens only its own
+    forward adds), or a generation config (`generation_config` or the model's own) asking for several sequences per
+    row, beams, or a cache of another kind."""
     config = getattr(model, "config", None)
     if not hasattr(model, "get_decoder") or getattr(config, "is_encoder_decoder", False):
         return None

@@ -143,7 +143,8 @@ class RoleGRPOConfig(GRPOConfig):
     prefix_sharing: bool = field(
         default=True,
         metadata={
-            "help": "Compute each prompt once for all its completions, in generation and in the loss; False: TRL's path."
+            "help": "Compute each prompt once for all its completions, in generation and in the loss; False: TRL's "
+            "path."
         },
     )
     max_prompt_length: int | None = field(
