@@ -28,7 +28,7 @@ import torch
 import transformers
 
 from rolellm import RoleProfile
-from rolellm.clients.prefill import plan_shared_prefixes
+from rolellm.clients.prefill import plan_shared_prefixes, system_text
 from rolellm.data.heldout import split_role_questions
 from rolellm.data.readers import read_rolebench_jsonl
 from rolellm.encoding.encode import encode_chat
@@ -152,7 +152,7 @@ class CachedPrompts:
         self.model, self.tokenizer, self.conversations = model, tokenizer, conversations
         self.prompts = [encode_chat(tokenizer, messages, add_generation_prompt=True)["input_ids"]
                         for messages in conversations]  # fmt: skip
-        systems = [messages[0]["content"] for messages in conversations]
+        systems = [system_text(messages) for messages in conversations]
         plan = plan_shared_prefixes(self.prompts, systems, tokenizer.pad_token_id, minimum=0)
         assert plan is not None
         self.rows, self.mask = torch.tensor(plan.input_ids), torch.tensor(plan.attention_mask)

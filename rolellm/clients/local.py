@@ -22,7 +22,7 @@ from typing import Any
 from rolellm.clients.base import ChatClient, ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.cache import request_key
 from rolellm.clients.loading import check_model_source, load_model_and_tokenizer, warn_if_bfloat16_is_emulated
-from rolellm.clients.prefill import decoder_to_prefill, plan_shared_prefixes
+from rolellm.clients.prefill import decoder_to_prefill, plan_shared_prefixes, system_text
 from rolellm.encoding.chat_template import ROLE_CHAT_TEMPLATE, read_chat_template
 from rolellm.encoding.encode import encode_chat
 from rolellm.encoding.layout import added_token_ids
@@ -257,12 +257,6 @@ def stop_token_ids(tokenizer, chat_template: str | None, keep_think: bool, confi
         added = added_token_ids(tokenizer)
         stops.append(next((i for i in trained[after:] if i in added), None))
     return list(dict.fromkeys(t for t in stops if t is not None))
-
-
-def system_text(messages: list[dict]) -> str:
-    """The text of a conversation's system turn, `""` without one: what a role's prompts have in common."""
-    first = messages[0] if messages else {}
-    return str(first.get("content", "")) if first.get("role") == "system" else ""
 
 
 def _generation_kwargs(request: ChatRequest) -> dict[str, Any]:

@@ -23,6 +23,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 
+def system_text(messages: Sequence[dict]) -> str:
+    """The text of a conversation's system turn, `""` without one: what a role's prompts have in common, the key
+    that groups them for a shared prefix (in the local backend's batches and in RoCIT's packed rows)."""
+    first = messages[0] if messages else {}
+    return str(first.get("content", "")) if first.get("role") == "system" else ""
+
+
 def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     """The number of first tokens every prompt of `prompts` has in common, at most one less than the shortest."""
     shortest = min(len(prompt) for prompt in prompts)
@@ -90,8 +97,8 @@ def plan_shared_prefixes(
     >>> plan.attention_mask
     [[1, 1, 1, 0, 1], [1, 1, 1, 1, 1], [1, 1, 0, 0, 1]]
     """
-    keys = list(dict.fromkeys(groups))
-    owners = [keys.index(group) for group in groups]
+    keys = {group: index for index, group in enumerate(dict.fromkeys(groups))}
+    owners = [keys[group] for group in groups]
     members = [[prompts[i] for i, owner in enumerate(owners) if owner == g] for g in range(len(keys))]
     lengths = [shared_prefix_length(group) for group in members]
     prefixes = [list(group[0][:length]) for group, length in zip(members, lengths)]

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from rolellm.clients.prefill import system_text
+
 
 logger = logging.getLogger(__name__)
 
@@ -338,10 +340,9 @@ PACKED_COLUMNS = ("prefix_lengths", "sample_lengths")
 
 
 def prefix_groups(conversations: Sequence[list[dict]]) -> list[str]:
-    """The group key of each conversation: its system message (samples of one role share it), else `""`."""
-    return [
-        messages[0]["content"] if messages and messages[0]["role"] == "system" else "" for messages in conversations
-    ]
+    """The group key of each conversation: its system message (samples of one role share it), else `""`
+    (`rolellm.clients.prefill.system_text`, the local backend's grouping too)."""
+    return [system_text(messages) for messages in conversations]
 
 
 def prepare_prefix_shared_dataset(dataset, args, dataset_name: str = "train"):
