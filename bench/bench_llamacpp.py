@@ -1,14 +1,17 @@
-"""Generated tokens per second of `--backend llamacpp` (`LlamaCppChatClient`: the GGUF file in llama.cpp, one prompt
-at a time) against `--backend local` (`LocalChatClient`: transformers, float32, batched) on the same role prompts, on
-CPU, on the embedded real model SmolLM2-135M-Instruct.
+"""Generated tokens per second of `--backend llamacpp` (`LlamaCppChatClient`: a GGUF file in llama.cpp, `batch_size`
+prompts decoded together) against `--backend local` (`LocalChatClient`: transformers, batched) on the same role
+prompts, on CPU, on the embedded real model SmolLM2-135M-Instruct.
 
 The prompts are `--prompts` role prompts (the paper's system instruction and a question, a fixed sample of the English
-RoleBench rows of the four roles the repository describes, as in `bench_local.py`). Both clients are given the same
-token ids (checked: rolellm's own encoder, with the same template), decode greedily for at most `--max_new_tokens`
-and stop at the end of turn; their answers are compared too. llama.cpp runs the shipped file (Q4_1) as
-`--model FILE.gguf --backend llamacpp` does; transformers its dequantized folder as `--backend local` does. Both use
-the same number of threads (`--threads`, default: the usable cores). The setups run in turns, `--repeats` times;
-printed are the median seconds, tokens and tokens per second, and the ratios.
+RoleBench rows of the four roles the repository describes, as in `bench_local.py`). Every client is given the same
+token ids (checked: rolellm's own encoder, with the same template), decodes greedily for at most `--max_new_tokens`
+and stops at the end of turn; their answers are compared too. llama.cpp runs the shipped file (Q4_1) as
+`--model FILE.gguf --backend llamacpp` does, one prompt at a time and in batches of 8, and the files
+`rolellm export --gguf q4_0` and `--gguf q8_0` write from the model's transformers folder. transformers runs that folder
+as `--backend local` does, in float32 (its default) and, where the CPU computes bfloat16 natively (AVX512-BF16, AMX),
+in bfloat16, its best setting there. All use the same threads (`--threads`, default: the usable cores). The setups
+run in turns, `--repeats` times; printed are the median seconds, tokens and tokens per second, and the ratios to the
+local backend's float32 batches and to its best setting.
 
     python bench/bench_llamacpp.py [--prompts 8] [--max_new_tokens 64] [--repeats 2] [--threads N]
 """
@@ -16,7 +19,9 @@ printed are the median seconds, tokens and tokens per second, and the ratios.
 import argparse
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from _common import load_english_sample, require_rolebench_data  # sets the offline environment
 
@@ -29,7 +34,16 @@ from transformers.utils import logging as hf_logging
 from rolellm.clients.gguf import embedded_model, embedded_model_file
 from rolellm.clients.llamacpp_backend import LlamaCppChatClient
 from rolellm.clients.local import LocalChatClient
+from rolellm.testing.models import cpu_model_dtype
 from rolellm.training.data import rolebench_to_conversations
+from rolellm.training.gguf_export import export_gguf
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# llama.cpp's converter: where `make install` downloads llama-cpp-python's source archive, unless set otherwise
+if (ROOT / ".cache" / "llama-cpp-python").is_dir():
+    os.environ.setdefault("ROLELLM_LLAMA_CPP_SOURCE", str(ROOT / ".cache" / "llama-cpp-python"))
+LOCAL_F32 = "local, float32, batch_size=8"
 
 
 def make_parser():
@@ -37,7 +51,7 @@ def make_parser():
     parser.add_argument("--prompts", type=int, default=8, help="role prompts (fixed sample of English rows, seed 0)")
     parser.add_argument("--max_new_tokens", type=int, default=64, help="answer budget of every prompt")
     parser.add_argument("--repeats", type=int, default=2, help="runs of every setup, in turns")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="CPU threads of both")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="CPU threads of all")
     return parser
 
 
@@ -54,42 +68,52 @@ def main(args):
     rows, profiles = load_english_sample(require_rolebench_data(), args.prompts)
     conversations = rolebench_to_conversations(rows, profiles, reference="first", seed=0)
     requests = [messages[:-1] for messages in conversations["messages"]]  # the system instruction and the question
-    llama = LlamaCppChatClient(embedded_model_file(), max_new_tokens=args.max_new_tokens, n_threads=args.threads,
-                               progress=False)  # fmt: skip
+    exported = Path(tempfile.mkdtemp(prefix="bench-llamacpp-"))
+    files = {"Q4_1, shipped": embedded_model_file()}
+    for gguf_type in ("q4_0", "q8_0"):
+        files[f"{gguf_type.upper()}, exported"] = export_gguf(embedded_model(), exported / gguf_type, gguf_type)
+    clients = {}
     try:
-        clients = {
-            f"llamacpp ({embedded_model_file().name}), one at a time": llama,
-            "local (transformers float32), batch_size=8": LocalChatClient(
-                embedded_model(), batch_size=8, max_new_tokens=args.max_new_tokens, progress=False
-            ),
-            "local (transformers float32), batch_size=1": LocalChatClient(
-                embedded_model(), batch_size=1, max_new_tokens=args.max_new_tokens, progress=False
-            ),
-        }
-        local = clients["local (transformers float32), batch_size=8"]
-        if [llama.encode_prompt(r) for r in requests] != [local.encode_prompt(r) for r in requests]:
-            raise SystemExit("the two clients would be given different prompt ids: the comparison would not be fair")
+        clients["llamacpp Q4_1, shipped, batch_size=1"] = LlamaCppChatClient(
+            files["Q4_1, shipped"], batch_size=1, max_new_tokens=args.max_new_tokens, n_threads=args.threads,
+            progress=False,
+        )  # fmt: skip
+        for label, file in files.items():
+            clients[f"llamacpp {label}, batch_size=8"] = LlamaCppChatClient(
+                file, batch_size=8, max_new_tokens=args.max_new_tokens, n_threads=args.threads, progress=False
+            )
+        dtypes = ["float32"] + (["bfloat16"] if cpu_model_dtype() == "bfloat16" else [])
+        for dtype in dtypes:
+            clients[f"local, {dtype}, batch_size=8"] = LocalChatClient(
+                embedded_model(), batch_size=8, max_new_tokens=args.max_new_tokens, dtype=dtype, progress=False
+            )
+        ids = {label: [client.encode_prompt(r) for r in requests] for label, client in clients.items()}
+        if any(prompt_ids != ids[LOCAL_F32] for prompt_ids in ids.values()):
+            raise SystemExit("the clients would be given different prompt ids: the comparison would not be fair")
         times = {label: [] for label in clients}
         tokens, answers = {}, {}
         for _ in range(args.repeats):
             for label, client in clients.items():
+                if isinstance(client, LlamaCppChatClient):
+                    client.engine.clear()  # each run from an empty cache, as the local backend's
                 start = time.perf_counter()
                 tokens[label], answers[label] = run(client, requests)
                 times[label].append(time.perf_counter() - start)
     finally:
-        llama.close()
+        for client in clients.values():
+            if isinstance(client, LlamaCppChatClient):
+                client.close()
     print(f"\nSmolLM2-135M-Instruct, {args.threads} threads; {len(requests)} role prompts, greedy, at most "
           f"{args.max_new_tokens} new tokens; median of {args.repeats} runs in turns")  # fmt: skip
     rate = {label: tokens[label] / statistics.median(times[label]) for label in clients}
-    base = rate["local (transformers float32), batch_size=8"]
-    print(f"{'setup':48s} {'median s':>9s} {'tokens':>7s} {'tokens/s':>9s} {'vs local b8':>12s}")
+    best = max((label for label in clients if label.startswith("local")), key=rate.get)
+    print(f"{'setup':40s} {'median s':>9s} {'tokens':>7s} {'tokens/s':>9s} {'vs local f32':>13s} {'vs best local':>14s}"
+          f" {'same answers':>13s}")  # fmt: skip
     for label in clients:
-        print(f"{label:48s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} "
-              f"{rate[label] / base:11.2f}x")  # fmt: skip
-    same = sum(
-        a == b for a, b in zip(answers[next(iter(clients))], answers["local (transformers float32), batch_size=8"])
-    )
-    print(f"greedy answers equal to the local backend's: {same} of {len(requests)} (Q4_1 against float32)")
+        same = sum(a == b for a, b in zip(answers[label], answers[LOCAL_F32]))
+        print(f"{label:40s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} "
+              f"{rate[label] / rate[LOCAL_F32]:12.2f}x {rate[label] / rate[best]:13.2f}x {same:9d} of {len(requests)}")  # fmt: skip
+    print(f"best local setting: {best}; same answers: greedy answers equal to the local float32 backend's")
     return rate
 
 

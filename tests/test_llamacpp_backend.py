@@ -74,10 +74,92 @@ def test_llama_cpp_is_fed_the_local_backend_s_token_ids_and_answers(llama_client
     try:
         assert [r.text for r in again.generate([QUESTION, *samples])] == [result.text, *sampled]
         assert (again.usage.requests, again.usage.cached) == (0, 3)
-        again.cache = None  # the same requests generated anew: greedy repeats, seeded samples repeat
-        assert [r.text for r in again.generate([QUESTION, *samples])] == [result.text, *sampled]
+        # the same calls generated anew: greedy repeats, seeded samples repeat (a batch's answers are the same when
+        # it is: which prompts share it changes the last bits of their logits, as in every batched backend)
+        again.cache = None
+        assert [r.text for r in again.generate([QUESTION])] == [result.text]
+        assert [r.text for r in again.generate(samples)] == sampled
     finally:
         again.close()
+
+
+ROLES = {"Po": "You are Po, a kung fu panda who loves dumplings.", "Jack": "You are Jack Sparrow, a pirate captain."}
+ASKED = [[{"role": "system", "content": system}, {"role": "user", "content": question}]
+         for system in ROLES.values() for question in ("Hi, who are you?", "What do you fear?")]  # fmt: skip
+
+
+@needs_llama_cpp
+def test_a_batch_decodes_the_shared_system_text_once_and_keeps_its_sequences_apart():
+    """Four prompts of two roles in one batch: each role's system text decoded once (one at a time, it stays in the
+    cache from the prompt before), and the answers of one role's prompts are the same, token for token, whatever
+    the other role's prompts say (a batch of as many tokens, shared the same way: llama.cpp's kernels change with
+    the number of tokens in a batch, from 64 on, and with them the last bits of every logit)."""
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+    from rolellm.clients.llamacpp_engine import Sampling, cells_needed, common_prefix
+
+    together = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=8, progress=False)
+    alone = LlamaCppChatClient(SMOLLM2, batch_size=1, max_new_tokens=8, progress=False)
+    try:
+        prompts = sorted(together.encode_prompt(messages) for messages in ASKED)
+        batched, single = together.generate(ASKED), alone.generate(ASKED)
+        assert all(r.ok and r.text.strip() for r in batched + single)
+        decoded = together.engine.prompt_tokens_decoded
+        assert decoded == cells_needed(prompts, [0] * 4) < sum(map(len, prompts)) - 30  # two system texts saved
+        assert alone.engine.prompt_tokens_decoded == decoded
+        assert [r.usage["prompt_tokens"] for r in batched] == [r.usage["prompt_tokens"] for r in single]
+
+        # the second role's prompts with other words where they are its own, sharing as many tokens as before
+        first, second = prompts[:2], prompts[2:]
+        start, end = common_prefix(first[1], second[0]), common_prefix(*second)
+        others = [p[:start] + [t + 1 for t in p[start:end]] + p[end:] for p in second]
+        assert cells_needed(first + others, [0] * 4) == decoded and others[0][start] != second[0][start]
+
+        def answers(batch):
+            made = [[] for _ in batch]
+            for i, token in together.engine.generate(batch, [Sampling()] * 4, [8] * 4, together.stop_ids):
+                made[i].append(token)
+            together.engine.clear()
+            return made
+
+        together.engine.clear()
+        original, changed = answers(first + second), answers(first + others)
+        assert original[:2] == changed[:2] and all(original[:2])
+        assert original[2:] != changed[2:]  # the other words are read
+    finally:
+        together.close()
+        alone.close()
+
+
+@needs_llama_cpp
+def test_the_next_chat_turn_decodes_only_its_new_tokens(llama_client):
+    from rolellm.clients.chat_answer import prompt_ids
+
+    first = prompt_ids(llama_client, QUESTION)
+    answer = "".join(llama_client.stream(first, 6, 0.0, 1.0, 0, {}))
+    following = [*QUESTION, {"role": "assistant", "content": answer}, {"role": "user", "content": "And your master?"}]
+    second = prompt_ids(llama_client, following)
+    before = llama_client.engine.prompt_tokens_decoded
+    assert "".join(llama_client.stream(second, 6, 0.0, 1.0, 0, {})).strip()
+    new_tokens = llama_client.engine.prompt_tokens_decoded - before
+    assert second[: len(first)] == first and new_tokens <= len(second) - len(first) + 1, (new_tokens, len(second))
+
+
+@needs_llama_cpp
+def test_a_batch_beyond_the_cache_is_answered_in_smaller_ones_and_a_prompt_beyond_it_fails():
+    """n_ctx 256: four prompts of about 40 tokens with 64-token budgets need more cells than that together, so they
+    are answered in smaller batches; a request whose prompt and budget alone exceed it fails, the others stand."""
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+
+    client = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=64, n_ctx=256, progress=False)
+    try:
+        too_long = ChatRequest(QUESTION, params={"max_tokens": 250})
+        results = client.generate([*ASKED, too_long])
+        assert [r.ok for r in results] == [True] * 4 + [False]
+        assert all(r.text.strip() and r.usage["completion_tokens"] <= 64 for r in results[:4])
+        prompt_tokens = len(client.encode_prompt(QUESTION))
+        assert results[4].error == f"prompt of {prompt_tokens} tokens + max_tokens 250 exceed n_ctx 256"
+    finally:
+        client.close()
 
 
 @needs_llama_cpp

@@ -76,7 +76,7 @@ def model_window(client: ChatClient) -> int | None:
     if isinstance(client, OpenAIChatClient):
         return None
     if isinstance(client, LlamaCppChatClient):
-        return client.llama.n_ctx()
+        return client.n_ctx
     return getattr(client.model.config, "max_position_embeddings", None)
 
 

@@ -4,8 +4,8 @@ prompt token for token (not llama.cpp's rendering of the chat template).
 
 The tokenizer is the GGUF file's own, read by transformers once and cached (`rolellm.clients.gguf.gguf_tokenizer`);
 answers are decoded with it, go through the same cache, `parse` re-asks and usage totals as every backend, and are
-made one prompt at a time, in the order of their token ids, so that llama.cpp keeps the prefix a prompt shares with
-the one before (a role's system text) instead of computing it again.
+made `batch_size` prompts at a time, in the order of their token ids, by `rolellm.clients.llamacpp_engine`: the
+prompts of one role answered together, their shared system text decoded once.
 
 A folder written by `rolellm export --gguf` holds the file beside the checkpoint's `rolellm_inference.json` and
 `role_profiles.jsonl`: given the folder, the client takes the settings the model was trained with from it.
@@ -17,11 +17,13 @@ import weakref
 
 from rolellm.clients.base import ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.gguf import find_gguf_file, gguf_tokenizer
+from rolellm.clients.llamacpp_engine import LlamaCppEngine, Sampling, cells_needed
 from rolellm.clients.local import TokenPromptClient, stop_token_ids
 from rolellm.encoding.chat_template import read_chat_template
 
 
-# chat-completions parameter -> llama-cpp-python's `Llama.generate` keyword
+# chat-completions parameter -> `Sampling` field; what a request does not set stays at `Sampling`'s neutral value,
+# not llama.cpp's own defaults (top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1 in llama-cpp-python)
 _PARAMS = {
     "max_tokens": None,  # the budget, counted here
     "max_new_tokens": None,
@@ -31,11 +33,8 @@ _PARAMS = {
     "min_p": "min_p",
     "repetition_penalty": "repeat_penalty",
     "do_sample": None,
-    "seed": None,  # seeds the sampler, see `_generate_one`
+    "seed": None,  # seeds the sampler, see `_sampling`
 }
-# llama.cpp's sampling at its neutral values: what a request does not set is not left to llama.cpp's own defaults
-# (top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1 in llama-cpp-python)
-NEUTRAL = {"temp": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
 
 
 def default_threads() -> int:
@@ -51,21 +50,22 @@ class LlamaCppChatClient(TokenPromptClient):
 
     Args:
         model (`str` or `os.PathLike`): a `.gguf` file, or a folder holding one (`rolellm export --gguf`'s).
+        batch_size (`int`, *optional*, defaults to 8): prompts answered together, one llama.cpp sequence each.
         max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request without `max_tokens`.
         chat_template (`str`, *optional*): `"chatml"`, a Jinja template or its file; defaults to the file's own.
         keep_think (`bool`, *optional*, defaults to `False`): keep a thinking template's think blocks.
-        n_ctx (`int`, *optional*, defaults to 4096): llama.cpp's context, prompt and answer together.
+        n_ctx (`int`, *optional*, defaults to 4096): llama.cpp's cache, shared by the prompts and answers of a
+            batch (a prompt's budget counted in full); a batch that would not fit is answered in smaller ones.
         n_threads (`int`, *optional*): CPU threads, for the prompt and the answer alike; defaults to
             `$OMP_NUM_THREADS`, else the usable cores.
         cache_path (`str`, *optional*): a SQLite file caching answers by request content.
         max_parse_attempts (`int`, *optional*, defaults to 3): answers asked for when `parse` rejects them.
         progress (`bool`, *optional*, defaults to `True`): show a progress bar.
 
-    The llama.cpp model is freed by `close()`, and at the latest when the interpreter exits (a `Llama` left to the
-    garbage collector then fails in its own clean-up).
+    The llama.cpp model is freed by `close()`, and at the latest when the interpreter exits.
     """
 
-    config_fields = ("max_new_tokens", "chat_template", "cache_path", "progress")
+    config_fields = ("batch_size", "max_new_tokens", "chat_template", "cache_path", "progress")
 
     @classmethod
     def from_config(cls, config) -> "LlamaCppChatClient":
@@ -84,6 +84,7 @@ class LlamaCppChatClient(TokenPromptClient):
         self,
         model: str | os.PathLike,
         *,
+        batch_size: int = 8,
         max_new_tokens: int = 256,
         chat_template: str | None = None,
         keep_think: bool = False,
@@ -95,83 +96,106 @@ class LlamaCppChatClient(TokenPromptClient):
     ):
         from rolellm.clients.engines import require_engine
 
-        llama_cpp = require_engine("llamacpp")
+        require_engine("llamacpp")
         self.gguf_file = find_gguf_file(model, "--model")
         super().__init__(str(model), cache_path, max_parse_attempts, progress)
         self.tokenizer = gguf_tokenizer(self.gguf_file)
+        self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.chat_template = read_chat_template(chat_template)
         self.keep_think = keep_think
         if self.chat_template is None and self.tokenizer.chat_template is None:
             raise ValueError(f"{self.gguf_file} carries no chat template: pass chat_template='chatml' or a template")
-        # the prompt's threads too: llama-cpp-python's own default for them (`n_threads_batch`) is every core of the
-        # machine, whatever `n_threads` says (a 340-token prompt: 9 s of CPU on 2 busy cores, 2 s on one thread)
-        n_threads = n_threads or default_threads()
-        self.llama = llama_cpp.Llama(
-            str(self.gguf_file), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
-        )
-        self._finalizer = weakref.finalize(self, self.llama.close)
-        self.stop_ids = stop_token_ids(self.tokenizer, self.chat_template, keep_think, self.llama.token_eos())
+        # the prompt's threads too: llama.cpp's own default for them is every core of the machine
+        self.engine = LlamaCppEngine(self.gguf_file, n_ctx=n_ctx, n_seq=batch_size,
+                                     n_threads=n_threads or default_threads())  # fmt: skip
+        self._finalizer = weakref.finalize(self, self.engine.close)
+        self.stop_ids = stop_token_ids(self.tokenizer, self.chat_template, keep_think, self.engine.eos)
+
+    @property
+    def n_ctx(self) -> int:
+        """llama.cpp's cache in tokens: the longest prompt and answer together."""
+        return self.engine.n_ctx
 
     def close(self) -> None:
         """Free the llama.cpp model now."""
         self._finalizer()
 
     def __repr__(self) -> str:
-        return f"LlamaCppChatClient({self.model_name!r}, cache={self.cache!r})"
+        return f"LlamaCppChatClient({self.model_name!r}, batch_size={self.batch_size}, cache={self.cache!r})"
 
     async def agenerate(self, requests, parse=None, desc=None, remind=False, json_schema=None) -> list[ChatResult]:
-        """The async form of `generate`; decoding runs in a worker thread, one prompt at a time (a `json_schema` is
-        left to `parse`)."""
+        """The async form of `generate`; decoding runs in a worker thread, `batch_size` prompts at a time (a
+        `json_schema` is left to `parse`)."""
         requests = [as_request(r) for r in requests]
         refuse_unknown_params(requests, _PARAMS, "LlamaCppChatClient")
 
         async def answer(todo, asked, settle, fail):
             prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}
-            # in the order of their ids: prompts of one role follow each other, and llama.cpp keeps the prefix a
-            # prompt shares with the one before (the role's system text) instead of computing it again
+            budgets = {i: self._budget(asked[i]) for i, _ in todo}
+            batch = []
+            # in the order of their ids: prompts of one role share a batch, their system text decoded once
             for i, attempt in sorted(todo, key=lambda item: prompts[item[0]]):
-                prompt = prompts[i]
-                budget = asked[i].params.get("max_tokens", asked[i].params.get("max_new_tokens", self.max_new_tokens))
-                if len(prompt) + budget > self.llama.n_ctx():
-                    fail(
-                        i,
-                        attempt,
-                        f"prompt of {len(prompt)} tokens + max_tokens {budget} exceed n_ctx {self.llama.n_ctx()}",
-                    )
+                if len(prompts[i]) + budgets[i] > self.n_ctx:
+                    fail(i, attempt, f"prompt of {len(prompts[i])} tokens + max_tokens {budgets[i]} exceed n_ctx "
+                                     f"{self.n_ctx}")  # fmt: skip
                     continue
-                text, usage = await asyncio.to_thread(self._generate_one, asked[i], prompt, budget)
-                settle(i, attempt, text, usage)
+                if batch and (len(batch) == self.batch_size or self._cells([*batch, (i, attempt)], prompts, budgets)
+                              > self.n_ctx):  # fmt: skip
+                    await self._answer_batch(batch, asked, prompts, budgets, settle)
+                    batch = []
+                batch.append((i, attempt))
+            if batch:
+                await self._answer_batch(batch, asked, prompts, budgets, settle)
 
         return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
-    def _tokens(self, request: ChatRequest, prompt: list[int], budget: int):
-        """The answer's token ids as llama.cpp makes them, up to an end token or `budget`."""
-        settings = {**NEUTRAL, **{_PARAMS[k]: v for k, v in request.params.items() if _PARAMS.get(k)}}
-        if not request.params.get("do_sample", settings["temp"] > 0):
-            settings["temp"] = 0.0  # greedy
-        else:
-            self.llama.set_seed(int(self.key(request)[:8], 16) ^ int(request.params.get("seed", 0)))
-        for made, token in enumerate(self.llama.generate(prompt, reset=True, **settings)):
-            if token in self.stop_ids or made == budget:
-                return
-            yield token
+    def _budget(self, request: ChatRequest) -> int:
+        return request.params.get("max_tokens", request.params.get("max_new_tokens", self.max_new_tokens))
 
-    def _generate_one(self, request: ChatRequest, prompt: list[int], budget: int) -> tuple[str, dict]:
-        answer = list(self._tokens(request, prompt, budget))
-        stopped = len(answer) + (len(answer) < budget)  # the end token counts, as in the other backends
-        text = self.tokenizer.decode(answer, skip_special_tokens=True)
-        return text, {"prompt_tokens": len(prompt), "completion_tokens": stopped}
+    @staticmethod
+    def _cells(batch, prompts, budgets) -> int:
+        return cells_needed([prompts[i] for i, _ in batch], [budgets[i] for i, _ in batch])
+
+    async def _answer_batch(self, batch, asked, prompts, budgets, settle) -> None:
+        outputs = await asyncio.to_thread(
+            self._generate_batch, [asked[i] for i, _ in batch], [prompts[i] for i, _ in batch],
+            [budgets[i] for i, _ in batch],
+        )  # fmt: skip
+        for (i, attempt), (text, usage) in zip(batch, outputs):
+            settle(i, attempt, text, usage)
+
+    def _sampling(self, request: ChatRequest) -> Sampling:
+        """The request's sampling settings: greedy unless it samples, then seeded from its key and `seed`."""
+        settings = {_PARAMS[k]: v for k, v in request.params.items() if _PARAMS.get(k)}
+        if not request.params.get("do_sample", settings.get("temp", 0.0) > 0):
+            return Sampling(repeat_penalty=settings.get("repeat_penalty", 1.0))
+        seed = (int(self.key(request)[:8], 16) ^ int(request.params.get("seed", 0))) & 0xFFFFFFFF
+        return Sampling(**settings, seed=seed)
+
+    def _generate_batch(self, requests: list[ChatRequest], prompts: list[list[int]], budgets: list[int]):
+        """The answers to `prompts`, decoded together: `(text, usage)` each."""
+        answers = [[] for _ in prompts]
+        samplings = [self._sampling(request) for request in requests]
+        for i, token in self.engine.generate(prompts, samplings, budgets, self.stop_ids):
+            answers[i].append(token)
+        outputs = []
+        for prompt, answer, budget in zip(prompts, answers, budgets):
+            stopped = len(answer) + (len(answer) < budget)  # the end token counts, as in the other backends
+            text = self.tokenizer.decode(answer, skip_special_tokens=True)
+            outputs.append((text, {"prompt_tokens": len(prompt), "completion_tokens": stopped}))
+        return outputs
 
     def stream(
         self, prompt: list[int], max_new_tokens: int, temperature: float, top_p: float, seed: int, finish: dict
     ):
         """The answer to the token ids `prompt` as text pieces, as llama.cpp makes it (a chat; nothing is cached);
-        `finish["reason"]` is `"length"` when it stopped at `max_new_tokens`, else `"stop"`."""
+        `finish["reason"]` is `"length"` when it stopped at `max_new_tokens`, else `"stop"`. The next turn's prompt
+        goes on from this one: only its new tokens are decoded."""
         request = ChatRequest([{"role": "user", "content": ""}], params={"temperature": temperature, "top_p": top_p,
                                                                           "seed": seed})  # fmt: skip
         answer, shown = [], ""
-        for token in self._tokens(request, prompt, max_new_tokens):
+        for _, token in self.engine.generate([prompt], [self._sampling(request)], [max_new_tokens], self.stop_ids):
             answer.append(token)
             text = self.tokenizer.decode(answer, skip_special_tokens=True)
             if not text.endswith("\ufffd"):  # a character cut between tokens waits for its next token
