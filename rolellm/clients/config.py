@@ -146,7 +146,7 @@ class ClientConfig:
     requests_per_minute: int | None = field(default=None, metadata={"help": "Endpoints: request rate limit."})
     timeout: float = field(default=120.0, metadata={"help": "Endpoints: seconds before a request is retried."})
     max_retries: int = field(default=6, metadata={"help": "Endpoints: retries before a request counts as failed."})
-    batch_size: int = field(default=8, metadata={"help": "Local models: prompts per forward pass."})
+    batch_size: int = field(default=8, metadata={"help": "Local models, llama.cpp: prompts answered together."})
     max_new_tokens: int = field(default=256, metadata={"help": "Answer budget of a request, in tokens."})
     chat_template: str | None = field(
         default=None, metadata={"help": "Local models: 'chatml', a Jinja template or its file."}
