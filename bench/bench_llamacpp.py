@@ -111,8 +111,9 @@ def main(args):
           f" {'same answers':>13s}")  # fmt: skip
     for label in clients:
         same = sum(a == b for a, b in zip(answers[label], answers[LOCAL_F32]))
-        print(f"{label:40s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} "
-              f"{rate[label] / rate[LOCAL_F32]:12.2f}x {rate[label] / rate[best]:13.2f}x {same:9d} of {len(requests)}")  # fmt: skip
+        ratios = f"{rate[label] / rate[LOCAL_F32]:12.2f}x {rate[label] / rate[best]:13.2f}x"
+        print(f"{label:40s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} {ratios} "
+              f"{same:9d} of {len(requests)}")  # fmt: skip
     print(f"best local setting: {best}; same answers: greedy answers equal to the local float32 backend's")
     return rate
 

@@ -1,10 +1,8 @@
 """`--backend llamacpp`: the embedded model's GGUF file run in-process by llama.cpp, fed rolellm's own token ids (the
-local backend's, to the token), through `rolellm evaluate` (resumed from its cache) and `rolellm chat`; and the
-command without llama-cpp-python, or with an endpoint, is one line and exit 2."""
-
-import io
-import json
-import sys
+local backend's, to the token), several prompts decoded together with their shared system text decoded once, the
+next chat turn from what the cache holds, batches sized to the cache; and the command without llama-cpp-python, with
+an endpoint or with too many sequences, is one line and exit 2. `rolellm generate`, `evaluate`, `chat`, `dialogue`
+and `coser run` with `--backend llamacpp` are in `tests/test_real_servers.py` (its `in_process` kind)."""
 
 import pytest
 
@@ -12,8 +10,6 @@ from rolellm.clients.base import ChatRequest
 from rolellm.clients.config import ClientConfig
 from rolellm.clients.engines import engine_version
 from rolellm.clients.gguf import GGUFError, embedded_model_file
-from rolellm.roles.profile import RoleProfile
-from rolellm.roles.release import write_release_profiles
 from rolellm.scripts import cli
 
 
@@ -163,34 +159,14 @@ def test_a_batch_beyond_the_cache_is_answered_in_smaller_ones_and_a_prompt_beyon
 
 
 @needs_llama_cpp
-def test_evaluate_with_llamacpp(slice_data_dir, tmp_path, capsys):
-    out = tmp_path / "out"
+def test_a_batch_size_beyond_llama_cpp_s_sequences_is_one_line_exit_2(slice_data_dir, tmp_path, capsys):
     code = cli.main([
         "evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2), "--dataset_name", "zh-role_specific",
-        "--data_dir", str(slice_data_dir / "rolebench"), "--roles", "李白", "--max_samples_per_role", "1",
-        "--max_new_tokens", MAX_NEW_TOKENS, "--output_dir", str(out),
+        "--data_dir", str(slice_data_dir / "rolebench"), "--batch_size", "300", "--output_dir", str(tmp_path / "out"),
     ])  # fmt: skip
-    assert code == 0, capsys.readouterr().err
-    predictions = [
-        json.loads(line)["prediction"] for line in (out / "generations.jsonl").read_text("utf-8").splitlines()
-    ]
-    assert len(predictions) == 1 and predictions[0].strip()
-    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["counts"]["rows"] == 1
-
-
-@needs_llama_cpp
-def test_chat_with_llamacpp_answers_on_stdin(tmp_path, capsys, monkeypatch):
-    write_release_profiles({"Po": RoleProfile("Po", "en", "A kung fu panda who loves dumplings.")}, tmp_path / "p")
-    transcript = tmp_path / "po.json"
-    monkeypatch.setattr(sys, "stdin", io.StringIO(f"What do you eat?\n/save {transcript}\n"))
-    code = cli.main(["chat", "--backend", "llamacpp", "--model", str(SMOLLM2), "--profiles", str(tmp_path / "p"),
-                     "--temperature", "0", "--max_new_tokens", MAX_NEW_TOKENS])  # fmt: skip
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    saved = json.loads(transcript.read_text(encoding="utf-8"))
-    answer = saved["messages"][-1]["content"]
-    assert saved["messages"][-1]["role"] == "assistant" and answer.strip()
-    assert out.strip() == answer.strip().replace("\n", "\\n") or answer.strip()[:20] in out
+    err = capsys.readouterr().err
+    assert code == 2 and "--batch_size 300: llama.cpp decodes at most 256 sequences together" in err, err
+    assert "Traceback" not in err and not (tmp_path / "out" / "results.json").exists()
 
 
 def test_llamacpp_with_a_base_url_is_refused():

@@ -1,10 +1,10 @@
 """Real inference servers behind the OpenAI-compatible client: `transformers serve` on the embedded SmolLM2-135M-Instruct
 (its dequantized folder) and, where llama-cpp-python is installed, `python -m llama_cpp.server` on its GGUF file, each
-started once on 127.0.0.1 and a free port, and asked by `rolellm generate`, `evaluate`, `chat --base_url`, `dialogue`
-and `coser run` (the model the role; the simulated user, the Environment, the next-speaker predictor and the judges
-are the stand-in server). Requests are few and short (8 tokens, 16 in a scene): what is checked is that each command's
-answers are the served model's own, reach the files it writes, and that every request carried its budget and sampling
-settings.
+started once on 127.0.0.1 and a free port, and, as a third kind, the GGUF file in process (`--backend llamacpp`),
+asked by `rolellm generate`, `evaluate`, `chat`, `dialogue` and `coser run` (the model the role; the simulated user,
+the Environment, the next-speaker predictor and the judges are the stand-in server). Requests are few and short (8
+tokens, 16 in a scene): what is checked is that each command's answers are the model's own, reach the files it writes,
+and that every request carried its budget and sampling settings.
 """
 
 import html
@@ -49,10 +49,8 @@ MAX_NEW_TOKENS = "8"  # generate, evaluate, chat: a few words of the model's own
 SCENE_TOKENS = "16"
 STAND_IN = "Aye, the stand-in speaks."
 NO_LLAMA_CPP = 'needs llama-cpp-python (pip install "rolellm[llamacpp]")'
-SERVER_KINDS = [
-    "transformers",
-    pytest.param("llama_cpp", marks=pytest.mark.skipif(engine_version("llamacpp") is None, reason=NO_LLAMA_CPP)),
-]
+needs_llama_cpp = pytest.mark.skipif(engine_version("llamacpp") is None, reason=NO_LLAMA_CPP)
+SERVER_KINDS = ["transformers", pytest.param("llama_cpp", marks=needs_llama_cpp)]
 
 
 def wait_until_up(process: subprocess.Popen, url: str, log: Path, timeout: float = 180.0) -> None:
@@ -68,9 +66,13 @@ def wait_until_up(process: subprocess.Popen, url: str, log: Path, timeout: float
     raise RuntimeError(f"the server did not answer {url} in {timeout:g} s: {log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="module", params=SERVER_KINDS)
+@pytest.fixture(scope="module", params=[*SERVER_KINDS, pytest.param("in_process", marks=needs_llama_cpp)])
 def served(request, tmp_path_factory):
-    """A real server of the embedded model: `{"kind", "base_url", "model", "gguf"}`, stopped after the module."""
+    """The embedded model behind a real server, stopped after the module, or in process (`--backend llamacpp`):
+    `{"kind", "flags"}`, the flags naming it (`--model`, and `--base_url` or `--backend`)."""
+    if request.param == "in_process":
+        yield {"kind": request.param, "flags": ["--backend", "llamacpp", "--model", str(SMOLLM2)]}
+        return
     port, folder = free_port(), tmp_path_factory.mktemp(f"served-{request.param}")
     log = folder / "server.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -90,7 +92,7 @@ def served(request, tmp_path_factory):
         process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=env, cwd=folder)
     try:
         wait_until_up(process, health, log)
-        yield {"kind": request.param, "base_url": f"http://127.0.0.1:{port}/v1", "model": model}
+        yield {"kind": request.param, "flags": ["--model", model, "--base_url", f"http://127.0.0.1:{port}/v1"]}
     finally:
         process.terminate()
         try:
@@ -145,7 +147,7 @@ def test_generate_rolegpt_against_the_real_server(served, jack, tmp_path):
     code, printed, err = run_command([
         "generate", "rolegpt", "--profiles", str(jack), "--roles", JACK, "--instructions", str(instructions),
         "--prompt_mode", "system", "--num_samples", "1", "--num_baseline", "0", "--max_tokens", MAX_NEW_TOKENS,
-        "--temperature", "0", "--test_fraction", "0", "--model", served["model"], "--base_url", served["base_url"],
+        "--temperature", "0", "--test_fraction", "0", *served["flags"],
         "--output_dir", str(out), "--progress", "false",
     ])  # fmt: skip
     assert code == 0, err
@@ -159,7 +161,7 @@ def test_generate_rolegpt_against_the_real_server(served, jack, tmp_path):
 def test_evaluate_against_the_real_server(served, slice_data_dir, tmp_path):
     out = tmp_path / "out"
     code, printed, err = run_command([
-        "evaluate", "--model", served["model"], "--base_url", served["base_url"], "--dataset_name",
+        "evaluate", *served["flags"], "--dataset_name",
         "zh-role_specific", "--data_dir", str(slice_data_dir / "rolebench"), "--roles", "李白",
         "--max_samples_per_role", "1", "--max_new_tokens", MAX_NEW_TOKENS, "--output_dir", str(out),
     ])  # fmt: skip
@@ -171,10 +173,10 @@ def test_evaluate_against_the_real_server(served, slice_data_dir, tmp_path):
     assert 0 <= results["metrics"]["SPE"] <= 1  # scored against the references
 
 
-def test_chat_with_base_url_against_the_real_server(served, jack, tmp_path):
+def test_chat_against_the_real_server(served, jack, tmp_path):
     transcript = tmp_path / "jack.json"
     code, out, err = run_command(
-        ["chat", "--model", served["model"], "--base_url", served["base_url"], "--profiles", str(jack),
+        ["chat", *served["flags"], "--profiles", str(jack),
          "--temperature", "0", "--max_new_tokens", MAX_NEW_TOKENS],
         stdin=f"Where is the Black Pearl?\n/save {transcript}\n",
     )  # fmt: skip
@@ -195,8 +197,8 @@ def test_dialogue_against_the_real_server(served, stand_in, jack, tmp_path):
     )
     out = tmp_path / "run"
     code, printed, err = run_command([
-        "dialogue", "--profiles", str(jack), "--scenarios", str(scenarios), "--model", served["model"],
-        "--base_url", served["base_url"], "--max_new_tokens", SCENE_TOKENS, "--user_model", "user-sim",
+        "dialogue", "--profiles", str(jack), "--scenarios", str(scenarios), *served["flags"], "--max_new_tokens",
+        SCENE_TOKENS, "--user_model", "user-sim",
         "--user_base_url", stand_in.base_url, "--judge_model", "judge", "--judge_base_url", stand_in.base_url,
         "--output_dir", str(out),
     ])  # fmt: skip
@@ -222,7 +224,7 @@ def test_coser_run_against_the_real_server(served, stand_in, tmp_path):
     asked = len(stand_in.requests)
     code, printed, err = run_command([
         "coser", "run", "--test_file", str(COSER_TEST_SET), "--cases", PRIDE, "--continue_from", "4",
-        "--actor_model", served["model"], "--base_url", served["base_url"], "--max_new_tokens", SCENE_TOKENS,
+        *served["flags"], "--max_new_tokens", SCENE_TOKENS,
         "--env_model", "env", "--env_base_url", stand_in.base_url, "--nsp_model", "nsp",
         "--nsp_base_url", stand_in.base_url, "--judge_model", "judge", "--judge_base_url", stand_in.base_url,
         "--output_dir", str(out), "--progress", "false",

@@ -106,6 +106,9 @@ class LlamaCppEngine:
             quiet.setLevel(logging.ERROR)
         self.lib = lib = llama_cpp
         self.model = self.ctx = self.batch = None
+        if n_seq > lib.llama_max_parallel_sequences():
+            raise ValueError(f"--batch_size {n_seq}: llama.cpp decodes at most {lib.llama_max_parallel_sequences()} "
+                             "sequences together")  # fmt: skip
         self.model = lib.llama_model_load_from_file(os.fsencode(path), lib.llama_model_default_params())
         if not self.model:
             raise ValueError(f"llama.cpp could not load {path}")
