@@ -4,6 +4,8 @@ next chat turn from what the cache holds, batches sized to the cache; and the co
 an endpoint or with too many sequences, is one line and exit 2. `rolellm generate`, `evaluate`, `chat`, `dialogue`
 and `coser run` with `--backend llamacpp` are in `tests/test_real_servers.py` (its `in_process` kind)."""
 
+import re
+
 import pytest
 
 from rolellm.clients.base import ChatRequest
@@ -138,6 +140,19 @@ def test_the_next_chat_turn_decodes_only_its_new_tokens(llama_client):
     assert "".join(llama_client.stream(second, 6, 0.0, 1.0, 0, {})).strip()
     new_tokens = llama_client.engine.prompt_tokens_decoded - before
     assert second[: len(first)] == first and new_tokens <= len(second) - len(first) + 1, (new_tokens, len(second))
+
+
+@needs_llama_cpp
+def test_the_example_answers_two_roles_in_one_batch_and_a_second_turn_from_the_cache():
+    from fixtures.examples import run_example
+
+    out = run_example("llamacpp_batches.py", "--max_new_tokens", "8")
+    answers = [line for line in out.splitlines() if line.startswith(("Jack Sparrow:", "Sherlock Holmes:"))]
+    assert len(answers) == 4 and all(len(line.split(":", 1)[1].strip()) > 2 for line in answers), out
+    written, decoded = map(int, re.search(r"prompt tokens: (\d+), decoded: (\d+)", out).groups())
+    assert decoded < written
+    total, new = map(int, re.search(r"second turn: (\d+) prompt tokens, (\d+) decoded", out).groups())
+    assert new < total / 2, out
 
 
 @needs_llama_cpp

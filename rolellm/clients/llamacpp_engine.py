@@ -152,52 +152,66 @@ class LlamaCppEngine:
         `stop_ids` (not yielded) or `budgets[i]` tokens."""
         if len(prompts) > self.n_seq:
             raise ValueError(f"{len(prompts)} prompts for an engine of {self.n_seq} sequences")
-        plan = self._keep(prompts, budgets)
+        slots, plan = self._keep(prompts, budgets)
+        prompt_of = {slot: i for i, slot in enumerate(slots)}
         samplers = [self._sampler(sampling, prompt) for sampling, prompt in zip(samplings, prompts)]
         try:
-            upcoming = {}  # sequence -> the token it samples next
+            upcoming = {}  # prompt -> the token its answer goes on with
             for start in range(0, len(plan), self.n_batch):
                 chunk = plan[start : start + self.n_batch]
                 self._decode(chunk)
                 self.prompt_tokens_decoded += len(chunk)
                 for row, planned in enumerate(chunk):
-                    for s in planned.seqs:
-                        if planned.last and len(prompts[s]) == planned.pos + 1:
-                            upcoming[s] = self.lib.llama_sampler_sample(samplers[s], self.ctx, row)
+                    for i in map(prompt_of.get, planned.seqs):
+                        if planned.last and len(prompts[i]) == planned.pos + 1:
+                            upcoming[i] = self.lib.llama_sampler_sample(samplers[i], self.ctx, row)
             made = [0] * len(prompts)
-            active = [s for s in range(len(prompts)) if budgets[s] > 0]
+            active = [i for i in range(len(prompts)) if budgets[i] > 0]
             while active:
                 going = []
-                for s in active:
-                    if upcoming[s] in stop_ids:
+                for i in active:
+                    if upcoming[i] in stop_ids:
                         continue
-                    made[s] += 1
-                    yield s, upcoming[s]
-                    if made[s] < budgets[s]:
-                        going.append(s)
+                    made[i] += 1
+                    yield i, upcoming[i]
+                    if made[i] < budgets[i]:
+                        going.append(i)
                 if going:
-                    self._decode([PlannedToken(upcoming[s], len(self.held[s]), (s,), True) for s in going])
-                    for row, s in enumerate(going):
-                        upcoming[s] = self.lib.llama_sampler_sample(samplers[s], self.ctx, row)
+                    steps = [PlannedToken(upcoming[i], len(self.held[slots[i]]), (slots[i],), True) for i in going]
+                    self._decode(steps)
+                    for row, i in enumerate(going):
+                        upcoming[i] = self.lib.llama_sampler_sample(samplers[i], self.ctx, row)
                 active = going
         finally:
             for sampler in samplers:
                 self.lib.llama_sampler_free(sampler)
 
-    def _keep(self, prompts: list[list[int]], budgets: list[int]) -> list[PlannedToken]:
-        """Drop from each sequence what its new prompt does not begin with (the whole cache when the batch would
-        not fit beside what stays); the plan of the prompt tokens left to decode. The last token of a prompt is
-        always decoded again, for its logits."""
-        kept = [min(common_prefix(self.held[s], prompt), len(prompt) - 1) for s, prompt in enumerate(prompts)]
+    def _keep(self, prompts: list[list[int]], budgets: list[int]) -> tuple[list[int], list[PlannedToken]]:
+        """The sequence each prompt goes to (the one holding most of its first tokens), and the plan of the prompt
+        tokens left to decode, in sequences: each sequence drops what its new prompt does not begin with (the whole
+        cache goes when the batch would not fit beside what stays). A prompt's last token is always decoded again,
+        for its logits."""
+        slots = self._slots(prompts)
+        kept = [min(common_prefix(self.held[slot], prompt), len(prompt) - 1) for slot, prompt in zip(slots, prompts)]
         plan = shared_prompt_plan(prompts, kept)
-        staying = sum(map(len, self.held)) - sum(len(self.held[s]) - kept[s] for s in range(len(prompts)))
+        staying = sum(map(len, self.held)) - sum(len(self.held[slot]) - k for slot, k in zip(slots, kept))
         if staying + len(plan) + sum(budgets) > self.n_ctx:  # shared cells counted once per sequence: at most
             self.clear()
-            return shared_prompt_plan(prompts, [0] * len(prompts))
-        for s, k in enumerate(kept):
-            self.lib.llama_memory_seq_rm(self.memory, s, k, -1)
-            del self.held[s][k:]
-        return plan
+            plan = shared_prompt_plan(prompts, [0] * len(prompts))
+        else:
+            for slot, k in zip(slots, kept):
+                self.lib.llama_memory_seq_rm(self.memory, slot, k, -1)
+                del self.held[slot][k:]
+        return slots, [planned._replace(seqs=tuple(slots[i] for i in planned.seqs)) for planned in plan]
+
+    def _slots(self, prompts: list[list[int]]) -> list[int]:
+        """The sequence of each prompt, in turn: the free one holding the most of its first tokens (the first free
+        one when none holds any)."""
+        free, slots = list(range(self.n_seq)), []
+        for prompt in prompts:
+            slots.append(max(free, key=lambda slot: common_prefix(self.held[slot], prompt)))
+            free.remove(slots[-1])
+        return slots
 
     def _decode(self, tokens: list[PlannedToken]) -> None:
         batch = self.batch
