@@ -174,6 +174,27 @@ def test_a_batch_beyond_the_cache_is_answered_in_smaller_ones_and_a_prompt_beyon
 
 
 @needs_llama_cpp
+def test_a_batch_llama_cpp_cannot_decode_fails_its_requests_and_the_next_batch_is_answered(monkeypatch):
+    """Fault injection: batches not sized to the cache (`_cells` says 0), so llama.cpp finds no room for the answers
+    of the first batch of four; they fail with llama.cpp's code, and the fifth prompt, alone in the next batch, is
+    answered."""
+    from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+
+    monkeypatch.setattr(LlamaCppChatClient, "_cells", staticmethod(lambda *args: 0))
+    client = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=64, n_ctx=256, progress=False)
+    try:
+        results = client.generate([*ASKED, QUESTION])
+        failed = [r for r in results if not r.ok]
+        assert len(failed) == 4 and client.usage.failures == 4
+        assert all(
+            re.fullmatch(r"llama\.cpp's decode failed \(code 1\) on a batch of \d+ tokens", r.error) for r in failed
+        )
+        assert [r.text.strip() for r in results if r.ok][0]
+    finally:
+        client.close()
+
+
+@needs_llama_cpp
 def test_a_batch_size_beyond_llama_cpp_s_sequences_is_one_line_exit_2(slice_data_dir, tmp_path, capsys):
     code = cli.main([
         "evaluate", "--backend", "llamacpp", "--model", str(SMOLLM2), "--dataset_name", "zh-role_specific",

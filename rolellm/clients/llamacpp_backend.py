@@ -142,11 +142,11 @@ class LlamaCppChatClient(TokenPromptClient):
                     continue
                 if batch and (len(batch) == self.batch_size or self._cells([*batch, (i, attempt)], prompts, budgets)
                               > self.n_ctx):  # fmt: skip
-                    await self._answer_batch(batch, asked, prompts, budgets, settle)
+                    await self._answer_batch(batch, asked, prompts, budgets, settle, fail)
                     batch = []
                 batch.append((i, attempt))
             if batch:
-                await self._answer_batch(batch, asked, prompts, budgets, settle)
+                await self._answer_batch(batch, asked, prompts, budgets, settle, fail)
 
         return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
@@ -157,11 +157,16 @@ class LlamaCppChatClient(TokenPromptClient):
     def _cells(batch, prompts, budgets) -> int:
         return cells_needed([prompts[i] for i, _ in batch], [budgets[i] for i, _ in batch])
 
-    async def _answer_batch(self, batch, asked, prompts, budgets, settle) -> None:
-        outputs = await asyncio.to_thread(
-            self._generate_batch, [asked[i] for i, _ in batch], [prompts[i] for i, _ in batch],
-            [budgets[i] for i, _ in batch],
-        )  # fmt: skip
+    async def _answer_batch(self, batch, asked, prompts, budgets, settle, fail) -> None:
+        try:
+            outputs = await asyncio.to_thread(
+                self._generate_batch, [asked[i] for i, _ in batch], [prompts[i] for i, _ in batch],
+                [budgets[i] for i, _ in batch],
+            )  # fmt: skip
+        except RuntimeError as error:  # llama.cpp could not decode the batch: its requests fail, the others go on
+            for i, attempt in batch:
+                fail(i, attempt, str(error))
+            return
         for (i, attempt), (text, usage) in zip(batch, outputs):
             settle(i, attempt, text, usage)
 
