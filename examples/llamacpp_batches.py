@@ -45,11 +45,11 @@ def main(args):
 
         # the next turn of the first conversation: only what follows the cached prompt is decoded
         following = [*chats[0], {"role": "assistant", "content": results[0].text}, {"role": "user", "content": "Why?"}]
-        before = client.engine.prompt_tokens_decoded
-        answer = "".join(client.stream(prompt_ids(client, following), args.max_new_tokens, 0.0, 1.0, 0, {}))
+        prompt, before = prompt_ids(client, following), client.engine.prompt_tokens_decoded
+        answer = "".join(client.stream(prompt, args.max_new_tokens, 0.0, 1.0, 0, {}))
         new = client.engine.prompt_tokens_decoded - before
         print(f"Jack Sparrow, second turn: {answer.strip()!r}")
-        print(f"second turn: {len(prompt_ids(client, following))} prompt tokens, {new} decoded")
+        print(f"second turn: {len(prompt)} prompt tokens, {new} decoded")
     finally:
         client.close()
 

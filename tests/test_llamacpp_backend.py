@@ -175,12 +175,16 @@ def test_a_batch_beyond_the_cache_is_answered_in_smaller_ones_and_a_prompt_beyon
 
 @needs_llama_cpp
 def test_a_batch_llama_cpp_cannot_decode_fails_its_requests_and_the_next_batch_is_answered(monkeypatch):
-    """Fault injection: batches not sized to the cache (`_cells` says 0), so llama.cpp finds no room for the answers
+    """Fault injection: batches cut by size alone, not fitted to the cache, so llama.cpp finds no room for the answers
     of the first batch of four; they fail with llama.cpp's code, and the fifth prompt, alone in the next batch, is
     answered."""
     from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+    from rolellm.clients.llamacpp_engine import LlamaCppEngine
 
-    monkeypatch.setattr(LlamaCppChatClient, "_cells", staticmethod(lambda *args: 0))
+    def by_size(engine, prompts, budgets):
+        return [list(range(k, min(k + engine.n_seq, len(prompts)))) for k in range(0, len(prompts), engine.n_seq)]
+
+    monkeypatch.setattr(LlamaCppEngine, "batches", by_size)
     client = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=64, n_ctx=256, progress=False)
     try:
         results = client.generate([*ASKED, QUESTION])

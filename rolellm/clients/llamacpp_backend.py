@@ -17,7 +17,7 @@ import weakref
 
 from rolellm.clients.base import ChatRequest, ChatResult, as_request, refuse_unknown_params
 from rolellm.clients.gguf import find_gguf_file, gguf_tokenizer
-from rolellm.clients.llamacpp_engine import LlamaCppEngine, Sampling, cells_needed
+from rolellm.clients.llamacpp_engine import LlamaCppEngine, Sampling
 from rolellm.clients.local import TokenPromptClient, stop_token_ids
 from rolellm.encoding.chat_template import read_chat_template
 
@@ -133,29 +133,21 @@ class LlamaCppChatClient(TokenPromptClient):
         async def answer(todo, asked, settle, fail):
             prompts = {i: self.encode_prompt(asked[i].messages) for i, _ in todo}
             budgets = {i: self._budget(asked[i]) for i, _ in todo}
-            batch = []
+            fitting = []
             # in the order of their ids: prompts of one role share a batch, their system text decoded once
             for i, attempt in sorted(todo, key=lambda item: prompts[item[0]]):
                 if len(prompts[i]) + budgets[i] > self.n_ctx:
                     fail(i, attempt, f"prompt of {len(prompts[i])} tokens + max_tokens {budgets[i]} exceed n_ctx "
                                      f"{self.n_ctx}")  # fmt: skip
-                    continue
-                if batch and (len(batch) == self.batch_size or self._cells([*batch, (i, attempt)], prompts, budgets)
-                              > self.n_ctx):  # fmt: skip
-                    await self._answer_batch(batch, asked, prompts, budgets, settle, fail)
-                    batch = []
-                batch.append((i, attempt))
-            if batch:
-                await self._answer_batch(batch, asked, prompts, budgets, settle, fail)
+                else:
+                    fitting.append((i, attempt))
+            for group in self.engine.batches([prompts[i] for i, _ in fitting], [budgets[i] for i, _ in fitting]):
+                await self._answer_batch([fitting[k] for k in group], asked, prompts, budgets, settle, fail)
 
         return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 
     def _budget(self, request: ChatRequest) -> int:
         return request.params.get("max_tokens", request.params.get("max_new_tokens", self.max_new_tokens))
-
-    @staticmethod
-    def _cells(batch, prompts, budgets) -> int:
-        return cells_needed([prompts[i] for i, _ in batch], [budgets[i] for i, _ in batch])
 
     async def _answer_batch(self, batch, asked, prompts, budgets, settle, fail) -> None:
         try:

@@ -146,6 +146,19 @@ class LlamaCppEngine:
         self.lib.llama_memory_clear(self.memory, True)
         self.held = [[] for _ in range(self.n_seq)]
 
+    def batches(self, prompts: list[list[int]], budgets: list[int]) -> list[list[int]]:
+        """`prompts` (in sorted order, each with its answer budget) cut into consecutive batches of at most `n_seq`
+        that fit the cache from empty (`cells_needed`): the indices of each batch."""
+        shared, groups, cells = _shared_starts(prompts), [], 0
+        for i, (prompt, budget) in enumerate(zip(prompts, budgets)):
+            added = len(prompt) - shared[i] + budget
+            if not groups or len(groups[-1]) == self.n_seq or cells + added > self.n_ctx:
+                groups.append([])
+                cells, added = 0, len(prompt) + budget
+            groups[-1].append(i)
+            cells += added
+        return groups
+
     def generate(self, prompts: list[list[int]], samplings: list[Sampling], budgets: list[int], stop_ids):
         """Answer the token-id lists `prompts` (at most `n_seq`, taking at most `n_ctx` cells together:
         `cells_needed`) together: yields `(i, token)` for each token of answer `i` as it is made, until a token of
