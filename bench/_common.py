@@ -1,7 +1,8 @@
 """What the training benchmarks share: an offline Hugging Face environment, the fixed Chinese RoleBench sample, and
 for the real model (the embedded SmolLM2-135M-Instruct) a fixed sample of English rows of the roles it is shown with.
 
-Importing this module sets the environment, so import it before `datasets`, `transformers` or `trl`.
+Importing this module sets the environment (and where llama.cpp's converter is), so import it before `datasets`,
+`transformers` or `trl`.
 """
 
 import json
@@ -12,6 +13,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# llama.cpp's converter (`rolellm export --gguf`): where `make install` downloads llama-cpp-python's source archive,
+# unless set otherwise
+_LLAMA_CPP_SOURCE = Path(__file__).resolve().parents[1] / ".cache" / "llama-cpp-python"
+if _LLAMA_CPP_SOURCE.is_dir():
+    os.environ.setdefault("ROLELLM_LLAMA_CPP_SOURCE", str(_LLAMA_CPP_SOURCE))
 
 import datasets  # noqa: E402
 

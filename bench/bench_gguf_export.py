@@ -10,7 +10,6 @@ log-probability gaps and the mean KL; greedy, the same answer for 16 tokens. tes
 """
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -35,9 +34,6 @@ from rolellm.testing.gguf_roundtrip import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = ROOT / "tests" / "fixtures" / "rolebench-slice" / "rolebench"
-# llama.cpp's converter: where `make install` downloads llama-cpp-python's source archive, unless set otherwise
-if (ROOT / ".cache" / "llama-cpp-python").is_dir():
-    os.environ.setdefault("ROLELLM_LLAMA_CPP_SOURCE", str(ROOT / ".cache" / "llama-cpp-python"))
 
 
 def make_parser():

@@ -39,10 +39,6 @@ from rolellm.training.data import rolebench_to_conversations
 from rolellm.training.gguf_export import export_gguf
 
 
-ROOT = Path(__file__).resolve().parents[1]
-# llama.cpp's converter: where `make install` downloads llama-cpp-python's source archive, unless set otherwise
-if (ROOT / ".cache" / "llama-cpp-python").is_dir():
-    os.environ.setdefault("ROLELLM_LLAMA_CPP_SOURCE", str(ROOT / ".cache" / "llama-cpp-python"))
 LOCAL_F32 = "local, float32, batch_size=8"
 
 
