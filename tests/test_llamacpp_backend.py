@@ -88,12 +88,13 @@ ASKED = [[{"role": "system", "content": system}, {"role": "user", "content": que
 
 @needs_llama_cpp
 def test_a_batch_decodes_the_shared_system_text_once_and_keeps_its_sequences_apart():
-    """Four prompts of two roles in one batch: each role's system text decoded once (one at a time, it stays in the
-    cache from the prompt before), and the answers of one role's prompts are the same, token for token, whatever
-    the other role's prompts say (a batch of as many tokens, shared the same way: llama.cpp's kernels change with
-    the number of tokens in a batch, from 64 on, and with them the last bits of every logit)."""
+    """Four prompts of two roles in one batch: each role's second prompt starts from a copy of its first prompt's
+    cache (one at a time, the system text stays in the cache from the prompt before), and the answers of one role's
+    prompts are the same, token for token, whatever the other role's prompts say (a batch of as many tokens, copied
+    the same way: llama.cpp's kernels change with the number of tokens in a batch, and with them the last bits of
+    every logit)."""
     from rolellm.clients.llamacpp_backend import LlamaCppChatClient
-    from rolellm.clients.llamacpp_engine import Sampling, cells_needed, common_prefix
+    from rolellm.clients.llamacpp_engine import CELLS_PER_COPIED_TOKEN, Sampling, common_prefix, copy_sources
 
     together = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=8, progress=False)
     alone = LlamaCppChatClient(SMOLLM2, batch_size=1, max_new_tokens=8, progress=False)
@@ -101,16 +102,21 @@ def test_a_batch_decodes_the_shared_system_text_once_and_keeps_its_sequences_apa
         prompts = sorted(together.encode_prompt(messages) for messages in ASKED)
         batched, single = together.generate(ASKED), alone.generate(ASKED)
         assert all(r.ok and r.text.strip() for r in batched + single)
-        decoded = together.engine.prompt_tokens_decoded
-        assert decoded == cells_needed(prompts, [0] * 4) < sum(map(len, prompts)) - 30  # two system texts saved
-        assert alone.engine.prompt_tokens_decoded == decoded
+        min_gain = together.engine.window // CELLS_PER_COPIED_TOKEN
+        assert copy_sources(prompts, [0] * 4, min_gain) == {1: 0, 3: 2}  # each role's second prompt, its first
+        shared = [common_prefix(prompts[k - 1], prompts[k]) for k in (1, 2, 3)]
+        assert min(shared[0], shared[2]) > 15 > shared[1]  # a role's system text, and what both roles begin with
+        written = sum(map(len, prompts))
+        assert together.engine.prompt_tokens_decoded == written - shared[0] - shared[2]
+        assert alone.engine.prompt_tokens_decoded == written - sum(shared)  # the sequence keeps what begins alike
         assert [r.usage["prompt_tokens"] for r in batched] == [r.usage["prompt_tokens"] for r in single]
 
         # the second role's prompts with other words where they are its own, sharing as many tokens as before
         first, second = prompts[:2], prompts[2:]
         start, end = common_prefix(first[1], second[0]), common_prefix(*second)
         others = [p[:start] + [t + 1 for t in p[start:end]] + p[end:] for p in second]
-        assert cells_needed(first + others, [0] * 4) == decoded and others[0][start] != second[0][start]
+        assert [common_prefix(others[0], p) for p in others] == [common_prefix(second[0], p) for p in second]
+        assert copy_sources(first + others, [0] * 4, min_gain) == {1: 0, 3: 2} and others[0][start] != second[0][start]
 
         def answers(batch):
             made = [[] for _ in batch]
@@ -156,46 +162,53 @@ def test_the_example_answers_two_roles_in_one_batch_and_a_second_turn_from_the_c
 
 
 @needs_llama_cpp
-def test_a_batch_beyond_the_cache_is_answered_in_smaller_ones_and_a_prompt_beyond_it_fails():
-    """n_ctx 256: four prompts of about 40 tokens with 64-token budgets need more cells than that together, so they
-    are answered in smaller batches; a request whose prompt and budget alone exceed it fails, the others stand."""
+def test_a_prompt_beyond_n_ctx_fails_alone_and_the_cache_grows_for_a_longer_one():
+    """n_ctx 1024: a request whose prompt and budget exceed it fails on its own, the others stand; each sequence's
+    cache starts at 512 cells and grows, forgetting what it held, when a prompt and its budget need more."""
     from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+    from rolellm.clients.llamacpp_engine import FIRST_WINDOW, Sampling
 
-    client = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=64, n_ctx=256, progress=False)
+    client = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=16, n_ctx=1024, progress=False)
     try:
-        too_long = ChatRequest(QUESTION, params={"max_tokens": 250})
+        too_long = ChatRequest(QUESTION, params={"max_tokens": 1000})
         results = client.generate([*ASKED, too_long])
         assert [r.ok for r in results] == [True] * 4 + [False]
-        assert all(r.text.strip() and r.usage["completion_tokens"] <= 64 for r in results[:4])
-        prompt_tokens = len(client.encode_prompt(QUESTION))
-        assert results[4].error == f"prompt of {prompt_tokens} tokens + max_tokens 250 exceed n_ctx 256"
+        assert all(r.text.strip() and r.usage["completion_tokens"] <= 16 for r in results[:4])
+        prompt = client.encode_prompt(QUESTION)
+        assert results[4].error == f"prompt of {len(prompt)} tokens + max_tokens 1000 exceed n_ctx 1024"
+
+        engine = client.engine
+        assert engine.window == FIRST_WINDOW and any(engine.held)
+        before = engine.prompt_tokens_decoded
+        everything = range(engine.lib.llama_vocab_n_tokens(engine.lib.llama_model_get_vocab(engine.model)))
+        assert list(engine.generate([prompt], [Sampling()], [600], everything)) == []  # every token stops it
+        assert engine.window == 1024 and engine.prompt_tokens_decoded - before == len(prompt)
+        assert [len(held) for held in engine.held] == [len(prompt), 0, 0, 0]
+        with pytest.raises(ValueError, match="exceed n_ctx 1024"):
+            list(engine.generate([prompt], [Sampling()], [1000], everything))
     finally:
         client.close()
 
 
 @needs_llama_cpp
 def test_a_batch_llama_cpp_cannot_decode_fails_its_requests_and_the_next_batch_is_answered(monkeypatch):
-    """Fault injection: batches cut by size alone, not fitted to the cache, so llama.cpp finds no room for the answers
-    of the first batch of four; they fail with llama.cpp's code, and the fifth prompt, alone in the next batch, is
-    answered."""
+    """Fault injection: the cache kept at its first 512 cells whatever a batch needs, so llama.cpp finds no room for
+    a prompt of 600 tokens; its request fails with llama.cpp's code, and the next batch is answered."""
     from rolellm.clients.llamacpp_backend import LlamaCppChatClient
     from rolellm.clients.llamacpp_engine import LlamaCppEngine
 
-    def by_size(engine, prompts, budgets):
-        return [list(range(k, min(k + engine.n_seq, len(prompts)))) for k in range(0, len(prompts), engine.n_seq)]
-
-    monkeypatch.setattr(LlamaCppEngine, "batches", by_size)
-    client = LlamaCppChatClient(SMOLLM2, batch_size=4, max_new_tokens=64, n_ctx=256, progress=False)
+    monkeypatch.setattr(LlamaCppEngine, "_reserve", lambda engine, cells: None)
+    client = LlamaCppChatClient(SMOLLM2, batch_size=1, max_new_tokens=8, progress=False)
     try:
-        results = client.generate([*ASKED, QUESTION])
-        failed = [r for r in results if not r.ok]
-        assert len(failed) == 4 and client.usage.failures == 4
-        assert all(
-            re.fullmatch(r"llama\.cpp's decode failed \(code 1\) on a batch of \d+ tokens", r.error) for r in failed
-        )
-        assert [r.text.strip() for r in results if r.ok][0]
+        long = [QUESTION[0], {"role": "user", "content": "Tell me a story, please. " * 100}]
+        assert len(client.encode_prompt(long)) > 600
+        failed, answered = client.generate([long, QUESTION])
+        assert not failed.ok and client.usage.failures == 1
+        assert re.fullmatch(r"llama\.cpp's decode failed \(code 1\) on a batch of \d+ tokens", failed.error)
+        assert answered.ok and answered.text.strip()
     finally:
         client.close()
+
 
 
 @needs_llama_cpp

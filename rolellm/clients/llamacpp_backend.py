@@ -54,8 +54,8 @@ class LlamaCppChatClient(TokenPromptClient):
         max_new_tokens (`int`, *optional*, defaults to 256): the answer budget of a request without `max_tokens`.
         chat_template (`str`, *optional*): `"chatml"`, a Jinja template or its file; defaults to the file's own.
         keep_think (`bool`, *optional*, defaults to `False`): keep a thinking template's think blocks.
-        n_ctx (`int`, *optional*, defaults to 4096): llama.cpp's cache, shared by the prompts and answers of a
-            batch (a prompt's budget counted in full); a batch that would not fit is answered in smaller ones.
+        n_ctx (`int`, *optional*, defaults to 4096): the longest prompt and answer budget together; each of the
+            `batch_size` sequences has a llama.cpp cache of its own, sized for its batch's longest, up to this.
         n_threads (`int`, *optional*): CPU threads, for the prompt and the answer alike; defaults to
             `$OMP_NUM_THREADS`, else the usable cores.
         cache_path (`str`, *optional*): a SQLite file caching answers by request content.
@@ -114,7 +114,7 @@ class LlamaCppChatClient(TokenPromptClient):
 
     @property
     def n_ctx(self) -> int:
-        """llama.cpp's cache in tokens: the longest prompt and answer together."""
+        """The longest prompt and answer together, in tokens."""
         return self.engine.n_ctx
 
     def close(self) -> None:
@@ -141,8 +141,8 @@ class LlamaCppChatClient(TokenPromptClient):
                                      f"{self.n_ctx}")  # fmt: skip
                 else:
                     fitting.append((i, attempt))
-            for group in self.engine.batches([prompts[i] for i, _ in fitting], [budgets[i] for i, _ in fitting]):
-                await self._answer_batch([fitting[k] for k in group], asked, prompts, budgets, settle, fail)
+            for start in range(0, len(fitting), self.batch_size):
+                await self._answer_batch(fitting[start : start + self.batch_size], asked, prompts, budgets, settle, fail)
 
         return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 

@@ -1,11 +1,12 @@
 """`LlamaCppEngine`: a GGUF model in llama.cpp through llama-cpp-python's C API, answering several prompts together,
-one llama.cpp sequence each, in one KV cache (`LlamaCppChatClient`'s engine).
+one llama.cpp sequence each (`LlamaCppChatClient`'s engine).
 
-The tokens that prompts of a batch begin with in common (a role's system text) are decoded once, as cache cells that
-belong to every sequence sharing them (`shared_prompt_plan`). A sequence keeps what it holds in the cache from one
-batch to the next, so a prompt that goes on from the one its sequence answered before (the next turn of a chat, the
-next question to the same role) decodes only its new tokens. Each sequence samples with its own llama.cpp sampler
-chain, seeded by the caller.
+Each sequence has a cache of its own (llama.cpp's non-unified KV cache), so a token attends to its own sequence's
+cells only, and a batch's cost grows with its prompts, not with the square of them. A sequence keeps what it holds
+from one batch to the next, so a prompt that goes on from the one its sequence answered before (the next turn of a
+chat, the next question to the same role) decodes only its new tokens. The prompts of a batch that begin with the
+same tokens (a role's system text) decode them once: the first is decoded in full, the others start from a copy of
+its cache (`copy_sources`). Each sequence samples with its own llama.cpp sampler chain, seeded by the caller.
 """
 
 import logging
@@ -16,6 +17,12 @@ from typing import NamedTuple
 
 # the tokens before the one sampled that the repeat penalty looks back over (llama-cpp-python's `last_n_tokens_size`)
 PENALTY_WINDOW = 64
+# a prompt starts from a copy of another sequence's cache when that saves decoding one of its tokens for each this many
+# cells of a sequence's cache: a copy moves the whole of it (measured on SmolLM2-135M: 4096 cells in the time of 5
+# tokens, 512 in that of 1.3)
+CELLS_PER_COPIED_TOKEN = 256
+# the cells of each sequence's first cache; it grows, in powers of two up to `n_ctx`, when a batch needs more
+FIRST_WINDOW = 512
 
 
 @dataclass(frozen=True)
@@ -32,12 +39,12 @@ class Sampling:
 
 
 class PlannedToken(NamedTuple):
-    """One token to decode: its id, its position, the sequences it belongs to and whether one of them samples from
-    it (then its logits are kept)."""
+    """One token to decode: its id, its position, its sequence and whether the sequence samples from it (then its
+    logits are kept)."""
 
     token: int
     pos: int
-    seqs: tuple[int, ...]
+    seq: int
     last: bool
 
 
@@ -47,45 +54,44 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return next((k for k in range(n) if a[k] != b[k]), n)
 
 
-def shared_prompt_plan(prompts: list[list[int]], kept: list[int]) -> list[PlannedToken]:
-    """The prompt tokens to decode when sequence `i` answers `prompts[i]` and already holds its first `kept[i]`:
-    each token once for the sequences whose prompts begin with the same tokens up to it and that held as many tokens
-    before (llama.cpp lets a token belong to several sequences only where their caches have the same extent), in an
-    order where each sequence's positions rise one by one. Prompts in sorted order share the most.
+def copy_sources(prompts: list[list[int]], kept: list[int], min_gain: int) -> dict[int, int]:
+    """Which prompts start from a copy of another prompt's cache: `{i: j}` when prompt `j` is decoded first, in full,
+    and prompt `i` begins with at least `min_gain` more of its tokens than its own sequence keeps (`kept[i]`). In
+    sorted order, a prompt copies the last prompt decoded in full, unless the prompts after it would save more by
+    copying it (`_saved_as_source`); a prompt's last token is never copied (its logits are needed).
 
-    >>> plan = shared_prompt_plan([[1, 2, 3], [1, 2, 4], [5]], [0, 0, 0])
-    >>> [(t.token, t.seqs, t.last) for t in plan]
-    [(1, (0, 1), False), (2, (0, 1), False), (3, (0,), True), (4, (1,), True), (5, (2,), True)]
-    >>> plan = shared_prompt_plan([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [1, 2, 6]], [0, 0, 0, 0])
-    >>> [(t.token, t.seqs) for t in plan]
-    [(1, (0, 1, 2, 3)), (2, (0, 1, 2, 3)), (3, (0, 1)), (4, (0,)), (5, (1,)), (6, (2, 3))]
-    >>> [(t.token, t.pos, t.seqs) for t in shared_prompt_plan([[1, 2, 3], [1, 2, 3]], [2, 0])]
-    [(1, 0, (1,)), (2, 1, (1,)), (3, 2, (1,)), (3, 2, (0,))]
+    >>> copy_sources([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [7, 8]], [0, 0, 0, 0], min_gain=2)
+    {1: 0, 2: 0}
+    >>> copy_sources([[1, 2, 3, 4], [1, 2, 3, 5]], [0, 2], min_gain=2)  # the second sequence keeps [1, 2] already
+    {}
+    >>> copy_sources([[0, 1, 1, 1, 1], [0, 1, 1, 1, 2], [0, 2, 2, 2, 2], [0, 2, 2, 2, 3]], [0] * 4, min_gain=1)
+    {1: 0, 3: 2}
     """
-    shared = _shared_starts(prompts)
-    plan = []
+    sources, source = {}, None
     for i, prompt in enumerate(prompts):
-        end = len(prompts)
-        for pos in range(shared[i], len(prompt)):  # positions before shared[i] are planned with an earlier prompt
-            run = i + 1  # the prompts i..end-1 begin with prompt[: pos + 1]: a run, narrowing as pos grows
-            while run < end and shared[run] > pos:
-                run += 1
-            end = run
-            for held in sorted({kept[s] for s in range(i, end) if kept[s] <= pos}):
-                seqs = tuple(s for s in range(i, end) if kept[s] == held)
-                plan.append(PlannedToken(prompt[pos], pos, seqs, any(len(prompts[s]) == pos + 1 for s in seqs)))
-    return plan
+        saved = -1 if source is None else copied_tokens(prompts[source], prompt) - kept[i]
+        if saved >= min_gain and saved >= _saved_as_source(prompts, kept, source, i):
+            sources[i] = source
+        else:
+            source = i
+    return sources
 
 
-def cells_needed(prompts: list[list[int]], budgets: list[int]) -> int:
-    """The cache cells answering `prompts` together takes from an empty cache: their tokens once each, shared first
-    tokens once, and every answer's budget."""
-    return sum(map(len, prompts)) - sum(_shared_starts(prompts)) + sum(budgets)
+def _saved_as_source(prompts: list[list[int]], kept: list[int], source: int, i: int) -> int:
+    """The tokens the (sorted) prompts after `i` would save, beyond what copying `source` saves them, by copying
+    prompt `i`: only those that share more with `i` than `source` does, the prompts right after it."""
+    saved, shared_with_source = 0, common_prefix(prompts[source], prompts[i])
+    for j in range(i + 1, len(prompts)):
+        if common_prefix(prompts[i], prompts[j]) <= shared_with_source:
+            break  # in sorted order, no later prompt shares more with `i` either
+        over = max(copied_tokens(prompts[source], prompts[j]), kept[j])
+        saved += max(0, copied_tokens(prompts[i], prompts[j]) - over)
+    return saved
 
 
-def _shared_starts(prompts: list[list[int]]) -> list[int]:
-    """How many first tokens each prompt has in common with the one before it."""
-    return [0] + [common_prefix(prompts[i - 1], prompts[i]) for i in range(1, len(prompts))]
+def copied_tokens(source: list[int], prompt: list[int]) -> int:
+    """The first tokens of `prompt` that a copy of the cache of `source` holds: all they share but `prompt`'s last."""
+    return min(common_prefix(source, prompt), len(prompt) - 1)
 
 
 class LlamaCppEngine:
@@ -93,7 +99,8 @@ class LlamaCppEngine:
 
     Args:
         path (`str` or `os.PathLike`): the `.gguf` file.
-        n_ctx (`int`): cache cells, shared by all the sequences (prompts, shared first tokens once, and answers).
+        n_ctx (`int`): the cells of one sequence's cache at most: its longest prompt and answer together. The cache
+            starts smaller (`FIRST_WINDOW`) and grows when a batch needs more, forgetting what it held.
         n_seq (`int`): sequences decoded together.
         n_threads (`int`): CPU threads, for prompts and answers alike.
     """
@@ -109,27 +116,39 @@ class LlamaCppEngine:
         if n_seq > lib.llama_max_parallel_sequences():
             raise ValueError(f"--batch_size {n_seq}: llama.cpp decodes at most {lib.llama_max_parallel_sequences()} "
                              "sequences together")  # fmt: skip
+        self.path, self.n_ctx, self.n_seq, self.n_threads = path, n_ctx, n_seq, n_threads
         self.model = lib.llama_model_load_from_file(os.fsencode(path), lib.llama_model_default_params())
         if not self.model:
             raise ValueError(f"llama.cpp could not load {path}")
-        params = lib.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = params.n_ubatch = min(n_ctx, 512)
-        params.n_seq_max = n_seq
-        params.kv_unified = True  # one cache, whose cells can belong to several sequences
-        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_AUTO  # on a CPU: on (a batch of 8 answers 15% sooner)
-        params.n_threads = params.n_threads_batch = n_threads
-        self.ctx = lib.llama_init_from_model(self.model, params)
-        if not self.ctx:
-            self.close()
-            raise ValueError(f"llama.cpp could not make a context of {n_ctx} cells for {n_seq} sequences on {path}")
-        self.batch = lib.llama_batch_init(params.n_batch, 0, n_seq)
-        self.n_batch, self.n_seq = params.n_batch, n_seq
-        self.n_ctx = lib.llama_n_ctx(self.ctx)
-        self.memory = lib.llama_get_memory(self.ctx)
+        self.n_batch = 512  # tokens given to one llama_decode call
+        self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self.eos = lib.llama_vocab_eos(lib.llama_model_get_vocab(self.model))
-        self.held: list[list[int]] = [[] for _ in range(n_seq)]  # the tokens each sequence holds in the cache
-        self.prompt_tokens_decoded = 0  # prompt tokens computed so far: shared and kept ones are not counted again
+        self.prompt_tokens_decoded = 0  # prompt tokens computed so far: copied and kept ones are not counted again
+        try:
+            self._open(min(FIRST_WINDOW, n_ctx))
+        except RuntimeError as error:
+            self.close()
+            raise ValueError(str(error)) from None
+
+    def _open(self, window: int) -> None:
+        """A new context whose sequences hold `window` cells each (llama.cpp rounds up to a multiple of 256), in place
+        of the one before; RuntimeError when llama.cpp cannot make it (then the next batch tries again)."""
+        lib = self.lib
+        if self.ctx is not None:
+            lib.llama_free(self.ctx)
+        self.ctx, self.window, self.held = None, 0, [[] for _ in range(self.n_seq)]
+        params = lib.llama_context_default_params()
+        params.n_ctx = window * self.n_seq
+        params.n_batch = params.n_ubatch = self.n_batch
+        params.n_seq_max = self.n_seq
+        params.kv_unified = False  # a cache for each sequence: its tokens attend to its own cells only
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_AUTO  # on a CPU: on (it skips the cells masked out)
+        params.n_threads = params.n_threads_batch = self.n_threads
+        ctx = lib.llama_init_from_model(self.model, params)
+        if not ctx:
+            raise RuntimeError(f"llama.cpp could not make a cache of {window} cells for each of {self.n_seq} "
+                               f"sequences on {self.path}")  # fmt: skip
+        self.ctx, self.window, self.memory = ctx, lib.llama_n_ctx_seq(ctx), lib.llama_get_memory(ctx)
 
     def close(self) -> None:
         """Free the batch, the context and the model (again: nothing)."""
@@ -143,43 +162,23 @@ class LlamaCppEngine:
 
     def clear(self) -> None:
         """Forget what the cache holds: the next prompts are decoded from their first token."""
-        self.lib.llama_memory_clear(self.memory, True)
-        self.held = [[] for _ in range(self.n_seq)]
-
-    def batches(self, prompts: list[list[int]], budgets: list[int]) -> list[list[int]]:
-        """`prompts` (in sorted order, each with its answer budget) cut into consecutive batches of at most `n_seq`
-        that fit the cache from empty (`cells_needed`): the indices of each batch."""
-        shared, groups, cells = _shared_starts(prompts), [], 0
-        for i, (prompt, budget) in enumerate(zip(prompts, budgets)):
-            added = len(prompt) - shared[i] + budget
-            if not groups or len(groups[-1]) == self.n_seq or cells + added > self.n_ctx:
-                groups.append([])
-                cells, added = 0, len(prompt) + budget
-            groups[-1].append(i)
-            cells += added
-        return groups
+        if self.ctx is not None:
+            self.lib.llama_memory_clear(self.memory, True)
+        self.held = [[] for _ in range(self.n_seq)]  # the tokens each sequence holds in the cache
 
     def generate(self, prompts: list[list[int]], samplings: list[Sampling], budgets: list[int], stop_ids):
-        """Answer the token-id lists `prompts` (at most `n_seq`, taking at most `n_ctx` cells together:
-        `cells_needed`) together: yields `(i, token)` for each token of answer `i` as it is made, until a token of
-        `stop_ids` (not yielded) or `budgets[i]` tokens."""
+        """Answer the token-id lists `prompts` (at most `n_seq`, each with its answer within `n_ctx` cells)
+        together: yields `(i, token)` for each token of answer `i` as it is made, until a token of `stop_ids` (not
+        yielded) or `budgets[i]` tokens."""
         if len(prompts) > self.n_seq:
             raise ValueError(f"{len(prompts)} prompts for an engine of {self.n_seq} sequences")
-        slots, plan = self._keep(prompts, budgets)
-        prompt_of = {slot: i for i, slot in enumerate(slots)}
+        self._reserve(max(len(prompt) + budget for prompt, budget in zip(prompts, budgets)))
+        slots = self._slots(prompts)
         samplers = [self._sampler(sampling, prompt) for sampling, prompt in zip(samplings, prompts)]
         try:
-            upcoming = {}  # prompt -> the token its answer goes on with
-            for start in range(0, len(plan), self.n_batch):
-                chunk = plan[start : start + self.n_batch]
-                self._decode(chunk)
-                self.prompt_tokens_decoded += len(chunk)
-                for row, planned in enumerate(chunk):
-                    for i in map(prompt_of.get, planned.seqs):
-                        if planned.last and len(prompts[i]) == planned.pos + 1:
-                            upcoming[i] = self.lib.llama_sampler_sample(samplers[i], self.ctx, row)
+            upcoming = self._prefill(prompts, slots, samplers)  # prompt -> the token its answer goes on with
             made = [0] * len(prompts)
-            active = [i for i in range(len(prompts)) if budgets[i] > 0]
+            active = sorted((i for i in range(len(prompts)) if budgets[i] > 0), key=slots.__getitem__)
             while active:
                 going = []
                 for i in active:
@@ -190,7 +189,7 @@ class LlamaCppEngine:
                     if made[i] < budgets[i]:
                         going.append(i)
                 if going:
-                    steps = [PlannedToken(upcoming[i], len(self.held[slots[i]]), (slots[i],), True) for i in going]
+                    steps = [PlannedToken(upcoming[i], len(self.held[slots[i]]), slots[i], True) for i in going]
                     self._decode(steps)
                     for row, i in enumerate(going):
                         upcoming[i] = self.lib.llama_sampler_sample(samplers[i], self.ctx, row)
@@ -199,23 +198,13 @@ class LlamaCppEngine:
             for sampler in samplers:
                 self.lib.llama_sampler_free(sampler)
 
-    def _keep(self, prompts: list[list[int]], budgets: list[int]) -> tuple[list[int], list[PlannedToken]]:
-        """The sequence each prompt goes to (the one holding most of its first tokens), and the plan of the prompt
-        tokens left to decode, in sequences: each sequence drops what its new prompt does not begin with (the whole
-        cache goes when the batch would not fit beside what stays). A prompt's last token is always decoded again,
-        for its logits."""
-        slots = self._slots(prompts)
-        kept = [min(common_prefix(self.held[slot], prompt), len(prompt) - 1) for slot, prompt in zip(slots, prompts)]
-        plan = shared_prompt_plan(prompts, kept)
-        staying = sum(map(len, self.held)) - sum(len(self.held[slot]) - k for slot, k in zip(slots, kept))
-        if staying + len(plan) + sum(budgets) > self.n_ctx:  # shared cells counted once per sequence: at most
-            self.clear()
-            plan = shared_prompt_plan(prompts, [0] * len(prompts))
-        else:
-            for slot, k in zip(slots, kept):
-                self.lib.llama_memory_seq_rm(self.memory, slot, k, -1)
-                del self.held[slot][k:]
-        return slots, [planned._replace(seqs=tuple(slots[i] for i in planned.seqs)) for planned in plan]
+    def _reserve(self, cells: int) -> None:
+        """A cache of at least `cells` cells for each sequence: a new one, twice as large or more, when it is
+        smaller (what the old one held is gone)."""
+        if cells > self.n_ctx:
+            raise ValueError(f"a prompt and its answer of {cells} tokens exceed n_ctx {self.n_ctx}")
+        if cells > self.window:
+            self._open(min(max(2 * self.window, 1 << (cells - 1).bit_length()), self.n_ctx))
 
     def _slots(self, prompts: list[list[int]]) -> list[int]:
         """The sequence of each prompt, in turn: the free one holding the most of its first tokens (the first free
@@ -226,15 +215,51 @@ class LlamaCppEngine:
             free.remove(slots[-1])
         return slots
 
+    def _prefill(self, prompts: list[list[int]], slots: list[int], samplers) -> dict[int, int]:
+        """Decode the tokens of `prompts` their sequences do not hold: each sequence drops what its prompt does not
+        begin with; the prompts that others start from (`copy_sources`) are decoded, their caches copied, and the
+        rest of the others decoded. A prompt's last token is always decoded, for its logits. Returns the first answer
+        token of each prompt."""
+        kept = [min(common_prefix(self.held[slot], prompt), len(prompt) - 1) for slot, prompt in zip(slots, prompts)]
+        for slot, k in zip(slots, kept):
+            self._trim(slot, k)
+        sources, upcoming = copy_sources(prompts, kept, self.window // CELLS_PER_COPIED_TOKEN), {}
+        self._decode_prompts([i for i in range(len(prompts)) if i not in sources], prompts, slots, samplers, upcoming)
+        for i, j in sources.items():  # llama.cpp copies the cache before its next decode
+            self.lib.llama_memory_seq_cp(self.memory, slots[j], slots[i], -1, -1)
+            self.held[slots[i]] = list(self.held[slots[j]])
+            self._trim(slots[i], copied_tokens(prompts[j], prompts[i]))
+        self._decode_prompts(list(sources), prompts, slots, samplers, upcoming)
+        return upcoming
+
+    def _decode_prompts(self, chosen: list[int], prompts, slots, samplers, upcoming: dict[int, int]) -> None:
+        """Decode the rest of the prompts `chosen`, in the order of their sequences (llama.cpp decodes neighbouring
+        sequences together), `n_batch` tokens at a time; `upcoming[i]` is sampled from prompt `i`'s last token."""
+        chosen = sorted(chosen, key=slots.__getitem__)
+        plan = [PlannedToken(prompts[i][pos], pos, slots[i], pos == len(prompts[i]) - 1)
+                for i in chosen for pos in range(len(self.held[slots[i]]), len(prompts[i]))]  # fmt: skip
+        prompt_of = {slots[i]: i for i in chosen}
+        for start in range(0, len(plan), self.n_batch):
+            chunk = plan[start : start + self.n_batch]
+            self._decode(chunk)
+            self.prompt_tokens_decoded += len(chunk)
+            for row, planned in enumerate(chunk):
+                if planned.last:
+                    i = prompt_of[planned.seq]
+                    upcoming[i] = self.lib.llama_sampler_sample(samplers[i], self.ctx, row)
+
+    def _trim(self, slot: int, keep: int) -> None:
+        """Sequence `slot` keeps its first `keep` tokens."""
+        self.lib.llama_memory_seq_rm(self.memory, slot, keep, -1)
+        del self.held[slot][keep:]
+
     def _decode(self, tokens: list[PlannedToken]) -> None:
         batch = self.batch
         batch.n_tokens = len(tokens)
         for row, planned in enumerate(tokens):
             batch.token[row], batch.pos[row], batch.logits[row] = planned.token, planned.pos, planned.last
-            batch.n_seq_id[row] = len(planned.seqs)
-            for k, s in enumerate(planned.seqs):
-                batch.seq_id[row][k] = s
-                self.held[s].append(planned.token)
+            batch.n_seq_id[row], batch.seq_id[row][0] = 1, planned.seq
+            self.held[planned.seq].append(planned.token)
         code = self.lib.llama_decode(self.ctx, batch)
         if code != 0:
             self.clear()  # what the cache holds is unknown now
