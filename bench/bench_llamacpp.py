@@ -6,14 +6,15 @@ The prompts are `--prompts` role prompts (the paper's system instruction and a q
 RoleBench rows of the four roles the repository describes, as in `bench_local.py`). Every client is given the same
 token ids (checked: rolellm's own encoder, with the same template), decodes greedily for at most `--max_new_tokens`
 and stops at the end of turn; their answers are compared too. llama.cpp runs the shipped file (Q4_1) as
-`--model FILE.gguf --backend llamacpp` does, one prompt at a time and in batches of 8, and the files
-`rolellm export --gguf q4_0` and `--gguf q8_0` write from the model's transformers folder. transformers runs that folder
-as `--backend local` does, in float32 (its default) and in bfloat16 (faster where the CPU computes it natively:
-AVX512-BF16, AMX); the faster of the two is its best setting. All use the same threads (`--threads`, default: the usable cores). The setups
-run in turns, `--repeats` times; printed are the median seconds, tokens and tokens per second, and the ratios to the
-local backend's float32 batches and to its best setting.
+`--model FILE.gguf --backend llamacpp` does, one prompt at a time and in batches of `--batch_size`, and the files
+`rolellm export --gguf q4_0` and `--gguf q8_0` write from the model's transformers folder, in batches of
+`--batch_size`. transformers runs that folder as `--backend local` does, in batches of `--batch_size`, in float32 (its
+default) and in bfloat16 (faster where the CPU computes it natively: AVX512-BF16, AMX); the faster of the two is its
+best setting. All use the same threads (`--threads`, default: the usable cores). The setups run in turns,
+`--repeats` times; printed are the median seconds, tokens and tokens per second, and the ratios to the local
+backend's float32 batches and to its best setting.
 
-    python bench/bench_llamacpp.py [--prompts 8] [--max_new_tokens 64] [--repeats 2] [--threads N]
+    python bench/bench_llamacpp.py [--prompts 8] [--batch_size 8] [--max_new_tokens 64] [--repeats 2] [--threads N]
 """
 
 import argparse
@@ -38,13 +39,11 @@ from rolellm.training.data import rolebench_to_conversations
 from rolellm.training.gguf_export import export_gguf
 
 
-LOCAL_F32 = "local, float32, batch_size=8"
-
-
 def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=int, default=8, help="role prompts (fixed sample of English rows, seed 0)")
     parser.add_argument("--max_new_tokens", type=int, default=64, help="answer budget of every prompt")
+    parser.add_argument("--batch_size", type=int, default=8, help="prompts answered together, by every backend")
     parser.add_argument("--repeats", type=int, default=2, help="runs of every setup, in turns")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="CPU threads of all")
     return parser
@@ -57,6 +56,7 @@ def run(client, requests) -> tuple[int, list[str]]:
 
 
 def main(args):
+    local_f32 = f"local, float32, batch_size={args.batch_size}"
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()
     torch.set_num_threads(args.threads)
@@ -74,15 +74,23 @@ def main(args):
             progress=False,
         )  # fmt: skip
         for label, file in files.items():
-            clients[f"llamacpp {label}, batch_size=8"] = LlamaCppChatClient(
-                file, batch_size=8, max_new_tokens=args.max_new_tokens, n_threads=args.threads, progress=False
+            clients[f"llamacpp {label}, batch_size={args.batch_size}"] = LlamaCppChatClient(
+                file,
+                batch_size=args.batch_size,
+                max_new_tokens=args.max_new_tokens,
+                n_threads=args.threads,
+                progress=False,
             )
         for dtype in ("float32", "bfloat16"):  # the best of them is measured, not assumed from the CPU's flags
-            clients[f"local, {dtype}, batch_size=8"] = LocalChatClient(
-                embedded_model(), batch_size=8, max_new_tokens=args.max_new_tokens, dtype=dtype, progress=False
+            clients[f"local, {dtype}, batch_size={args.batch_size}"] = LocalChatClient(
+                embedded_model(),
+                batch_size=args.batch_size,
+                max_new_tokens=args.max_new_tokens,
+                dtype=dtype,
+                progress=False,
             )
         ids = {label: [client.encode_prompt(r) for r in requests] for label, client in clients.items()}
-        if any(prompt_ids != ids[LOCAL_F32] for prompt_ids in ids.values()):
+        if any(prompt_ids != ids[local_f32] for prompt_ids in ids.values()):
             raise SystemExit("the clients would be given different prompt ids: the comparison would not be fair")
         times = {label: [] for label in clients}
         tokens, answers = {}, {}
@@ -104,8 +112,8 @@ def main(args):
     print(f"{'setup':40s} {'median s':>9s} {'tokens':>7s} {'tokens/s':>9s} {'vs local f32':>13s} {'vs best local':>14s}"
           f" {'same answers':>13s}")  # fmt: skip
     for label in clients:
-        same = sum(a == b for a, b in zip(answers[label], answers[LOCAL_F32]))
-        ratios = f"{rate[label] / rate[LOCAL_F32]:12.2f}x {rate[label] / rate[best]:13.2f}x"
+        same = sum(a == b for a, b in zip(answers[label], answers[local_f32]))
+        ratios = f"{rate[label] / rate[local_f32]:12.2f}x {rate[label] / rate[best]:13.2f}x"
         print(f"{label:40s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} {ratios} "
               f"{same:9d} of {len(requests)}")  # fmt: skip
     print(f"best local setting: {best}; same answers: greedy answers equal to the local float32 backend's")

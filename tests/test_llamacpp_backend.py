@@ -210,7 +210,6 @@ def test_a_batch_llama_cpp_cannot_decode_fails_its_requests_and_the_next_batch_i
         client.close()
 
 
-
 @needs_llama_cpp
 def test_a_batch_size_beyond_llama_cpp_s_sequences_is_one_line_exit_2(slice_data_dir, tmp_path, capsys):
     code = cli.main([

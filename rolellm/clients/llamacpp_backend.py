@@ -142,7 +142,8 @@ class LlamaCppChatClient(TokenPromptClient):
                 else:
                     fitting.append((i, attempt))
             for start in range(0, len(fitting), self.batch_size):
-                await self._answer_batch(fitting[start : start + self.batch_size], asked, prompts, budgets, settle, fail)
+                batch = fitting[start : start + self.batch_size]
+                await self._answer_batch(batch, asked, prompts, budgets, settle, fail)
 
         return await self.answer_in_rounds(requests, parse, desc, remind, answer)
 

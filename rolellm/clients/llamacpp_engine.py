@@ -103,6 +103,11 @@ class LlamaCppEngine:
             starts smaller (`FIRST_WINDOW`) and grows when a batch needs more, forgetting what it held.
         n_seq (`int`): sequences decoded together.
         n_threads (`int`): CPU threads, for prompts and answers alike.
+
+    Attributes:
+        window (`int`): the cells of each sequence's cache now.
+        held (`list[list[int]]`): the tokens each sequence holds in the cache.
+        prompt_tokens_decoded (`int`): prompt tokens computed so far; copied and kept ones are not counted.
     """
 
     def __init__(self, path: str | os.PathLike, *, n_ctx: int, n_seq: int, n_threads: int):
@@ -123,7 +128,7 @@ class LlamaCppEngine:
         self.n_batch = 512  # tokens given to one llama_decode call
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self.eos = lib.llama_vocab_eos(lib.llama_model_get_vocab(self.model))
-        self.prompt_tokens_decoded = 0  # prompt tokens computed so far: copied and kept ones are not counted again
+        self.prompt_tokens_decoded = 0
         try:
             self._open(min(FIRST_WINDOW, n_ctx))
         except RuntimeError as error:
@@ -164,7 +169,7 @@ class LlamaCppEngine:
         """Forget what the cache holds: the next prompts are decoded from their first token."""
         if self.ctx is not None:
             self.lib.llama_memory_clear(self.memory, True)
-        self.held = [[] for _ in range(self.n_seq)]  # the tokens each sequence holds in the cache
+        self.held = [[] for _ in range(self.n_seq)]
 
     def generate(self, prompts: list[list[int]], samplings: list[Sampling], budgets: list[int], stop_ids):
         """Answer the token-id lists `prompts` (at most `n_seq`, each with its answer within `n_ctx` cells)
