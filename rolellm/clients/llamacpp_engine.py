@@ -90,7 +90,8 @@ def _saved_as_source(prompts: list[list[int]], kept: list[int], source: int, i: 
 
 
 def copied_tokens(source: list[int], prompt: list[int]) -> int:
-    """The first tokens of `prompt` that a copy of the cache of `source` holds: all they share but `prompt`'s last."""
+    """The first tokens of `prompt` that a cache holding `source` (a copy, or the sequence's own) serves: all they
+    share but `prompt`'s last."""
     return min(common_prefix(source, prompt), len(prompt) - 1)
 
 
@@ -225,7 +226,7 @@ class LlamaCppEngine:
         begin with; the prompts that others start from (`copy_sources`) are decoded, their caches copied, and the
         rest of the others decoded. A prompt's last token is always decoded, for its logits. Returns the first answer
         token of each prompt."""
-        kept = [min(common_prefix(self.held[slot], prompt), len(prompt) - 1) for slot, prompt in zip(slots, prompts)]
+        kept = [copied_tokens(self.held[slot], prompt) for slot, prompt in zip(slots, prompts)]
         for slot, k in zip(slots, kept):
             self._trim(slot, k)
         sources, upcoming = copy_sources(prompts, kept, self.window // CELLS_PER_COPIED_TOKEN), {}
