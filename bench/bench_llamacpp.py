@@ -14,7 +14,14 @@ best setting. All use the same threads (`--threads`, default: the usable cores).
 `--repeats` times; printed are the median seconds, tokens and tokens per second, and the ratios to the local
 backend's float32 batches and to its best setting.
 
+Then where the time goes: one decoding step (a token for each of 1, 8 and `--batch_size` sequences, each holding
+`--held` tokens), in llama.cpp on the exported Q4_0 file and in transformers in float32, median of `--repeats` times 10
+steps. The slope between the two largest sizes is what one more sequence costs a step; the rest is the step's fixed
+cost. A backend's lead in a large batch is the ratio of the slopes: there both compute the same arithmetic, one in
+4-bit blocks and 8-bit activations, the other in float32.
+
     python bench/bench_llamacpp.py [--prompts 8] [--batch_size 8] [--max_new_tokens 64] [--repeats 2] [--threads N]
+        [--held 150]
 """
 
 import argparse
@@ -34,6 +41,7 @@ from transformers.utils import logging as hf_logging
 
 from rolellm.clients.gguf import embedded_model, embedded_model_file
 from rolellm.clients.llamacpp_backend import LlamaCppChatClient
+from rolellm.clients.llamacpp_engine import PlannedToken
 from rolellm.clients.local import LocalChatClient
 from rolellm.training.data import rolebench_to_conversations
 from rolellm.training.gguf_export import export_gguf
@@ -46,6 +54,7 @@ def make_parser():
     parser.add_argument("--batch_size", type=int, default=8, help="prompts answered together, by every backend")
     parser.add_argument("--repeats", type=int, default=2, help="runs of every setup, in turns")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="CPU threads of all")
+    parser.add_argument("--held", type=int, default=150, help="tokens each sequence holds in the step measurements")
     return parser
 
 
@@ -53,6 +62,68 @@ def run(client, requests) -> tuple[int, list[str]]:
     results = client.generate(requests)
     assert all(result.ok for result in results), [result.error for result in results if not result.ok]
     return sum(result.usage["completion_tokens"] for result in results), [result.text for result in results]
+
+
+def llamacpp_step(engine, n: int, held: int, steps: int) -> float:
+    """Seconds of one llama.cpp decoding step of a token for each of `n` sequences holding `held` tokens."""
+    engine.clear()
+    for seq in range(n):
+        engine._decode([PlannedToken(100 + (k * 7 + seq) % 1000, k, seq, False) for k in range(held - 1)])
+    engine._decode([PlannedToken(200 + seq, held - 1, seq, True) for seq in range(n)])  # warm-up
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine._decode([PlannedToken(200 + seq, len(engine.held[seq]), seq, True) for seq in range(n)])
+    seconds = (time.perf_counter() - start) / steps
+    engine.clear()
+    return seconds
+
+
+@torch.no_grad()
+def transformers_step(model, n: int, held: int, steps: int) -> float:
+    """Seconds of one transformers decoding step (`model` with its cache) of a token for each of `n` sequences
+    holding `held` tokens."""
+    generator = torch.Generator().manual_seed(0)
+    cache = model(torch.randint(100, 1000, (n, held), generator=generator), use_cache=True).cache
+    tokens = torch.randint(100, 1000, (n, 1), generator=generator)
+    cache = model(tokens, cache=cache, use_cache=True).cache  # warm-up
+    start = time.perf_counter()
+    for _ in range(steps):
+        cache = model(tokens, cache=cache, use_cache=True).cache
+    return (time.perf_counter() - start) / steps
+
+
+def print_rates(args, clients, requests, times, tokens, answers) -> dict[str, float]:
+    local_f32 = f"local, float32, batch_size={args.batch_size}"
+    print(f"\nSmolLM2-135M-Instruct, {args.threads} threads; {len(requests)} role prompts, greedy, at most "
+          f"{args.max_new_tokens} new tokens; median of {args.repeats} runs in turns")  # fmt: skip
+    rate = {label: tokens[label] / statistics.median(times[label]) for label in clients}
+    best = max((label for label in clients if label.startswith("local")), key=rate.get)
+    print(f"{'setup':40s} {'median s':>9s} {'tokens':>7s} {'tokens/s':>9s} {'vs local f32':>13s} {'vs best local':>14s}"
+          f" {'same answers':>13s}")  # fmt: skip
+    for label in clients:
+        same = sum(a == b for a, b in zip(answers[label], answers[local_f32]))
+        ratios = f"{rate[label] / rate[local_f32]:12.2f}x {rate[label] / rate[best]:13.2f}x"
+        print(f"{label:40s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} {ratios} "
+              f"{same:9d} of {len(requests)}")  # fmt: skip
+    print(f"best local setting: {best}; same answers: greedy answers equal to the local float32 backend's")
+    return rate
+
+
+def step_costs(engine, model, args) -> None:
+    sizes = sorted({1, min(8, args.batch_size), args.batch_size})
+    print(f"\none decoding step, each sequence holding {args.held} tokens; median of {args.repeats} times 10 steps")
+    print(f"{'sequences':>9s} {'llama.cpp Q4_0 ms':>18s} {'transformers f32 ms':>20s} {'ratio':>6s}")
+    ms = {}
+    for n in sizes:
+        ms[n] = [1000 * statistics.median(measure(engine_or_model, n, args.held, 10) for _ in range(args.repeats))
+                 for measure, engine_or_model in ((llamacpp_step, engine), (transformers_step, model))]  # fmt: skip
+        print(f"{n:9d} {ms[n][0]:18.1f} {ms[n][1]:20.1f} {ms[n][1] / ms[n][0]:5.2f}x")
+    if len(sizes) > 1:
+        low, high = sizes[-2], sizes[-1]
+        slope = [(ms[high][k] - ms[low][k]) / (high - low) for k in range(2)]
+        print(f"one more sequence ({low} to {high}): llama.cpp {slope[0]:.2f} ms, transformers {slope[1]:.2f} ms "
+              f"({slope[1] / slope[0]:.2f}x); the fixed part: llama.cpp {ms[low][0] - low * slope[0]:.1f} ms, "
+              f"transformers {ms[low][1] - low * slope[1]:.1f} ms")  # fmt: skip
 
 
 def main(args):
@@ -101,22 +172,13 @@ def main(args):
                 start = time.perf_counter()
                 tokens[label], answers[label] = run(client, requests)
                 times[label].append(time.perf_counter() - start)
+        rate = print_rates(args, clients, requests, times, tokens, answers)
+        q4_0 = clients[f"llamacpp Q4_0, exported, batch_size={args.batch_size}"]
+        step_costs(q4_0.engine, clients[local_f32].model, args)
     finally:
         for client in clients.values():
             if isinstance(client, LlamaCppChatClient):
                 client.close()
-    print(f"\nSmolLM2-135M-Instruct, {args.threads} threads; {len(requests)} role prompts, greedy, at most "
-          f"{args.max_new_tokens} new tokens; median of {args.repeats} runs in turns")  # fmt: skip
-    rate = {label: tokens[label] / statistics.median(times[label]) for label in clients}
-    best = max((label for label in clients if label.startswith("local")), key=rate.get)
-    print(f"{'setup':40s} {'median s':>9s} {'tokens':>7s} {'tokens/s':>9s} {'vs local f32':>13s} {'vs best local':>14s}"
-          f" {'same answers':>13s}")  # fmt: skip
-    for label in clients:
-        same = sum(a == b for a, b in zip(answers[label], answers[local_f32]))
-        ratios = f"{rate[label] / rate[local_f32]:12.2f}x {rate[label] / rate[best]:13.2f}x"
-        print(f"{label:40s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} {ratios} "
-              f"{same:9d} of {len(requests)}")  # fmt: skip
-    print(f"best local setting: {best}; same answers: greedy answers equal to the local float32 backend's")
     return rate
 
 
