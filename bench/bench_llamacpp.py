@@ -15,10 +15,11 @@ best setting. All use the same threads (`--threads`, default: the usable cores).
 backend's float32 batches and to its best setting.
 
 Then where the time goes: one decoding step (a token for each of 1, 8 and `--batch_size` sequences, each holding
-`--held` tokens), in llama.cpp on the exported Q4_0 file and in transformers in float32, median of `--repeats` times 10
-steps. The slope between the two largest sizes is what one more sequence costs a step; the rest is the step's fixed
-cost. A backend's lead in a large batch is the ratio of the slopes: there both compute the same arithmetic, one in
-4-bit blocks and 8-bit activations, the other in float32.
+`--held` tokens), in llama.cpp on the exported Q4_0 file and in transformers in float32 and bfloat16, median of
+`--repeats` times 10 steps; the ratio is to the faster of the two. The slope between the two largest sizes is what
+one more sequence costs a step; the rest is the step's fixed cost. A backend's lead in a large batch is the ratio of
+the slopes: there both compute the same arithmetic, one in 4-bit blocks and 8-bit activations, the other in float32 or
+bfloat16. Printed with them: the vector extensions llama.cpp was built with.
 
     python bench/bench_llamacpp.py [--prompts 8] [--batch_size 8] [--max_new_tokens 64] [--repeats 2] [--threads N]
         [--held 150]
@@ -36,6 +37,7 @@ from _common import load_english_sample, require_rolebench_data  # sets the offl
 
 # isort: split
 import datasets
+import llama_cpp
 import torch
 from transformers.utils import logging as hf_logging
 
@@ -92,12 +94,17 @@ def transformers_step(model, n: int, held: int, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def best_local(rate: dict[str, float]) -> str:
+    """The local backend's fastest setup: its best setting, measured, not assumed from the CPU's flags."""
+    return max((label for label in rate if label.startswith("local")), key=rate.get)
+
+
 def print_rates(args, clients, requests, times, tokens, answers) -> dict[str, float]:
     local_f32 = f"local, float32, batch_size={args.batch_size}"
     print(f"\nSmolLM2-135M-Instruct, {args.threads} threads; {len(requests)} role prompts, greedy, at most "
           f"{args.max_new_tokens} new tokens; median of {args.repeats} runs in turns")  # fmt: skip
     rate = {label: tokens[label] / statistics.median(times[label]) for label in clients}
-    best = max((label for label in clients if label.startswith("local")), key=rate.get)
+    best = best_local(rate)
     print(f"{'setup':40s} {'median s':>9s} {'tokens':>7s} {'tokens/s':>9s} {'vs local f32':>13s} {'vs best local':>14s}"
           f" {'same answers':>13s}")  # fmt: skip
     for label in clients:
@@ -106,24 +113,37 @@ def print_rates(args, clients, requests, times, tokens, answers) -> dict[str, fl
         print(f"{label:40s} {statistics.median(times[label]):9.1f} {tokens[label]:7d} {rate[label]:9.1f} {ratios} "
               f"{same:9d} of {len(requests)}")  # fmt: skip
     print(f"best local setting: {best}; same answers: greedy answers equal to the local float32 backend's")
+    print(f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) built with: {built_with()}")
     return rate
 
 
-def step_costs(engine, model, args) -> None:
+def built_with() -> str:
+    """The vector extensions llama.cpp was compiled for, as it reports them (`AVX2 AVX512 ...`)."""
+    features = (part.partition("=") for part in llama_cpp.llama_print_system_info().decode().split("|"))
+    return " ".join(name.split(":")[-1].strip() for name, _, on in features if on.strip() == "1")
+
+
+def step_costs(engine, models: dict[str, object], args) -> None:
+    """One decoding step in llama.cpp (`engine`) and in transformers (`models`, by dtype); the ratio is to the faster
+    transformers setting at each size."""
     sizes = sorted({1, min(8, args.batch_size), args.batch_size})
+    setups = {"llama.cpp Q4_0": (llamacpp_step, engine)}
+    setups.update({f"transformers {dtype}": (transformers_step, model) for dtype, model in models.items()})
     print(f"\none decoding step, each sequence holding {args.held} tokens; median of {args.repeats} times 10 steps")
-    print(f"{'sequences':>9s} {'llama.cpp Q4_0 ms':>18s} {'transformers f32 ms':>20s} {'ratio':>6s}")
-    ms = {}
+    print(f"{'sequences':>9s}" + "".join(f" {name + ' ms':>24s}" for name in setups) + f" {'ratio':>6s}")
+    ms = {name: {} for name in setups}
     for n in sizes:
-        ms[n] = [1000 * statistics.median(measure(engine_or_model, n, args.held, 10) for _ in range(args.repeats))
-                 for measure, engine_or_model in ((llamacpp_step, engine), (transformers_step, model))]  # fmt: skip
-        print(f"{n:9d} {ms[n][0]:18.1f} {ms[n][1]:20.1f} {ms[n][1] / ms[n][0]:5.2f}x")
+        for name, (measure, engine_or_model) in setups.items():
+            runs = [measure(engine_or_model, n, args.held, 10) for _ in range(args.repeats)]
+            ms[name][n] = 1000 * statistics.median(runs)
+        costs = [ms[name][n] for name in setups]
+        print(f"{n:9d}" + "".join(f" {cost:24.1f}" for cost in costs) + f" {min(costs[1:]) / costs[0]:5.2f}x")
     if len(sizes) > 1:
         low, high = sizes[-2], sizes[-1]
-        slope = [(ms[high][k] - ms[low][k]) / (high - low) for k in range(2)]
-        print(f"one more sequence ({low} to {high}): llama.cpp {slope[0]:.2f} ms, transformers {slope[1]:.2f} ms "
-              f"({slope[1] / slope[0]:.2f}x); the fixed part: llama.cpp {ms[low][0] - low * slope[0]:.1f} ms, "
-              f"transformers {ms[low][1] - low * slope[1]:.1f} ms")  # fmt: skip
+        slope = {name: (ms[name][high] - ms[name][low]) / (high - low) for name in setups}
+        fixed = {name: ms[name][low] - low * slope[name] for name in setups}
+        print(f"one more sequence ({low} to {high}): " + ", ".join(f"{name} {slope[name]:.2f} ms" for name in setups))
+        print("the fixed part of a step: " + ", ".join(f"{name} {fixed[name]:.1f} ms" for name in setups))
 
 
 def main(args):
@@ -174,7 +194,8 @@ def main(args):
                 times[label].append(time.perf_counter() - start)
         rate = print_rates(args, clients, requests, times, tokens, answers)
         q4_0 = clients[f"llamacpp Q4_0, exported, batch_size={args.batch_size}"]
-        step_costs(q4_0.engine, clients[local_f32].model, args)
+        local = {label.split(", ")[1]: client.model for label, client in clients.items() if label.startswith("local")}
+        step_costs(q4_0.engine, local, args)
     finally:
         for client in clients.values():
             if isinstance(client, LlamaCppChatClient):
