@@ -49,6 +49,10 @@ from rolellm.training.data import rolebench_to_conversations
 from rolellm.training.gguf_export import export_gguf
 
 
+# the local backend's settings; its best is measured, not assumed from the CPU's flags
+LOCAL_DTYPES = ("float32", "bfloat16")
+
+
 def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=int, default=8, help="role prompts (fixed sample of English rows, seed 0)")
@@ -172,7 +176,7 @@ def main(args):
                 n_threads=args.threads,
                 progress=False,
             )
-        for dtype in ("float32", "bfloat16"):  # the best of them is measured, not assumed from the CPU's flags
+        for dtype in LOCAL_DTYPES:
             clients[f"local, {dtype}, batch_size={args.batch_size}"] = LocalChatClient(
                 embedded_model(),
                 batch_size=args.batch_size,
@@ -194,7 +198,7 @@ def main(args):
                 times[label].append(time.perf_counter() - start)
         rate = print_rates(args, clients, requests, times, tokens, answers)
         q4_0 = clients[f"llamacpp Q4_0, exported, batch_size={args.batch_size}"]
-        local = {label.split(", ")[1]: client.model for label, client in clients.items() if label.startswith("local")}
+        local = {dtype: clients[f"local, {dtype}, batch_size={args.batch_size}"].model for dtype in LOCAL_DTYPES}
         step_costs(q4_0.engine, local, args)
     finally:
         for client in clients.values():
